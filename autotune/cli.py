@@ -1,0 +1,59 @@
+"""Command-line interface (thin: parse -> api -> render).
+
+Every :class:`~autotune.errors.AutotuneError` becomes a one-line message on stderr and exit code 2;
+``--debug`` shows the traceback instead. Sub-commands live in :mod:`autotune.commands`; each module
+there exposes ``COMMANDS`` (a list of click commands) and is registered automatically.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from autotune.errors import AutotuneError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Group(click.Group):
+    """click group that maps AutotuneError to exit 2 with a one-line message."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except AutotuneError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="autotune")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """autotune: find the best pipeline-parallel layout (offset, pp_interleave_num, recompute)
+    for a MindFormers training run, from the YAML alone."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def _register() -> None:
+    import autotune.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"autotune.commands.{info.name}")
+        for cmd in getattr(mod, "COMMANDS", []):
+            main.add_command(cmd)
+
+
+_register()
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

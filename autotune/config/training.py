@@ -1,0 +1,332 @@
+"""Read a MindFormers training YAML into a validated, frozen :class:`TrainingConfig`.
+
+Only the keys autotune needs are read; unknown keys are ignored. Every error names the YAML path
+(e.g. ``parallel_config.pipeline_stage``), the value found and the rule broken.
+
+YAML paths read (MindFormers layout, see shared/spec/real-configs.md):
+
+- ``model.model_config.{num_layers|num_hidden_layers, offset, pp_interleave_num, hidden_size,
+  num_heads|num_attention_heads, n_kv_heads|num_key_value_heads|multi_query_group_num,
+  intermediate_size|ffn_hidden_size, seq_length, vocab_size, mtp_depth|mtp_num_layers, ...}``
+- ``parallel_config.{pipeline_stage, micro_batch_num, data_parallel, model_parallel,
+  context_parallel, expert_parallel, use_seq_parallel, seq_split_num}``
+- ``parallel.pipeline_config.{pipeline_interleave, pipeline_scheduler}``,
+  ``parallel.enable_parallel_optimizer``
+- ``recompute_config.{recompute, select_recompute, select_comm_recompute, ...}``
+- ``context.max_device_memory`` (the HBM budget), ``use_legacy``
+- ``moe_config`` (legacy MoE keys) for the analytic profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from autotune.errors import ConfigError
+from autotune.units import parse_memory_mib
+
+SCHEDULERS = ("1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp", "zero_bubble_v")
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Load a YAML file with the safe loader and return its top-level mapping.
+
+    Raises:
+        ConfigError: missing file, unreadable or non-YAML text, or a top level that is not a
+            mapping (field = the file path).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}",
+                          field=str(p), value=None, rule="yaml") from None
+    except UnicodeDecodeError:
+        raise ConfigError("not a text file", field=str(p), value=None, rule="yaml") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}",
+                          field=str(p), value=None, rule="yaml")
+    return data
+
+
+_MISSING = object()
+
+
+def get_path(data: dict[str, Any], path: str, default: Any = _MISSING) -> Any:
+    """Return the value at dotted ``path`` (``a.b.c``); ``default`` when absent.
+
+    Raises:
+        ConfigError: the key is absent and no default was given (rule ``missing_key``), or an
+            intermediate node is not a mapping.
+    """
+    node: Any = data
+    walked = []
+    for key in path.split("."):
+        walked.append(key)
+        if node is None:
+            node = {}
+        if not isinstance(node, dict):
+            raise ConfigError(f"expected a mapping, got {type(node).__name__}",
+                              field=".".join(walked[:-1]), value=node, rule="type")
+        if key not in node:
+            if default is _MISSING:
+                raise ConfigError("required key is missing", field=path, value=None,
+                                  rule="missing_key")
+            return default
+        node = node[key]
+    return node
+
+
+def _first(data: dict[str, Any], paths: tuple[str, ...], default: Any = _MISSING) -> tuple[Any, str]:
+    for path in paths:
+        val = get_path(data, path, None)
+        if val is not None:
+            return val, path
+    if default is _MISSING:
+        raise ConfigError("required key is missing" + (
+            f" (also looked for {', '.join(paths[1:])})" if len(paths) > 1 else ""),
+            field=paths[0], value=None, rule="missing_key")
+    return default, paths[0]
+
+
+def _int(data: dict[str, Any], paths: tuple[str, ...] | str, default: Any = _MISSING, *,
+         minimum: int | None = 1) -> int:
+    paths = (paths,) if isinstance(paths, str) else paths
+    val, path = _first(data, paths, default)
+    if isinstance(val, bool) or not isinstance(val, int):
+        raise ConfigError(f"must be an integer, got {val!r}", field=path, value=val, rule="type")
+    if minimum is not None and val < minimum:
+        raise ConfigError(f"must be >= {minimum}, got {val}", field=path, value=val, rule="range")
+    return val
+
+
+def _bool(data: dict[str, Any], path: str, default: bool) -> bool:
+    val = get_path(data, path, default)
+    if val is None:
+        return default
+    if not isinstance(val, bool):
+        raise ConfigError(f"must be true or false, got {val!r}", field=path, value=val, rule="type")
+    return val
+
+
+class ModelDims(BaseModel):
+    """Model dimensions used by the analytic profile (all counts, no units)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hidden_size: int
+    num_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    seq_length: int
+    vocab_size: int
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_num: int = 0
+    first_k_dense_replace: int = 0
+    mtp_num_layers: int = 0
+    tie_word_embeddings: bool = False
+    # MLA (DeepSeek-V3 style); 0 = plain MHA/GQA.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    compute_dtype_bytes: int = 2
+    param_dtype_bytes: int = 4
+
+
+class TrainingConfig(BaseModel):
+    """The parts of a MindFormers training YAML that autotune reads (frozen).
+
+    ``offset`` and the recompute values keep the user's raw form; the canonical [vpp][pp] tables
+    come from :func:`autotune.config.layout.layout_from_config`.
+    ``hbm_mib`` is ``context.max_device_memory`` in MiB (None when absent).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    source: str = "<memory>"
+    num_layers: int
+    pipeline_stage: int
+    micro_batch_num: int
+    pp_interleave_num: int = 1
+    pp_interleave_num_raw: int | None = None
+    pipeline_interleave: bool = False
+    pipeline_scheduler: str = "1f1b"
+    offset: Any = 0
+    recompute: Any = False
+    select_recompute: Any = False
+    select_comm_recompute: Any = False
+    recompute_slice_activation: bool = False
+    mp_comm_recompute: bool = True
+    parallel_optimizer_comm_recompute: bool = False
+    data_parallel: int = 1
+    model_parallel: int = 1
+    context_parallel: int = 1
+    expert_parallel: int = 1
+    use_seq_parallel: bool = False
+    seq_split_num: int = 1
+    enable_parallel_optimizer: bool = False
+    optimizer_weight_shard_size: int = -1
+    use_legacy: bool = True
+    hbm_mib: float | None = None
+    dims: ModelDims | None = None
+    raw: dict[str, Any] = {}
+
+    @property
+    def vpp(self) -> int:
+        """Effective interleave count: 1 when ``pipeline_interleave`` is off (MindFormers rule)."""
+        return self.pp_interleave_num
+
+    @property
+    def devices(self) -> int:
+        """dp · mp · cp · pp."""
+        return self.data_parallel * self.model_parallel * self.context_parallel * self.pipeline_stage
+
+
+def _dims(data: dict[str, Any]) -> ModelDims | None:
+    mc = "model.model_config."
+    h = get_path(data, mc + "hidden_size", None)
+    if h is None:
+        return None
+    hidden = _int(data, mc + "hidden_size")
+    heads = _int(data, (mc + "num_heads", mc + "num_attention_heads", mc + "n_head"))
+    kv = _int(data, (mc + "n_kv_heads", mc + "num_key_value_heads", mc + "multi_query_group_num",
+                     mc + "num_query_groups"), heads)
+    head_dim = _int(data, (mc + "head_dim", mc + "kv_channels"), hidden // heads)
+    inter = get_path(data, mc + "intermediate_size", None) or get_path(data, mc + "ffn_hidden_size", None)
+    if inter is None:
+        mult = get_path(data, mc + "ffn_dim_multiplier", None)
+        multiple_of = get_path(data, mc + "multiple_of", 256) or 256
+        base = int(2 * 4 * hidden / 3)
+        if mult is not None:
+            base = int(float(mult) * base)
+        inter = multiple_of * ((base + multiple_of - 1) // multiple_of)
+    if isinstance(inter, bool) or not isinstance(inter, int) or inter < 1:
+        raise ConfigError(f"must be a positive integer, got {inter!r}", field=mc + "intermediate_size",
+                          value=inter, rule="type")
+    seq = _int(data, (mc + "seq_length", mc + "max_position_embeddings"))
+    vocab = _int(data, (mc + "vocab_size", mc + "padded_vocab_size"))
+    moe = data.get("moe_config") or {}
+    if not isinstance(moe, dict):
+        raise ConfigError("must be a mapping", field="moe_config", value=moe, rule="type")
+    experts = _int(data, (mc + "num_experts", mc + "n_routed_experts", "moe_config.expert_num"), 0,
+                   minimum=0)
+    topk = _int(data, (mc + "num_experts_per_tok", "moe_config.num_experts_chosen"),
+                1 if experts else 0, minimum=0)
+    moe_inter = _int(data, (mc + "moe_intermediate_size", "moe_config.moe_intermediate_size"),
+                     inter if experts else 0, minimum=0)
+    shared = _int(data, (mc + "n_shared_experts", mc + "shared_expert_num", "moe_config.shared_expert_num"),
+                  0, minimum=0)
+    first_dense = _int(data, (mc + "first_k_dense_replace", "moe_config.first_k_dense_replace"), 0,
+                       minimum=0)
+    mtp = _int(data, (mc + "mtp_num_layers", mc + "mtp_depth", mc + "num_nextn_predict_layers"), 0,
+               minimum=0)
+    dtype_bytes = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
+    cdt = str(get_path(data, mc + "compute_dtype", "bfloat16")).lower()
+    pdt = str(get_path(data, mc + "param_init_type", get_path(data, mc + "params_dtype", "float32"))).lower()
+    return ModelDims(
+        hidden_size=hidden, num_heads=heads, n_kv_heads=kv, head_dim=head_dim,
+        intermediate_size=inter, seq_length=seq, vocab_size=vocab, num_experts=experts,
+        num_experts_per_tok=topk, moe_intermediate_size=moe_inter, shared_expert_num=shared,
+        first_k_dense_replace=first_dense if experts else 0, mtp_num_layers=mtp,
+        tie_word_embeddings=bool(get_path(data, mc + "tie_word_embeddings", False)),
+        q_lora_rank=_int(data, mc + "q_lora_rank", 0, minimum=0),
+        kv_lora_rank=_int(data, mc + "kv_lora_rank", 0, minimum=0),
+        qk_nope_head_dim=_int(data, mc + "qk_nope_head_dim", 0, minimum=0),
+        qk_rope_head_dim=_int(data, mc + "qk_rope_head_dim", 0, minimum=0),
+        v_head_dim=_int(data, mc + "v_head_dim", 0, minimum=0),
+        compute_dtype_bytes=dtype_bytes.get(cdt, 2), param_dtype_bytes=dtype_bytes.get(pdt, 4),
+    )
+
+
+def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
+                     hbm_mib: float | None = None) -> TrainingConfig:
+    """Validate a parsed MindFormers YAML mapping into a :class:`TrainingConfig`.
+
+    Args:
+        data: the YAML's top-level mapping.
+        source: where it came from (for messages).
+        hbm_mib: overrides ``context.max_device_memory`` when given (MiB).
+
+    Raises:
+        ConfigError: a required key is missing or has the wrong type/range (names the YAML path).
+    """
+    mc = "model.model_config."
+    num_layers = _int(data, (mc + "num_layers", mc + "num_hidden_layers", mc + "n_layer"))
+    pp = _int(data, "parallel_config.pipeline_stage", 1)
+    mb = _int(data, "parallel_config.micro_batch_num", 1)
+    interleave = get_path(data, "parallel.pipeline_config.pipeline_interleave", None)
+    vpp_raw = get_path(data, mc + "pp_interleave_num", None)
+    if vpp_raw is not None and (isinstance(vpp_raw, bool) or not isinstance(vpp_raw, int) or vpp_raw < 1):
+        raise ConfigError(f"must be a positive integer, got {vpp_raw!r}", field=mc + "pp_interleave_num",
+                          value=vpp_raw, rule="type")
+    if interleave is None:
+        interleave = bool(vpp_raw and vpp_raw > 1)
+    if not isinstance(interleave, bool):
+        raise ConfigError(f"must be true or false, got {interleave!r}",
+                          field="parallel.pipeline_config.pipeline_interleave", value=interleave, rule="type")
+    vpp = (vpp_raw or 1) if interleave else 1
+    sched = get_path(data, "parallel.pipeline_config.pipeline_scheduler", "1f1b") or "1f1b"
+    if not isinstance(sched, str) or sched.lower() not in SCHEDULERS:
+        raise ConfigError(f"must be one of {', '.join(SCHEDULERS)}, got {sched!r}",
+                          field="parallel.pipeline_config.pipeline_scheduler", value=sched, rule="scheduler")
+    ctx_mem = get_path(data, "context.max_device_memory", None)
+    if hbm_mib is None and ctx_mem is not None:
+        hbm_mib = parse_memory_mib(ctx_mem, field="context.max_device_memory")
+    rc = get_path(data, "recompute_config", None) or {}
+    if not isinstance(rc, dict):
+        raise ConfigError("must be a mapping", field="recompute_config", value=rc, rule="type")
+    return TrainingConfig(
+        source=source,
+        num_layers=num_layers,
+        pipeline_stage=pp,
+        micro_batch_num=mb,
+        pp_interleave_num=vpp,
+        pp_interleave_num_raw=vpp_raw,
+        pipeline_interleave=interleave,
+        pipeline_scheduler=sched.lower(),
+        offset=get_path(data, mc + "offset", 0),
+        recompute=rc.get("recompute", False),
+        select_recompute=rc.get("select_recompute", False),
+        select_comm_recompute=rc.get("select_comm_recompute", False),
+        recompute_slice_activation=_bool(data, "recompute_config.recompute_slice_activation", False),
+        mp_comm_recompute=_bool(data, "recompute_config.mp_comm_recompute", True),
+        parallel_optimizer_comm_recompute=_bool(data, "recompute_config.parallel_optimizer_comm_recompute", False),
+        data_parallel=_int(data, "parallel_config.data_parallel", 1),
+        model_parallel=_int(data, "parallel_config.model_parallel", 1),
+        context_parallel=_int(data, "parallel_config.context_parallel", 1),
+        expert_parallel=_int(data, "parallel_config.expert_parallel", 1),
+        use_seq_parallel=_bool(data, "parallel_config.use_seq_parallel", False),
+        seq_split_num=_int(data, "parallel_config.seq_split_num", 1),
+        enable_parallel_optimizer=_bool(data, "parallel.enable_parallel_optimizer", False),
+        optimizer_weight_shard_size=_int(
+            data, "parallel.parallel_optimizer_config.optimizer_weight_shard_size", -1, minimum=None),
+        use_legacy=_bool(data, "use_legacy", True),
+        hbm_mib=hbm_mib,
+        dims=_dims(data),
+        raw=data,
+    )
+
+
+def load_config(path: str | Path, *, hbm_mib: float | None = None) -> TrainingConfig:
+    """Read and validate a MindFormers training YAML file.
+
+    Args:
+        path: the YAML file.
+        hbm_mib: HBM budget override in MiB (default: ``context.max_device_memory``).
+
+    Raises:
+        ConfigError: see :func:`read_yaml` and :func:`config_from_dict`.
+    """
+    return config_from_dict(read_yaml(path), source=str(path), hbm_mib=hbm_mib)
