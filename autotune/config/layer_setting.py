@@ -1104,9 +1104,22 @@ def case_to_training_yaml(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_config(data: dict[str, Any], version: str = "1.8", *, emulate: bool = False) -> LayerSettingResult:
-    """:func:`normalize` on a parsed training YAML (or flat case mapping)."""
-    return normalize(inputs_from_yaml(data), version, emulate=emulate)
+def check_config(data: dict[str, Any], version: str = "1.8", *, emulate: bool = False,
+                 source: str = "mindformers") -> LayerSettingResult:
+    """:func:`normalize` on a parsed training YAML or flat case mapping.
+
+    ``source="megatron"`` (or a flat case with ``framework: megatron``) reads Megatron arguments
+    through :func:`autotune.config.megatron.translate`; its warnings come first in the result.
+    """
+    extra: list[Warning_] = []
+    if isinstance(data, dict) and (source == "megatron" or (
+            data.get("framework") == "megatron" and isinstance(data.get("framework_args"), dict))):
+        from autotune.config.megatron import translate
+        tr = translate(data)
+        data, extra = tr.case, tr.warnings
+    res = normalize(inputs_from_yaml(data), version, emulate=emulate)
+    res.warnings[:0] = extra
+    return res
 
 
 # ----------------------------------------------------------------------------------------------
