@@ -1,0 +1,250 @@
+"""Python API for notebooks and scripts: load, evaluate, search.
+
+>>> import autotune
+>>> cfg = autotune.load_config("examples/telechat2_115b/train.yaml")
+>>> report = autotune.evaluate(cfg)                 # analytic profile derived from the YAML
+>>> result = autotune.search(cfg, trials=100, seed=0)
+>>> print(result.best.step_time_ms, result.to_yaml())
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.config.layout import Layout, layout_from_config
+from autotune.config.training import TrainingConfig, load_config
+from autotune.cost.inputs import ProfileArrays
+from autotune.cost.report import CostReport, evaluate_layout
+from autotune.emit.yaml_block import canonical_values, deep_merge, dump_yaml, tuned_block
+from autotune.errors import ConfigError, InfeasibleError
+from autotune.profile.analytic import analytic_profile
+from autotune.profile.schema import ModelProfile, load_profile
+from autotune.search.space import SearchSpace, load_search_space
+
+__all__ = ["load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult"]
+
+DEFAULT_DEVICE = "ascend-910b"
+
+
+def _config(config: str | Path | TrainingConfig, hbm_mib: float | None = None) -> TrainingConfig:
+    if isinstance(config, TrainingConfig):
+        if hbm_mib is not None:
+            return config.model_copy(update={"hbm_mib": hbm_mib})
+        return config
+    return load_config(config, hbm_mib=hbm_mib)
+
+
+def resolve_profile(cfg: TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
+                    device: str = DEFAULT_DEVICE, overrides: dict[str, float] | None = None) -> ModelProfile:
+    """The profile to use: the given one (path or object) or the analytic one for ``device``.
+
+    Raises:
+        ConfigError: the profile's layer count differs from the config's num_layers.
+    """
+    if profile is None:
+        return analytic_profile(cfg, device, overrides=overrides)
+    prof = profile if isinstance(profile, ModelProfile) else load_profile(profile)
+    if prof.num_layers != cfg.num_layers:
+        raise ConfigError(f"profile describes {prof.num_layers} layers but the config has "
+                          f"num_layers = {cfg.num_layers}", field="layer_kinds",
+                          value=prof.num_layers, rule="profile_layers")
+    return prof
+
+
+def _schedule(cfg: TrainingConfig) -> str:
+    from autotune.cost.schedules import registered
+
+    if cfg.pipeline_scheduler not in registered():
+        raise ConfigError(f"pipeline_scheduler {cfg.pipeline_scheduler!r} is not modelled yet; "
+                          f"modelled: {', '.join(registered())}",
+                          field="parallel.pipeline_config.pipeline_scheduler",
+                          value=cfg.pipeline_scheduler, rule="scheduler")
+    return cfg.pipeline_scheduler
+
+
+def _check_runnable(cfg: TrainingConfig, V: int, schedule: str) -> None:
+    from autotune.cost.simulate import compile_schedule
+
+    try:
+        compile_schedule(schedule, cfg.pipeline_stage, V, cfg.micro_batch_num)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="parallel_config.micro_batch_num", value=cfg.micro_batch_num,
+                          rule="R_MICRO_BATCH_MIN") from None
+
+
+def evaluate(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
+             device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
+             overrides: dict[str, float] | None = None) -> CostReport:
+    """Cost report (step time ms, bubble, per-stage peak MiB) of a config as written.
+
+    Raises:
+        ConfigError: invalid config, profile, or a schedule that cannot run these sizes.
+    """
+    cfg = _config(config, hbm_mib)
+    prof = resolve_profile(cfg, profile, device=device, overrides=overrides)
+    layout = layout_from_config(cfg)
+    sched = _schedule(cfg)
+    _check_runnable(cfg, layout.vpp, sched)
+    return evaluate_layout(prof, layout, micro_batch_num=cfg.micro_batch_num, schedule=sched,
+                           hbm_mib=cfg.hbm_mib)
+
+
+@dataclass
+class SearchResult:
+    """Outcome of :func:`search`.
+
+    Attributes:
+        best: cost report of the best memory-feasible config (None when nothing fits).
+        closest: when nothing fits, the config with the least memory excess.
+        baselines: ``user``, ``even_full_recompute``, ``even_no_recompute`` -> report or None.
+        trials: trials in the study; seconds: wall time of the search (s).
+        config, profile: the inputs; study: the Optuna study (trial history).
+    """
+
+    best: CostReport | None
+    closest: CostReport | None
+    baselines: dict[str, CostReport | None]
+    trials: int
+    seconds: float
+    config: TrainingConfig
+    profile: ModelProfile
+    study: Any = field(repr=False, default=None)
+    select_patterns: list[str] | None = None
+    comm_patterns: list[str] | None = None
+
+    def tuned_values(self) -> dict[str, Any]:
+        """Canonical MindFormers values of the best config (offset, pp_interleave_num, recompute…)."""
+        report = self.best or self.closest
+        if report is None:
+            raise InfeasibleError("the search evaluated no configuration")
+        return canonical_values(report.layout, use_legacy=self.config.use_legacy,
+                                select_patterns=self.select_patterns, comm_patterns=self.comm_patterns)
+
+    def tuned_block(self) -> dict[str, Any]:
+        """Nested mapping of only the tuned MindFormers keys (to paste)."""
+        report = self.best or self.closest
+        return tuned_block(self.tuned_values(), scheduler=report.schedule if report else "1f1b")
+
+    def to_yaml(self, *, full: bool = True) -> str:
+        """The tuned config as YAML: the user's whole config with the tuned keys written over it
+        (``full=True``) or just the tuned keys. A comment header lists the predicted numbers."""
+        report = self.best or self.closest
+        head = ["autotune: tuned pipeline layout"]
+        if report is not None:
+            head.append(f"predicted step time {report.step_time_ms:.1f} ms, bubble "
+                        f"{report.bubble_fraction:.1%}, worst-stage peak {report.peak_mib:.0f} MiB")
+        user = self.baselines.get("user")
+        if user is not None and report is not None:
+            head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {user.fits}")
+        head.append("tuned keys: model.model_config.{offset, pp_interleave_num}, parallel.pipeline_config, "
+                    "recompute_config.{recompute, select_recompute, select_comm_recompute}")
+        block = self.tuned_block()
+        data = deep_merge(self.config.raw, block) if full else block
+        return dump_yaml(data, header="\n".join(head))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON shape of ``autotune search --format json``."""
+        def d(r: CostReport | None) -> dict[str, Any] | None:
+            if r is None:
+                return None
+            out = r.to_dict()
+            out["config"] = canonical_values(r.layout, use_legacy=self.config.use_legacy,
+                                             select_patterns=self.select_patterns,
+                                             comm_patterns=self.comm_patterns)
+            return out
+        return {"best": d(self.best), "closest": d(self.closest) if self.best is None else None,
+                "baselines": {k: d(v) for k, v in self.baselines.items()},
+                "trials": self.trials, "seconds": self.seconds}
+
+    def trials_dataframe(self) -> Any:
+        """The Optuna trial history as a pandas DataFrame (needs pandas)."""
+        return self.study.trials_dataframe()
+
+
+def _patterns(layout: Layout | None) -> tuple[list[str] | None, list[str] | None]:
+    if layout is None:
+        return None, None
+    return (list(layout.select_patterns) or None, list(layout.comm_patterns) or None)
+
+
+def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
+           space: SearchSpace | str | Path | None = None, trials: int = 200,
+           timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
+           study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
+           overrides: dict[str, float] | None = None, progress: bool = False) -> SearchResult:
+    """Tune offset, pp_interleave_num and recompute for a config.
+
+    Args:
+        config: YAML path or :class:`TrainingConfig`.
+        profile: profile path/object; None derives the analytic one for ``device``.
+        space: search space (object, YAML path, or None for ``search_spaces/default.yaml``).
+        trials: Optuna trials (baselines and heuristic seeds included).
+        timeout: seconds for the Optuna phase. seed: sampler seed.
+        storage: None (in memory), a journal file path or a database URL (resumes a study).
+        hbm_mib: HBM budget override (MiB); default ``context.max_device_memory``.
+
+    Raises:
+        ConfigError: bad config/profile/space, no budget known, or no runnable pp_interleave_num.
+    """
+    from autotune.search.heuristic import heuristic_seeds
+    from autotune.search.problem import Candidate, Problem, even_layers, runnable_vpp
+    from autotune.search.runner import run_study
+
+    t0 = time.monotonic()
+    cfg = _config(config, hbm_mib)
+    if cfg.hbm_mib is None:
+        raise ConfigError("no HBM budget: set context.max_device_memory or pass --hbm",
+                          field="context.max_device_memory", value=None, rule="missing_key")
+    prof = resolve_profile(cfg, profile, device=device, overrides=overrides)
+    sp = space if isinstance(space, SearchSpace) else load_search_space(space)
+    sched = _schedule(cfg) if sp.pipeline_scheduler == "keep" else sp.pipeline_scheduler
+    pa = ProfileArrays.from_profile(prof)
+    P, m, N = cfg.pipeline_stage, cfg.micro_batch_num, cfg.num_layers
+    cands_v = runnable_vpp(N, P, m, sched, sp.pp_interleave_num)
+    if not cands_v:
+        raise ConfigError(f"no pp_interleave_num in {sp.pp_interleave_num} can run with num_layers={N}, "
+                          f"pipeline_stage={P}, micro_batch_num={m} ({sched})",
+                          field="pp_interleave_num", value=sp.pp_interleave_num, rule="search_space")
+    problem = Problem(pa, P=P, m=m, schedule=sched, hbm_mib=float(cfg.hbm_mib), vpp_candidates=cands_v,
+                      kinds=tuple(sp.recompute_kinds), max_abs_offset=sp.max_abs_offset)
+
+    def report(c: Candidate | None) -> CostReport | None:
+        if c is None:
+            return None
+        return evaluate_layout(pa, c.layout(), micro_batch_num=m, schedule=sched, hbm_mib=cfg.hbm_mib)
+
+    try:
+        user_layout: Layout | None = layout_from_config(cfg)
+    except ConfigError:
+        user_layout = None
+    seeds: list[Candidate] = []
+    baselines: dict[str, CostReport | None] = {"user": None}
+    if user_layout is not None:
+        try:
+            _check_runnable(cfg, user_layout.vpp, sched)
+            baselines["user"] = evaluate_layout(pa, user_layout, micro_batch_num=m, schedule=sched,
+                                                hbm_mib=cfg.hbm_mib)
+            seeds.append(Candidate.from_layout(user_layout, origin="user"))
+        except ConfigError:
+            pass
+    V0 = cfg.pp_interleave_num if cfg.pp_interleave_num in cands_v else cands_v[0]
+    even = even_layers(N, P, V0)
+    z = np.zeros_like(even)
+    full = Candidate(V0, even, even.copy(), z, z, origin="even_full_recompute")
+    none = Candidate(V0, even, z, z, z, origin="even_no_recompute")
+    baselines["even_full_recompute"] = report(full)
+    baselines["even_no_recompute"] = report(none)
+    seeds += [full, none]
+    seeds += heuristic_seeds(problem, deadline=time.monotonic() + (timeout or 60) / 2)
+    outcome = run_study(problem, seeds=seeds, n_trials=trials, timeout=timeout, seed=seed,
+                        storage=storage, study_name=study_name, progress=progress)
+    sel_p, comm_p = _patterns(user_layout)
+    return SearchResult(best=report(outcome.best), closest=report(outcome.closest) if outcome.best is None else None,
+                        baselines=baselines, trials=outcome.trials, seconds=time.monotonic() - t0,
+                        config=cfg, profile=prof, study=outcome.study,
+                        select_patterns=sel_p, comm_patterns=comm_p)

@@ -1,0 +1,150 @@
+"""``autotune search``, ``autotune evaluate`` and ``autotune profile``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from autotune.errors import ConfigError
+from autotune.units import parse_memory_mib
+
+FORMATS = click.Choice(["text", "json"])
+
+
+def _hbm(value: str | None) -> float | None:
+    return None if value is None else parse_memory_mib(value, field="--hbm")
+
+
+def _overrides(pairs: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for p in pairs:
+        key, sep, val = p.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[key.strip()] = float(val)
+        except ValueError:
+            raise ConfigError(f"expected KEY=NUMBER, got {p!r}", field="--set", value=p,
+                              rule="assumption") from None
+    return out
+
+
+def _write(path: str, text: str, force: bool) -> None:
+    p = Path(path)
+    if p.exists() and not force:
+        raise ConfigError(f"{path} exists; pass --force to overwrite it", field="--out", value=path,
+                          rule="overwrite")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+
+
+_config_arg = click.argument("config", type=click.Path(dir_okay=False))
+_profile_opt = click.option("--profile", "profile", type=click.Path(dir_okay=False), default=None,
+                            help="Layer profile YAML/JSON (default: derived analytically from the config).")
+_device_opt = click.option("--device", default="ascend-910b", show_default=True,
+                           help="Device preset for the analytic profile (ascend-910b, h100, h200, a100).")
+_hbm_opt = click.option("--hbm", default=None, help="HBM budget per device, e.g. 60GB (default: "
+                        "context.max_device_memory).")
+_set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                        help="Override an analytic-profile assumption (repeatable).")
+
+
+@click.command("evaluate")
+@_config_arg
+@_profile_opt
+@_device_opt
+@_hbm_opt
+@_set_opt
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None, sets: tuple[str, ...],
+                 fmt: str) -> None:
+    """Predict step time, bubble and per-stage peak memory of CONFIG as written."""
+    from autotune.api import evaluate
+    from autotune.emit.render import render_report
+
+    report = evaluate(config, profile, device=device, hbm_mib=_hbm(hbm), overrides=_overrides(sets))
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(render_report(report, title=f"autotune evaluate {config}"))
+
+
+@click.command("search")
+@_config_arg
+@_profile_opt
+@_device_opt
+@_hbm_opt
+@_set_opt
+@click.option("--out", "out", default=None, help="Write the tuned config (your YAML with the tuned keys) here.")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--space", default=None, type=click.Path(dir_okay=False),
+              help="Search-space YAML (default: search_spaces/default.yaml).")
+@click.option("--trials", default=200, show_default=True, type=click.IntRange(1))
+@click.option("--timeout", default=None, type=click.FloatRange(0, min_open=True), help="Seconds for the Optuna phase.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--storage", default=None, help="Journal file path or database URL (resumes a study).")
+@click.option("--study-name", default=None, help="Study name in --storage (default: autotune).")
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, sets: tuple[str, ...],
+               out: str | None, force: bool, space: str | None, trials: int, timeout: float | None,
+               seed: int, storage: str | None, study_name: str | None, fmt: str, quiet: bool) -> None:
+    """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table and write
+    the tuned YAML to --out."""
+    from autotune.api import search
+    from autotune.emit.render import comparison_table, render_report
+    from autotune.emit.yaml_block import dump_yaml
+
+    progress = fmt == "text" and not quiet and sys.stderr.isatty()
+    result = search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
+                    storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
+                    overrides=_overrides(sets), progress=progress)
+    if out:
+        _write(out, result.to_yaml(full=True), force)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        if result.best is None:
+            r = result.closest
+            click.echo(render_report(r, title="NO CONFIGURATION FITS the HBM budget; closest found:"))
+            click.echo(f"\nclosest config exceeds memory by {r.excess_mib:.0f} MiB on its worst stage")
+        else:
+            click.echo(render_report(result.best, title=f"autotune search {config}: best of {result.trials} "
+                                     f"trials in {result.seconds:.1f} s"))
+        click.echo("")
+        click.echo(comparison_table(result.best, result.baselines))
+        click.echo("\nMindFormers keys to paste:")
+        click.echo(dump_yaml(result.tuned_block()).rstrip())
+        if out:
+            click.echo(f"\nwrote {out}")
+    if result.best is None:
+        sys.exit(1)
+
+
+@click.command("profile")
+@_config_arg
+@_device_opt
+@_set_opt
+@click.option("--out", "out", default=None, help="Write the profile YAML here (default: stdout).")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+def profile_cmd(config: str, device: str, sets: tuple[str, ...], out: str | None, force: bool) -> None:
+    """Derive an analytic layer profile from CONFIG's model dims and parallel sizes."""
+    from autotune.api import load_config
+    from autotune.profile.analytic import analytic_profile
+
+    prof = analytic_profile(load_config(config), device, overrides=_overrides(sets))
+    text = prof.to_yaml()
+    click.echo("assumptions (override with --set KEY=VALUE):", err=True)
+    for k, v in prof.assumptions.items():
+        click.echo(f"  {k} = {v}", err=True)
+    if out:
+        _write(out, text, force)
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(text)
+
+
+COMMANDS = [search_cmd, evaluate_cmd, profile_cmd]

@@ -1,0 +1,157 @@
+"""Per-mini-stage costs from a profile and a layout (pure numpy, batched).
+
+Shapes: B = batch of candidate layouts, V = interleave chunks, P = pipeline stages, K = layer kinds,
+C = 5 recompute classes (none, select, comm, both, full; :data:`RECOMPUTE_CLASSES`).
+
+Within mini-stage (v, p) holding n layers with counts r (full), s (select), c (comm), the layer at
+position k is: full if k < r; otherwise select if k < s and comm if k < c ("the first r layers of
+each mini-stage", MindFormers LayerSetting; full > select/comm precedence). So the classes occupy
+contiguous position ranges: full [0, r), both [r, lo), select-only or comm-only [lo, hi), none
+[hi, n) with lo = min(s', c'), hi = max(s', c') and s', c' clipped to [r, n].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.profile.schema import RECOMPUTE_CLASSES, ModelProfile
+
+NONE, SELECT, COMM, BOTH, FULL = range(5)
+
+
+@dataclass(frozen=True)
+class ProfileArrays:
+    """A :class:`ModelProfile` as arrays (built once per search; see module docstring for shapes).
+
+    Attributes:
+        fwd_k [K], bwd_kc [K, C] (backward + recompute replay, ms), act_kc [K, C] (MiB kept per
+        micro-batch), ws_kc [K, C] (transient MiB during backward), static_k [K] (MiB),
+        kind_prefix [K, N+1] (number of layers of kind k among layers 0..i-1),
+        head_* / tail_* scalars, stage_const_mib, p2p_ms.
+    """
+
+    fwd_k: np.ndarray
+    bwd_kc: np.ndarray
+    act_kc: np.ndarray
+    ws_kc: np.ndarray
+    static_k: np.ndarray
+    kind_prefix: np.ndarray
+    head: tuple[float, float, float, float, float]  # fwd, bwd, act, static, workspace
+    tail: tuple[float, float, float, float, float]
+    stage_const_mib: float
+    p2p_ms: float
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.kind_prefix.shape[1] - 1)
+
+    @classmethod
+    def from_profile(cls, profile: ModelProfile) -> "ProfileArrays":
+        names = profile.kind_names()
+        K = len(names)
+        fwd = np.zeros(K)
+        bwd = np.zeros((K, 5))
+        act = np.zeros((K, 5))
+        ws = np.zeros((K, 5))
+        static = np.zeros(K)
+        for i, name in enumerate(names):
+            kind = profile.kinds[name]
+            fwd[i] = kind.fwd_ms
+            static[i] = kind.static_mib
+            for ci, cname in enumerate(RECOMPUTE_CLASSES):
+                opt = kind.option(cname)
+                bwd[i, ci] = kind.bwd_ms + opt.extra_ms
+                act[i, ci] = opt.act_mib
+                ws[i, ci] = opt.workspace_mib
+        idx = profile.kind_index_per_layer()
+        onehot = np.zeros((K, idx.size), dtype=np.int64)
+        onehot[idx, np.arange(idx.size)] = 1
+        prefix = np.concatenate([np.zeros((K, 1), dtype=np.int64), np.cumsum(onehot, axis=1)], axis=1)
+        h, t = profile.head, profile.tail
+        return cls(fwd, bwd, act, ws, static, prefix,
+                   (h.fwd_ms, h.bwd_ms, h.act_mib, h.static_mib, h.workspace_mib),
+                   (t.fwd_ms, t.bwd_ms, t.act_mib, t.static_mib, t.workspace_mib),
+                   profile.stage_const_mib, profile.p2p_ms)
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Costs per mini-stage for a batch of layouts.
+
+    Attributes:
+        fwd_ms, bwd_ms, act_mib, ws_mib: [B, V, P] forward time, backward time incl. recompute
+            replay, activation kept per micro-batch, transient MiB during a backward;
+        static_mib: [B, P] weights + grads + optimizer + head/tail + stage constant per device;
+        recompute_ms: [B, V, P] the replay part of bwd_ms (for reports).
+    """
+
+    fwd_ms: np.ndarray
+    bwd_ms: np.ndarray
+    act_mib: np.ndarray
+    ws_mib: np.ndarray
+    static_mib: np.ndarray
+    recompute_ms: np.ndarray
+
+
+def class_counts(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
+                 com: np.ndarray) -> np.ndarray:
+    """Layers of each kind and recompute class per mini-stage: int [K, C, B, V, P].
+
+    Args: layers, rec, sel, com: int [B, V, P] (see module docstring).
+    """
+    B, V, P = layers.shape
+    flat = layers.reshape(B, V * P)
+    start = (np.cumsum(flat, axis=1) - flat).reshape(B, V, P)
+    n = layers
+    r = np.minimum(rec, n)
+    s = np.clip(sel, r, n)
+    c = np.clip(com, r, n)
+    lo = np.minimum(s, c)
+    hi = np.maximum(s, c)
+    bounds = {FULL: (0, r), BOTH: (r, lo), NONE: (hi, n)}
+    sel_only = (lo, np.where(s > c, hi, lo))
+    comm_only = (lo, np.where(c > s, hi, lo))
+    K = pa.kind_prefix.shape[0]
+    out = np.zeros((K, 5, B, V, P), dtype=np.int64)
+    pref = pa.kind_prefix
+    for cls_i, (a, b) in {**bounds, SELECT: sel_only, COMM: comm_only}.items():
+        a_abs = start + a
+        b_abs = start + b
+        out[:, cls_i] = pref[:, b_abs] - pref[:, a_abs]
+    return out
+
+
+def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
+                com: np.ndarray) -> StageCosts:
+    """Sum a profile over a batch of layouts (all int [B, V, P]); see :class:`StageCosts`.
+
+    Head costs go to mini-stage (0, 0), tail costs to (V-1, P-1) (MindFormers places the embedding
+    on stage 0 and the LM head on the last stage, spec §2.5).
+    """
+    cnt = class_counts(pa, layers, rec, sel, com).astype(np.float64)  # K C B V P
+    n_k = cnt.sum(axis=1)  # K B V P
+    fwd = np.einsum("k,kbvp->bvp", pa.fwd_k, n_k)
+    bwd = np.einsum("kc,kcbvp->bvp", pa.bwd_kc, cnt)
+    base_bwd = np.einsum("k,kbvp->bvp", pa.bwd_kc[:, NONE], n_k)
+    act = np.einsum("kc,kcbvp->bvp", pa.act_kc, cnt)
+    present = cnt > 0
+    ws = np.max(np.where(present, pa.ws_kc[:, :, None, None, None], 0.0), axis=(0, 1))
+    static_vp = np.einsum("k,kbvp->bvp", pa.static_k, n_k)
+    static = static_vp.sum(axis=1) + pa.stage_const_mib
+    hf, hb, ha, hs, hw = pa.head
+    tf, tb, ta, ts, tw = pa.tail
+    fwd[:, 0, 0] += hf
+    bwd[:, 0, 0] += hb
+    base_bwd[:, 0, 0] += hb
+    act[:, 0, 0] += ha
+    ws[:, 0, 0] = np.maximum(ws[:, 0, 0], hw)
+    fwd[:, -1, -1] += tf
+    bwd[:, -1, -1] += tb
+    base_bwd[:, -1, -1] += tb
+    act[:, -1, -1] += ta
+    ws[:, -1, -1] = np.maximum(ws[:, -1, -1], tw)
+    static[:, 0] += hs
+    static[:, -1] += ts
+    return StageCosts(fwd, bwd, act, ws, static, bwd - base_bwd)

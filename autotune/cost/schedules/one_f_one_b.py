@@ -1,0 +1,55 @@
+"""1F1B (PipeDream-flush / Megatron non-interleaved; MindSpore ``1f1b`` with V = 1).
+
+Stage i runs ``w = min(P - i - 1, m)`` warm-up forwards, then alternates one forward and one
+backward, then drains the remaining backwards (Narayanan et al. 2021 §2.2; Megatron
+``forward_backward_pipelining_without_interleaving``). Peak in flight on stage i: min(P - i, m).
+
+P = 3, m = 4 (F/B = forward/backward of micro-batch j)::
+
+    stage 0: F0 F1 F2 B0 F3 B1 B2 B3
+    stage 1:    F0 F1 B0 F2 B1 F3 B2 B3
+    stage 2:       F0 B0 F1 B1 F2 B2 F3 B3
+"""
+
+from __future__ import annotations
+
+from autotune.cost.schedules._base import Op, Schedule, register
+
+
+def one_f_one_b_order(P: int, V: int, m: int) -> list[list[Op]]:
+    """Per-stage 1F1B op order for V = 1 (see module docstring)."""
+    if V != 1:
+        raise ValueError("1F1B without interleaving needs V = 1")
+    stages: list[list[Op]] = []
+    for i in range(P):
+        w = min(P - i - 1, m)
+        ops: list[Op] = [(0, j, True) for j in range(w)]
+        for j in range(m - w):
+            ops.append((0, w + j, True))
+            ops.append((0, j, False))
+        ops.extend((0, j, False) for j in range(m - w, m))
+        stages.append(ops)
+    return stages
+
+
+class OneFOneB(Schedule):
+    """1F1B, and interleaved 1F1B when V > 1 (MindSpore ``1f1b`` with ``pipeline_interleave``)."""
+
+    name = "1f1b"
+    description = "1F1B (interleaved 1F1B when pp_interleave_num > 1)"
+
+    def order(self, P: int, V: int, m: int) -> list[list[Op]]:
+        if V == 1:
+            return one_f_one_b_order(P, V, m)
+        from autotune.cost.schedules.interleaved import interleaved_order
+
+        return interleaved_order(P, V, m)
+
+    def check(self, P: int, V: int, m: int) -> None:
+        if V > 1:
+            from autotune.cost.schedules.interleaved import check_interleaved
+
+            check_interleaved(P, V, m)
+
+
+register(OneFOneB())

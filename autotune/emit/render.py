@@ -1,0 +1,58 @@
+"""Plain-text rendering of cost reports and search results (what the CLI prints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.cost.report import CostReport
+
+
+def _fmt_list(xs: list[int]) -> str:
+    return "/".join(str(x) for x in xs)
+
+
+def stage_table(report: CostReport) -> str:
+    """Per-stage table: layers and recompute counts per chunk, time per step, peak MiB, headroom."""
+    hdr = ["stage", "layers", "full", "select", "comm", "fwd ms", "bwd ms", "recomp ms",
+           "static MiB", "act MiB", "peak MiB", "headroom MiB"]
+    rows = []
+    for s in report.stages:
+        rows.append([str(s.stage), _fmt_list(s.layers), _fmt_list(s.recompute), _fmt_list(s.select_recompute),
+                     _fmt_list(s.select_comm_recompute), f"{s.fwd_ms:.0f}", f"{s.bwd_ms:.0f}",
+                     f"{s.recompute_ms:.0f}", f"{s.static_mib:.0f}", f"{s.act_peak_mib:.0f}",
+                     f"{s.peak_mib:.0f}", "-" if s.headroom_mib is None else f"{s.headroom_mib:.0f}"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    out = [line(hdr), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def summary_line(report: CostReport) -> str:
+    """One line: step time, bubble, worst peak vs budget, fits."""
+    budget = "no budget" if report.hbm_budget_mib is None else f"budget {report.hbm_budget_mib:.0f} MiB"
+    fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[report.fits]
+    return (f"step time {report.step_time_ms:.1f} ms | bubble {report.bubble_fraction:.1%} | "
+            f"worst-stage peak {report.peak_mib:.0f} MiB ({budget}) | {fits} | "
+            f"pp_interleave_num {report.layout.vpp}, {report.schedule}, micro_batch_num {report.micro_batch_num}")
+
+
+def render_report(report: CostReport, title: str = "") -> str:
+    """Title, summary line and stage table."""
+    parts = [title] if title else []
+    parts += [summary_line(report), stage_table(report)]
+    return "\n".join(parts)
+
+
+def comparison_table(best: CostReport | None, baselines: dict[str, Any]) -> str:
+    """Tuned config vs the baselines: step time, change, worst peak, fits."""
+    rows = [("tuned (best)", best)] + [(k, v) for k, v in baselines.items()]
+    ref = best.step_time_ms if best is not None else None
+    lines = [f"{'config':<22}{'step ms':>12}{'vs tuned':>10}{'peak MiB':>11}  fits"]
+    for name, r in rows:
+        if r is None:
+            lines.append(f"{name:<22}{'-':>12}{'-':>10}{'-':>11}  (not runnable/invalid)")
+            continue
+        rel = "-" if ref is None else f"{(r.step_time_ms / ref - 1):+.1%}"
+        lines.append(f"{name:<22}{r.step_time_ms:>12.1f}{rel:>10}{r.peak_mib:>11.0f}  {r.fits}")
+    return "\n".join(lines)

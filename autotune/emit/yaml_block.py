@@ -1,0 +1,87 @@
+"""Emit a layout as MindFormers keys in the canonical form (layer-setting spec §7).
+
+- ``offset``: a [V][P] table (a [P] list when V = 1), against base = N // (P·V);
+- ``recompute``: a [V][P] table of non-negative counts (each <= its mini-stage's layers);
+- ``select_recompute`` / ``select_comm_recompute``: ``{pattern: [V][P] table}``.
+
+This form behaves the same in every MindFormers release from r1.3 to master.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import yaml
+
+from autotune.config.layout import DEFAULT_COMM, DEFAULT_SELECT, Layout
+
+
+def _table(a: np.ndarray) -> list[list[int]]:
+    return [[int(x) for x in row] for row in a]
+
+
+def canonical_values(layout: Layout, *, use_legacy: bool = True,
+                     select_patterns: list[str] | None = None,
+                     comm_patterns: list[str] | None = None) -> dict[str, Any]:
+    """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}.
+
+    Pattern lists default to the layout's own patterns, else MindFormers' defaults for the model
+    path (legacy or mcore). Each pattern gets the layout's select (comm) table.
+    """
+    off = layout.offset_vp()
+    offset: Any = [int(x) for x in off[0]] if layout.vpp == 1 else _table(off)
+    sp = select_patterns if select_patterns is not None else (list(layout.select_patterns) or DEFAULT_SELECT[use_legacy])
+    cp = comm_patterns if comm_patterns is not None else (list(layout.comm_patterns) or DEFAULT_COMM)
+    return {
+        "offset": offset,
+        "pp_interleave_num": layout.vpp,
+        "recompute": _table(layout.recompute_vp),
+        "select_recompute": {p: _table(layout.select_vp) for p in sp},
+        "select_comm_recompute": {p: _table(layout.comm_vp) for p in cp},
+    }
+
+
+def tuned_block(values: dict[str, Any], *, scheduler: str = "1f1b") -> dict[str, Any]:
+    """The nested MindFormers mapping of the tuned keys (what a user pastes)."""
+    return {
+        "model": {"model_config": {"offset": values["offset"],
+                                   "pp_interleave_num": values["pp_interleave_num"]}},
+        "parallel": {"pipeline_config": {"pipeline_interleave": values["pp_interleave_num"] > 1,
+                                         "pipeline_scheduler": scheduler}},
+        "recompute_config": {"recompute": values["recompute"],
+                             "select_recompute": values["select_recompute"],
+                             "select_comm_recompute": values["select_comm_recompute"]},
+    }
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Copy of ``base`` with ``update``'s leaves written over it (mappings merged recursively)."""
+    out = copy.deepcopy(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _repr_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = all(not isinstance(x, dict) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _repr_list)
+
+
+def dump_yaml(data: dict[str, Any], header: str = "") -> str:
+    """YAML text with lists in flow style (``[[1, 0], [0, 1]]``) and keys in insertion order."""
+    text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096)
+    if header:
+        text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines()) + text
+    return text

@@ -1,0 +1,150 @@
+"""A tuning problem as pure numpy: batched evaluation of candidate layouts (no Optuna here).
+
+A :class:`Candidate` is one point of the search space: V (pp_interleave_num) and four int [V, P]
+tables (layers, full / select / comm recompute counts). :meth:`Problem.evaluate` scores a batch of
+candidates that share V with the event simulation of :mod:`autotune.cost.simulate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.config.layout import Layout, make_layout
+from autotune.cost.inputs import ProfileArrays, stage_costs
+from autotune.cost.simulate import compile_schedule, peak_activation, simulate
+
+
+@dataclass
+class Candidate:
+    """One layout with its score (filled by :meth:`Problem.score`).
+
+    ``step_ms`` is the simulated step time (ms); ``peak_mib`` the worst stage's peak (MiB);
+    ``excess_mib`` = peak - budget (<= 0 fits).
+    """
+
+    V: int
+    layers: np.ndarray
+    rec: np.ndarray
+    sel: np.ndarray
+    com: np.ndarray
+    step_ms: float = float("inf")
+    peak_mib: float = float("inf")
+    excess_mib: float = float("inf")
+    origin: str = ""
+
+    def key(self) -> tuple:
+        return (self.V, self.layers.tobytes(), self.rec.tobytes(), self.sel.tobytes(), self.com.tobytes())
+
+    def rank(self) -> tuple[float, float]:
+        """Sort key: feasible first (by step time), then by memory excess."""
+        return (max(0.0, self.excess_mib), self.step_ms)
+
+    def layout(self) -> Layout:
+        return make_layout(self.layers, self.rec, self.sel, self.com)
+
+    @classmethod
+    def from_layout(cls, layout: Layout, origin: str = "") -> "Candidate":
+        return cls(layout.vpp, layout.layers_vp.copy(), layout.recompute_vp.copy(),
+                   layout.select_vp.copy(), layout.comm_vp.copy(), origin=origin)
+
+
+@dataclass
+class BatchScore:
+    """Scores of B candidates: step_ms [B], peak_mib [B, P], static_mib [B, P], busy_ms [B, P]."""
+
+    step_ms: np.ndarray
+    peak_mib: np.ndarray
+    static_mib: np.ndarray
+    busy_ms: np.ndarray
+
+
+@dataclass
+class Problem:
+    """Everything fixed during a search.
+
+    Attributes:
+        pa: profile arrays; P: pipeline_stage; m: micro_batch_num; schedule: scheduler name;
+        hbm_mib: budget per device (MiB, inf when unknown); vpp_candidates: runnable V values;
+        kinds: recompute kinds the search may set ("full", "select", "comm");
+        max_abs_offset: optional bound on |layers - base|.
+    """
+
+    pa: ProfileArrays
+    P: int
+    m: int
+    schedule: str = "1f1b"
+    hbm_mib: float = float("inf")
+    vpp_candidates: list[int] = field(default_factory=lambda: [1])
+    kinds: tuple[str, ...] = ("full", "select", "comm")
+    max_abs_offset: int | None = None
+
+    @property
+    def N(self) -> int:
+        return self.pa.num_layers
+
+    def base(self, V: int) -> int:
+        return self.N // (self.P * V)
+
+    def bounds(self, V: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per mini-stage [V, P] lower and upper layer bounds (first/last >= 0, others >= 1)."""
+        lo = np.ones((V, self.P), dtype=np.int64)
+        lo[0, 0] = 0
+        lo[-1, -1] = 0
+        hi = np.full((V, self.P), self.N, dtype=np.int64)
+        if self.max_abs_offset is not None:
+            b = self.base(V)
+            lo = np.maximum(lo, b - self.max_abs_offset)
+            hi = np.minimum(hi, b + self.max_abs_offset)
+        return lo, hi
+
+    def evaluate(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
+                 com: np.ndarray, *, memory_only: bool = False) -> BatchScore:
+        """Score a batch (arrays int [B, V, P]). ``memory_only`` skips the time simulation."""
+        costs = stage_costs(self.pa, layers, rec, sel, com)
+        cs = compile_schedule(self.schedule, self.P, V, self.m)
+        if memory_only:
+            peak = costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
+            B = layers.shape[0]
+            return BatchScore(np.full(B, np.nan), peak, costs.static_mib, np.zeros((B, self.P)))
+        sim = simulate(cs, costs, self.pa.p2p_ms)
+        return BatchScore(sim.step_ms, sim.peak_mib, costs.static_mib, sim.busy_ms)
+
+    def score(self, cands: list[Candidate]) -> list[Candidate]:
+        """Fill step/peak/excess of candidates in place (grouped by V); returns them."""
+        byv: dict[int, list[Candidate]] = {}
+        for c in cands:
+            byv.setdefault(c.V, []).append(c)
+        for V, group in byv.items():
+            s = self.evaluate(V, *(np.stack([getattr(c, a) for c in group]) for a in ("layers", "rec", "sel", "com")))
+            for i, c in enumerate(group):
+                c.step_ms = float(s.step_ms[i])
+                c.peak_mib = float(s.peak_mib[i].max())
+                c.excess_mib = c.peak_mib - self.hbm_mib
+        return cands
+
+
+def even_layers(N: int, P: int, V: int) -> np.ndarray:
+    """The even split [V, P]: base = N // (P·V) everywhere, the remainder one each to the mini-stages
+    after the first, in layer order (the first mini-stage also holds the embedding)."""
+    flat = np.full(P * V, N // (P * V), dtype=np.int64)
+    rem = N - int(flat.sum())
+    order = list(range(1, P * V)) + [0]
+    for i in range(rem):
+        flat[order[i % len(order)]] += 1
+    return flat.reshape(V, P)
+
+
+def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int]) -> list[int]:
+    """The candidates V that can run: P·V <= N and the schedule accepts (P, V, m)."""
+    out = []
+    for V in candidates:
+        if P * V > N:
+            continue
+        try:
+            compile_schedule(schedule, P, V, m)
+        except (ValueError, KeyError):
+            continue
+        out.append(V)
+    return out

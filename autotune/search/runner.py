@@ -1,0 +1,183 @@
+"""The Optuna study that drives the search (the only place Optuna is used for tuning).
+
+Flow: baselines (user's config, even split + full recompute, even split + no recompute) and the
+heuristic seeds (:mod:`autotune.search.heuristic`) are enqueued first; TPE (seeded, multivariate,
+constant liar) then proposes candidates through the valid-by-construction parameters of
+:mod:`autotune.search.params`. Each trial stores its exact layout in ``user_attrs``; memory goes to
+``trial.set_constraint("hbm_excess_mib", peak - budget)`` and a trial whose static memory alone
+exceeds the budget is pruned before it is simulated. At the end, a local search from the best trial
+runs and its answer is recorded as one more trial, so the study's history holds the final answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+
+from autotune.search.heuristic import heuristic_seeds, local_search
+from autotune.search.params import decode, encode, representable
+from autotune.search.problem import Candidate, Problem
+
+CONSTRAINT_KEY = "hbm_excess_mib"
+
+
+def open_storage(storage: str | None) -> Any:
+    """``None`` -> in-memory; a URL with ``://`` -> Optuna's RDB storage; else a journal file path."""
+    if storage is None:
+        return None
+    if "://" in storage:
+        return optuna.storages.RDBStorage(storage)
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    Path(storage).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(storage)))
+
+
+def _layout_attr(c: Candidate) -> str:
+    return json.dumps({"V": c.V, "layers": c.layers.tolist(), "rec": c.rec.tolist(),
+                       "sel": c.sel.tolist(), "com": c.com.tolist()})
+
+
+def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate | None:
+    """The exact layout a finished trial evaluated (None when it has none recorded)."""
+    raw = trial.user_attrs.get("layout")
+    if raw is None:
+        return None
+    d = json.loads(raw)
+    arr = lambda k: np.asarray(d[k], dtype=np.int64)  # noqa: E731
+    return Candidate(int(d["V"]), arr("layers"), arr("rec"), arr("sel"), arr("com"),
+                     step_ms=trial.values[0] if trial.values else float("inf"),
+                     origin=trial.user_attrs.get("origin", "tpe"))
+
+
+@dataclass
+class StudyOutcome:
+    """What :func:`run_study` returns: the study, the best candidate, trial count and seconds."""
+
+    study: optuna.Study
+    best: Candidate | None
+    closest: Candidate | None
+    trials: int
+    seconds: float
+
+
+def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
+              timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
+              study_name: str | None = None, progress: bool = False, local_polish: bool = True,
+              on_trial: Callable[[int, float | None], None] | None = None) -> StudyOutcome:
+    """Run (or resume) the study and return the best memory-feasible candidate.
+
+    Args:
+        problem: the tuning problem.
+        seeds: candidates enqueued first (deduplicated; unrepresentable ones are recorded directly).
+        n_trials: trials to run in this call (enqueued ones included).
+        timeout: wall-clock limit in seconds for the TPE phase.
+        seed: sampler seed (same seed and inputs -> same answer when no timeout cuts the run).
+        storage: None (memory), a journal file path, or a database URL; an existing study of the
+            same name is resumed.
+        study_name: defaults to ``autotune``.
+        progress: show a tqdm progress bar (stderr).
+        on_trial: called after each trial with (trials done, best step so far).
+    """
+    t0 = time.monotonic()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                         n_startup_trials=10)
+    study = optuna.create_study(storage=open_storage(storage), sampler=sampler,
+                                study_name=study_name or "autotune", direction="minimize",
+                                load_if_exists=True)
+    done_keys = set()
+    for t in study.get_trials(deepcopy=False):
+        c = candidate_from_trial(t)
+        if c is not None:
+            done_keys.add(c.key())
+    queued = 0
+    for c in seeds:
+        if c.key() in done_keys or not representable(problem, c):
+            continue
+        done_keys.add(c.key())
+        study.enqueue_trial(encode(problem, c), user_attrs={"origin": c.origin})
+        queued += 1
+
+    def objective(trial: optuna.Trial) -> float:
+        V = trial.suggest_categorical("pp_interleave_num", problem.vpp_candidates)
+        params: dict[str, Any] = {"pp_interleave_num": V}
+        from autotune.search.params import param_names, W_MAX
+
+        for name in param_names(problem):
+            hi = W_MAX if name.startswith("w") else 1.0
+            params[name] = trial.suggest_float(name, 0.0, hi)
+        cand = decode(problem, params)
+        trial.set_user_attr("layout", _layout_attr(cand))
+        if "origin" not in trial.user_attrs:
+            trial.set_user_attr("origin", "tpe")
+        st = problem.evaluate(cand.V, cand.layers[None], cand.rec[None], cand.sel[None], cand.com[None],
+                              memory_only=True)
+        static_excess = float(st.static_mib[0].max() - problem.hbm_mib)
+        if static_excess > 0:
+            trial.set_constraint(CONSTRAINT_KEY, static_excess)
+            raise optuna.TrialPruned(f"static memory alone exceeds the budget by {static_excess:.0f} MiB")
+        problem.score([cand])
+        trial.set_constraint(CONSTRAINT_KEY, cand.excess_mib)
+        trial.set_user_attr("peak_mib", cand.peak_mib)
+        return cand.step_ms
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_trials, desc="search", unit="trial", leave=False, dynamic_ncols=True)
+
+    def cb(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        best = _best_value(study)
+        if bar is not None:
+            bar.update(1)
+            if best is not None:
+                bar.set_postfix_str(f"best {best:.1f} ms")
+        if on_trial is not None:
+            on_trial(len(study.trials), best)
+
+    study.optimize(objective, n_trials=max(n_trials, queued), timeout=timeout, callbacks=[cb],
+                   catch=())
+    if bar is not None:
+        bar.close()
+    best, closest = best_and_closest(study)
+    if local_polish and best is not None:
+        polished = local_search(problem, problem.score([best])[0])
+        if polished.step_ms < best.step_ms - 1e-9 and representable(problem, polished):
+            study.enqueue_trial(encode(problem, polished), user_attrs={"origin": "local-polish"})
+            study.optimize(objective, n_trials=1)
+            best, closest = best_and_closest(study)
+    return StudyOutcome(study, best, closest, len(study.trials), time.monotonic() - t0)
+
+
+def _best_value(study: optuna.Study) -> float | None:
+    try:
+        return float(study.best_value)
+    except ValueError:
+        return None
+
+
+def best_and_closest(study: optuna.Study) -> tuple[Candidate | None, Candidate | None]:
+    """(best feasible candidate, the candidate with the least memory excess) of a study."""
+    best = closest = None
+    best_excess = float("inf")
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        c = candidate_from_trial(t)
+        if c is None:
+            continue
+        cons = t.constraints
+        excess = float(cons.get(CONSTRAINT_KEY, 0.0)) if isinstance(cons, dict) else (float(cons[0]) if cons else 0.0)
+        c.excess_mib = excess
+        c.peak_mib = float(t.user_attrs.get("peak_mib", float("nan")))
+        if excess <= 0 and (best is None or c.step_ms < best.step_ms):
+            best = c
+        if excess < best_excess:
+            best_excess, closest = excess, c
+    return best, closest
