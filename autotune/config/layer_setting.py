@@ -1132,7 +1132,9 @@ def emit_canonical(layers_vp: Any, recompute_vp: Any = None, select: dict[str, A
     ``layers_vp`` is [vpp][pp] layers per mini-stage in *physical* stage order (under zero_bubble_v
     row 1 is given per physical stage, as the offset is written). Emits ``offset`` as a [vpp][pp]
     table ([pp] list when vpp = 1), ``recompute`` and each select/comm pattern as full [vpp][pp]
-    tables of non-negative ints capped at the mini-stage size, and ``pp_interleave_num`` (with
+    tables of non-negative ints capped at the mini-stage size (an all-zero ``recompute`` or an
+    all-zero pattern dict is written as ``False``: same meaning, and seq pipe rejects a truthy
+    ``recompute``), and ``pp_interleave_num`` (with
     ``pipeline_interleave: true`` when vpp > 1). This form behaves the same in r1.3 … master.
 
     Raises:
@@ -1174,9 +1176,15 @@ def emit_canonical(layers_vp: Any, recompute_vp: Any = None, select: dict[str, A
                               field="recompute_vp", value=t, rule="R_RECOMPUTE_LEN")
         return np.clip(arr, 0, layers).tolist()
 
-    rc: dict[str, Any] = {"recompute": table(recompute_vp)}
-    rc["select_recompute"] = {str(k): table(v) for k, v in select.items()} if select is not None else False
-    rc["select_comm_recompute"] = {str(k): table(v) for k, v in comm.items()} if comm is not None else False
+    def patterns(d: dict[str, Any] | None) -> Any:
+        tables = {str(k): table(v) for k, v in (d or {}).items()}
+        return tables if any(np.any(np.asarray(t)) for t in tables.values()) else False
+
+    rec = table(recompute_vp)
+    # an all-zero table is written as False: seq pipe rejects any truthy recompute value
+    rc: dict[str, Any] = {"recompute": rec if np.any(np.asarray(rec)) else False,
+                          "select_recompute": patterns(select),
+                          "select_comm_recompute": patterns(comm)}
     mc: dict[str, Any] = {"offset": off[0] if vpp == 1 else off, "pp_interleave_num": vpp}
     out: dict[str, Any] = {"model": {"model_config": mc}, "parallel_config": {"pipeline_stage": pp},
                            "recompute_config": rc}

