@@ -1,0 +1,78 @@
+"""TrainingConfig reading: real example values and one-line errors naming the YAML path."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from autotune.config.training import config_from_dict, load_config
+from autotune.errors import ConfigError
+from tests.conftest import EXAMPLES
+
+MINIMAL = {
+    "model": {"model_config": {"num_layers": 12}},
+    "parallel_config": {"pipeline_stage": 4, "micro_batch_num": 8},
+}
+
+
+def test_telechat_example_values():
+    cfg = load_config(EXAMPLES / "telechat2_115b" / "train.yaml")
+    assert (cfg.num_layers, cfg.pipeline_stage, cfg.micro_batch_num) == (96, 8, 8)
+    assert cfg.pp_interleave_num == 3 and cfg.pipeline_interleave
+    assert cfg.hbm_mib == 54.5 * 1024  # "54.5GB" is GiB in MindSpore
+    assert cfg.select_comm_recompute == [8, 8, 10, 11, 10, 7, 5, 4]
+    assert cfg.dims.hidden_size == 8192 and cfg.dims.n_kv_heads == 8
+    assert cfg.devices == 512
+
+
+def test_llama_ffn_and_budget():
+    cfg = load_config(EXAMPLES / "llama3_1_70b" / "train.yaml")
+    assert cfg.dims.intermediate_size == 28672
+    assert cfg.hbm_mib == 52.5 * 1024
+    assert cfg.pp_interleave_num == 1
+
+
+def test_interleave_off_forces_vpp_1():
+    data = yaml.safe_load(yaml.safe_dump(MINIMAL))
+    data["model"]["model_config"]["pp_interleave_num"] = 3
+    data["parallel"] = {"pipeline_config": {"pipeline_interleave": False}}
+    assert config_from_dict(data).pp_interleave_num == 1
+    data["parallel"]["pipeline_config"]["pipeline_interleave"] = True
+    assert config_from_dict(data).pp_interleave_num == 3
+
+
+def test_hbm_override_wins():
+    data = dict(MINIMAL, context={"max_device_memory": "58GB"})
+    assert config_from_dict(data, hbm_mib=1000.0).hbm_mib == 1000.0
+    assert config_from_dict(data).hbm_mib == 58 * 1024
+
+
+@pytest.mark.parametrize("mutate, field, rule", [
+    (lambda d: d["model"]["model_config"].pop("num_layers"), "model.model_config.num_layers", "missing_key"),
+    (lambda d: d["parallel_config"].__setitem__("pipeline_stage", "8"), "parallel_config.pipeline_stage", "type"),
+    (lambda d: d["parallel_config"].__setitem__("micro_batch_num", 0), "parallel_config.micro_batch_num", "range"),
+    (lambda d: d.__setitem__("context", {"max_device_memory": "lots"}), "context.max_device_memory", "memory_size"),
+    (lambda d: d.__setitem__("parallel", {"pipeline_config": {"pipeline_scheduler": "2f2b"}}),
+     "parallel.pipeline_config.pipeline_scheduler", "scheduler"),
+    (lambda d: d.__setitem__("recompute_config", [1, 2]), "recompute_config", "type"),
+])
+def test_errors_name_the_field(mutate, field, rule):
+    data = yaml.safe_load(yaml.safe_dump(MINIMAL))
+    mutate(data)
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    assert ei.value.field == field and ei.value.rule == rule
+    assert field in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_missing_and_non_yaml_files(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_config(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(scalar)
