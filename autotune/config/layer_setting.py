@@ -406,8 +406,9 @@ def _layers_from_offset(inp: LayerInputs, n: int, pp: int, vpp: int, offset: Any
         msg = (f"the sum check passes before broadcasting, but the {form}: the layer table places "
                f"{placed} layers, not {n}, and the last mini-stage(s) silently get fewer")
         if not emulate:
+            shape = f"a list of {pp} offsets" if vpp == 1 else f"the [{vpp}][{pp}] table"
             raise _err("R_OFFSET_OVERCOUNT", path, offset, msg,
-                       f"give the [{vpp}][{pp}] table, e.g. {suggest_offset(n, pp, vpp)}")
+                       f"give {shape}, e.g. {suggest_offset(n, pp, vpp)}")
         warns.append(Warning_("W_OFFSET_OVERCOUNT", path, msg))
     layers = base + full
     flat = layers.reshape(-1)
