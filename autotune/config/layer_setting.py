@@ -1071,7 +1071,7 @@ def case_to_training_yaml(case: dict[str, Any]) -> dict[str, Any]:
     if case.get("stage_num") or case.get("start_stage"):
         ss, sn = case.get("start_stage", 0) or 0, case.get("stage_num", 0) or 0
         mc["pipeline_stage"] = {"start_stage": ss, "stage_num": sn}
-        if isinstance(ss, int) and isinstance(sn, int) and "pp" not in case:
+        if isinstance(ss, int) and isinstance(sn, int):
             pc["pipeline_stage"] = ss + sn
     for key in ("micro_batch_num", "seq_split_num"):
         if case.get(key) is not None:
