@@ -244,7 +244,11 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     outcome = run_study(problem, seeds=seeds, n_trials=trials, timeout=timeout, seed=seed,
                         storage=storage, study_name=study_name, progress=progress)
     sel_p, comm_p = _patterns(user_layout)
-    return SearchResult(best=report(outcome.best), closest=report(outcome.closest) if outcome.best is None else None,
+    closest = outcome.closest
+    if outcome.best is None and closest is None:
+        # Every trial was pruned (static memory alone over budget): the seeds are the closest.
+        closest = min(problem.score(seeds), key=lambda c: c.excess_mib)
+    return SearchResult(best=report(outcome.best), closest=report(closest) if outcome.best is None else None,
                         baselines=baselines, trials=outcome.trials, seconds=time.monotonic() - t0,
                         config=cfg, profile=prof, study=outcome.study,
                         select_patterns=sel_p, comm_patterns=comm_p)

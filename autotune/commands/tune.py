@@ -121,7 +121,12 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
         if out:
             click.echo(f"\nwrote {out}")
     if result.best is None:
-        sys.exit(1)
+        r = result.closest
+        field = "--hbm" if hbm is not None else "context.max_device_memory"
+        raise ConfigError(f"no configuration fits the HBM budget of {r.hbm_budget_mib:.0f} MiB; the closest "
+                          f"found peaks at {r.peak_mib:.0f} MiB (exceeds by {r.excess_mib:.0f} MiB on its worst "
+                          f"stage): raise the budget or add pipeline stages", field=field,
+                          value=hbm if hbm is not None else r.hbm_budget_mib, rule="R_HBM_INFEASIBLE")
 
 
 COMMANDS = [search_cmd, evaluate_cmd]
