@@ -12,35 +12,31 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import numpy as np
 import yaml
 
-from autotune.config.layout import DEFAULT_COMM, DEFAULT_SELECT, Layout
-
-
-def _table(a: np.ndarray) -> list[list[int]]:
-    return [[int(x) for x in row] for row in a]
+from autotune.config.layout import Layout
 
 
 def canonical_values(layout: Layout, *, use_legacy: bool = True,
                      select_patterns: list[str] | None = None,
                      comm_patterns: list[str] | None = None) -> dict[str, Any]:
-    """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}.
+    """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}
+    from :func:`autotune.config.layer_setting.emit_canonical` (all-zero tables are written False).
 
     Pattern lists default to the layout's own patterns, else MindFormers' defaults for the model
     path (legacy or mcore). Each pattern gets the layout's select (comm) table.
     """
-    off = layout.offset_vp()
-    offset: Any = [int(x) for x in off[0]] if layout.vpp == 1 else _table(off)
-    sp = select_patterns if select_patterns is not None else (list(layout.select_patterns) or DEFAULT_SELECT[use_legacy])
-    cp = comm_patterns if comm_patterns is not None else (list(layout.comm_patterns) or DEFAULT_COMM)
-    return {
-        "offset": offset,
-        "pp_interleave_num": layout.vpp,
-        "recompute": _table(layout.recompute_vp),
-        "select_recompute": {p: _table(layout.select_vp) for p in sp},
-        "select_comm_recompute": {p: _table(layout.comm_vp) for p in cp},
-    }
+    from autotune.config.layer_setting import DEFAULT_PATTERNS, emit_canonical
+
+    mode = "legacy" if use_legacy else "mcore"
+    sp = select_patterns if select_patterns is not None else (
+        list(layout.select_patterns) or DEFAULT_PATTERNS[("select_recompute", mode)])
+    cp = comm_patterns if comm_patterns is not None else (
+        list(layout.comm_patterns) or DEFAULT_PATTERNS[("select_comm_recompute", mode)])
+    block = emit_canonical(layout.layers_vp, layout.recompute_vp, {p: layout.select_vp for p in sp},
+                           {p: layout.comm_vp for p in cp})
+    mc, rc = block["model"]["model_config"], block["recompute_config"]
+    return {"offset": mc["offset"], "pp_interleave_num": mc["pp_interleave_num"], **rc}
 
 
 def tuned_block(values: dict[str, Any], *, scheduler: str = "1f1b") -> dict[str, Any]:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.config.layout import count_table, layers_from_offset, layout_from_values
+from autotune.config.layout import layout_from_values
 from autotune.emit.yaml_block import canonical_values
 from autotune.errors import ConfigError
 
@@ -28,10 +28,12 @@ def test_mf_offset_48l_pp5_vpp2(shared):
 
 def test_round_robin_split_r01():
     """Spec §3.2 example R01: [3,4,0,10,100] over [[4,5,5,5,5],[5,5,5,5,4]]."""
-    layers = np.array([[4, 5, 5, 5, 5], [5, 5, 5, 5, 4]])
-    assert count_table([3, 4, 0, 10, 100], layers, field_name="x").tolist() == [[2, 2, 0, 5, 5], [1, 2, 0, 5, 4]]
-    assert count_table([True, False], layers, field_name="x").tolist() == [[4, 0, 0, 0, 0], [5, 0, 0, 0, 0]]
-    assert count_table([[9, 1, 0, 0, 0], True], layers, field_name="x").tolist() == [[4, 1, 0, 0, 0], [5, 5, 5, 5, 4]]
+    def rec(spec):
+        return layout_from_values(48, 5, 2, offset=[[0, 1, 1, 1, 1], [1, 1, 1, 1, 0]], recompute=spec).recompute_vp.tolist()
+
+    assert rec([3, 4, 0, 10, 100]) == [[2, 2, 0, 5, 5], [1, 2, 0, 5, 4]]
+    assert rec([True, False]) == [[4, 0, 0, 0, 0], [5, 0, 0, 0, 0]]
+    assert rec([[9, 1, 0, 0, 0], True]) == [[4, 1, 0, 0, 0], [5, 5, 5, 5, 4]]
 
 
 @pytest.mark.parametrize("N, pp, vpp, offset, rule", [
@@ -46,22 +48,24 @@ def test_round_robin_split_r01():
 ])
 def test_offset_rejections(N, pp, vpp, offset, rule):
     with pytest.raises(ConfigError) as ei:
-        layers_from_offset(N, pp, vpp, offset)
+        layout_from_values(N, pp, vpp, offset=offset)
     assert ei.value.rule == rule
     assert ei.value.field == "model.model_config.offset"
 
 
 def test_offset_sum_message_states_rule_and_fix():
     with pytest.raises(ConfigError) as ei:
-        layers_from_offset(50, 4, 2, 0)
-    assert "offset must sum to num_layers % (pipeline_stage × pp_interleave_num) = 50 % 8 = 2, got 0" in str(ei.value)
+        layout_from_values(50, 4, 2, offset=0)
+    msg = str(ei.value)
+    assert "offset must sum to num_layers % (pipeline_stage × pp_interleave_num) = 2, got 0" in msg
+    assert "fix:" in msg and "\n" not in msg
 
 
 @pytest.mark.parametrize("spec, rule", [([1, -1, 0, 0], "R_RECOMPUTE_NEGATIVE"), ([1, 1, 1, 1, 1], "R_RECOMPUTE_LEN"),
                                         (3, "R_RECOMPUTE_TYPE"), ([[1, 2, 3, "a"]], "R_RECOMPUTE_TYPE")])
 def test_recompute_rejections(spec, rule):
     with pytest.raises(ConfigError) as ei:
-        count_table(spec, np.array([[4, 4, 4, 4]]), field_name="recompute_config.recompute")
+        layout_from_values(16, 4, 1, recompute=spec)
     assert ei.value.rule == rule
 
 
