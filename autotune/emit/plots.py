@@ -1,0 +1,584 @@
+"""Pictures of a cost report: pipeline timeline, live memory over time, per-stage bars, study plots.
+
+Everything here reads a :class:`~autotune.cost.report.CostReport` (its simulation timeline) and,
+where per-chunk numbers are needed, the per-mini-stage costs: ``report.costs`` when the cost model
+provides it, else recomputed from a profile passed as ``profile=``.
+
+Two layers:
+
+- pure data (numpy, no matplotlib): :func:`timeline_segments` (one :class:`Segment` per coloured
+  box of the timeline) and :func:`memory_series` (live MiB per stage over time). Tests compare
+  these with the simulation;
+- figures (matplotlib, imported lazily inside the functions, never on ``import autotune``):
+  :func:`timeline_figure`, :func:`memory_figure`, :func:`stages_figure`, :func:`study_figures`, and
+  :func:`save_figure` / :func:`write_study_plots` to write files. Figures are built with
+  ``matplotlib.figure.Figure`` directly (no pyplot state), so they work under any backend and
+  render in Jupyter.
+
+Timeline picture (P = 2, m = 3, 1F1B; ``F``/``B`` = forward/backward, digits = micro-batch,
+``r`` = recompute replay at the start of a backward, ``~`` = p2p hop)::
+
+    stage 0 |F0|F1|  |   B0  |F2|   B1  |   B2  |
+    stage 1 ~  |F0|rB0 |F1|rB1 |F2|rB2 |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from autotune.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from autotune.cost.inputs import ProfileArrays, StageCosts
+    from autotune.cost.report import CostReport
+    from autotune.profile.schema import ModelProfile
+
+#: Segment kinds, in drawing order.
+KINDS = ("fwd", "bwd", "recompute", "p2p")
+
+#: Base colours (colour-blind-safe picks from the Okabe-Ito palette); interleave chunks get
+#: lighter shades of the same hue (chunk 0 darkest).
+COLORS = {"fwd": "#0072B2", "bwd": "#E69F00", "recompute": "#CC3311", "p2p": "#555555"}
+BUDGET_COLOR = "#CC3311"
+PEAK_COLOR = "#000000"
+STATIC_COLOR = "#9E9E9E"
+
+#: Smallest on-screen width (pixels) of a forward box in the default timeline; chosen so that a
+#: two-digit micro-batch id at 7 pt fits inside it.
+MIN_OP_PX = 15.0
+MAX_TIMELINE_WIDTH_IN = 240.0
+DPI = 100
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One box of the timeline.
+
+    Attributes:
+        stage: pipeline stage (row); chunk: interleave chunk v; mb: micro-batch id;
+        kind: ``fwd``, ``bwd`` (backward without replay), ``recompute`` (replay before the
+            backward), or ``p2p`` (a hop arriving at ``stage``);
+        start_ms, end_ms: times within the step (ms).
+    """
+
+    stage: int
+    chunk: int
+    mb: int
+    kind: str
+    start_ms: float
+    end_ms: float
+
+    @property
+    def dur_ms(self) -> float:
+        return self.end_ms - self.start_ms
+
+
+# ----------------------------------------------------------------------------------------- data --
+
+def _compiled(report: CostReport) -> Any:
+    from autotune.cost.simulate import compile_schedule
+
+    return compile_schedule(report.schedule, report.layout.pp, report.layout.vpp, report.micro_batch_num)
+
+
+def _times(report: CostReport) -> tuple[np.ndarray, np.ndarray]:
+    sim = report.sim
+    if getattr(sim, "start_ms", None) is None or getattr(sim, "end_ms", None) is None:
+        raise ConfigError("this cost report has no per-op timeline; evaluate it with timeline=True",
+                          field="sim.start_ms", value=None, rule="no_timeline")
+    return np.asarray(sim.start_ms)[:, 0], np.asarray(sim.end_ms)[:, 0]
+
+
+def stage_costs_of(report: CostReport, profile: ModelProfile | ProfileArrays | None = None) -> StageCosts | None:
+    """Per-mini-stage costs of a report's layout (arrays [1, V, P]), or None when unknown.
+
+    Uses ``report.costs`` when the cost model attached it, else recomputes from ``profile``.
+    """
+    costs = getattr(report, "costs", None)
+    if costs is not None:
+        return costs
+    if profile is None:
+        return None
+    from autotune.cost.inputs import ProfileArrays, stage_costs
+
+    pa = profile if isinstance(profile, ProfileArrays) else ProfileArrays.from_profile(profile)
+    lay = report.layout
+    b = lambda a: np.asarray(a)[None]  # noqa: E731
+    return stage_costs(pa, b(lay.layers_vp), b(lay.recompute_vp), b(lay.select_vp), b(lay.comm_vp))
+
+
+def p2p_hop_ms(report: CostReport, profile: Any = None) -> float:
+    """Time of one stage-to-stage hop (ms): the report's/profile's value, else read off the timeline.
+
+    Every cross-stage op starts at least one hop after its dependency ends, and the first forward
+    on stage 1 waits for nothing else, so the smallest such gap is the hop.
+    """
+    for src in (report, profile):
+        v = getattr(src, "p2p_ms", None)
+        if v is not None:
+            return float(v)
+    cs = _compiled(report)
+    start, end = _times(report)
+    cross = np.flatnonzero(cs.cross > 0)
+    if cross.size == 0:
+        return 0.0
+    gap = start[cross] - end[cs.dep[cross]]
+    return max(0.0, float(gap.min()))
+
+
+def timeline_segments(report: CostReport, profile: Any = None) -> list[Segment]:
+    """Boxes of the timeline, from the simulation's per-op start/end times (ms).
+
+    A backward op of mini-stage (v, p) is split into ``recompute`` (its first
+    ``recompute_ms[v, p]`` ms: MindSpore replays the forward before the gradient) and ``bwd``. The
+    replay time per chunk comes from :func:`stage_costs_of`; without costs, each stage's total
+    replay share ``recompute_ms / bwd_ms`` is applied to its backwards. Cross-stage dependencies
+    add a ``p2p`` segment on the receiving stage from the sender's end for one hop.
+
+    Returns:
+        segments sorted by (stage, start_ms).
+    """
+    cs = _compiled(report)
+    start, end = _times(report)
+    costs = stage_costs_of(report, profile)
+    if costs is not None:
+        rec_vp = np.asarray(costs.recompute_ms)[0]
+        rec_frac = None
+    else:
+        rec_vp = None
+        rec_frac = np.array([s.recompute_ms / s.bwd_ms if s.bwd_ms > 0 else 0.0 for s in report.stages])
+    hop = p2p_hop_ms(report, profile)
+    segs: list[Segment] = []
+    for i in range(cs.num_ops):
+        p, v, j = int(cs.stage[i]), int(cs.chunk[i]), int(cs.mb[i])
+        s, e = float(start[i]), float(end[i])
+        if cs.fwd[i]:
+            segs.append(Segment(p, v, j, "fwd", s, e))
+        else:
+            r = float(rec_vp[v, p]) if rec_vp is not None else float(rec_frac[p]) * (e - s)
+            r = min(max(r, 0.0), e - s)
+            if r > 0:
+                segs.append(Segment(p, v, j, "recompute", s, s + r))
+            segs.append(Segment(p, v, j, "bwd", s + r, e))
+        if hop > 0 and cs.cross[i] > 0:
+            d = float(end[cs.dep[i]])
+            segs.append(Segment(p, v, j, "p2p", d, d + hop))
+    segs.sort(key=lambda g: (g.stage, g.start_ms, KINDS.index(g.kind)))
+    return segs
+
+
+def memory_series(report: CostReport, profile: Any = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Live memory over time per stage: list over stages of (times_ms [K], live_mib [K]).
+
+    Piecewise linear: static memory, plus each chunk-micro-batch's activation growing during its
+    forward and released during its backward, plus the backward's transient workspace while it
+    runs (the accounting of :mod:`autotune.cost.simulate`, so ``max(live_mib)`` equals the stage's
+    ``peak_mib``). Starts at 0 ms and ends at the step time.
+
+    Raises:
+        ConfigError: neither ``report.costs`` nor a profile gives per-chunk activation sizes.
+    """
+    costs = stage_costs_of(report, profile)
+    if costs is None:
+        raise ConfigError("memory over time needs per-chunk activation sizes: pass profile=",
+                          field="profile", value=None, rule="needs_profile")
+    cs = _compiled(report)
+    start, end = _times(report)
+    act = np.asarray(costs.act_mib)[0]
+    ws = np.asarray(costs.ws_mib)[0]
+    static = np.asarray(costs.static_mib)[0]
+    step = float(report.step_time_ms)
+    out = []
+    for p in range(cs.P):
+        level = float(static[p])
+        t: list[float] = [0.0]
+        y: list[float] = [level]
+        for i in cs.order[p]:
+            v = int(cs.chunk[i])
+            s, e = float(start[i]), float(end[i])
+            if cs.fwd[i]:
+                t += [s, e]
+                y += [level, level + act[v, p]]
+                level += act[v, p]
+            else:
+                w = ws[v, p]
+                t += [s, s, e, e]
+                y += [level, level + w, level - act[v, p] + w, level - act[v, p]]
+                level -= act[v, p]
+        t.append(max(step, t[-1]))
+        y.append(level)
+        out.append((np.asarray(t), np.asarray(y)))
+    return out
+
+
+def recompute_savings_mib(report: CostReport, profile: Any = None) -> np.ndarray | None:
+    """Activation MiB per stage [P] that recompute saves: peak without any recompute - with it.
+
+    None when neither ``report.costs`` nor ``profile`` is known (the same layout is re-simulated
+    with every recompute table set to zero).
+    """
+    saved = getattr(report, "recompute_savings_mib", None)
+    if saved is not None:
+        return np.asarray(saved, dtype=float)
+    if profile is None:
+        return None
+    from autotune.cost.report import evaluate_layout
+
+    lay = report.layout
+    z = np.zeros_like(lay.recompute_vp)
+    bare = dataclasses.replace(lay, recompute_vp=z, select_vp=z.copy(), comm_vp=z.copy(),
+                               select_patterns={}, comm_patterns={})
+    other = evaluate_layout(profile, bare, micro_batch_num=report.micro_batch_num, schedule=report.schedule)
+    return np.maximum(0.0, np.array([o.act_peak_mib - s.act_peak_mib
+                                     for o, s in zip(other.stages, report.stages)]))
+
+
+# -------------------------------------------------------------------------------------- figures --
+
+def _mix(color: str, white: float) -> tuple[float, float, float]:
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    return (r + (1 - r) * white, g + (1 - g) * white, b + (1 - b) * white)
+
+
+def chunk_color(kind: str, chunk: int, num_chunks: int) -> tuple[float, float, float]:
+    """RGB of a segment: the kind's hue, lighter for later interleave chunks (up to 55 % white)."""
+    if kind in ("fwd", "bwd") and num_chunks > 1:
+        return _mix(COLORS[kind], 0.55 * chunk / (num_chunks - 1))
+    return _mix(COLORS[kind], 0.0)
+
+
+def _text_color(rgb: tuple[float, float, float]) -> str:
+    lum = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
+    return "black" if lum > 0.55 else "white"
+
+
+def _title(report: CostReport, label: str | None) -> str:
+    lay = report.layout
+    head = f"{label}: " if label else ""
+    return (f"{head}step time {report.step_time_ms:,.1f} ms, bubble {report.bubble_fraction:.1%}  "
+            f"({report.schedule}, {lay.pp} stages × {lay.vpp} chunks, {report.micro_batch_num} micro-batches)")
+
+
+def timeline_geometry(report: CostReport, segments: Sequence[Segment], *, min_op_px: float = MIN_OP_PX,
+                      dpi: int = DPI) -> tuple[float, float]:
+    """(width_in, height_in) of the timeline: wide enough that the shortest forward/backward box
+    is ``min_op_px`` pixels (capped at ``MAX_TIMELINE_WIDTH_IN``), 0.42 in per stage."""
+    durs = [g.dur_ms for g in segments if g.kind in ("fwd", "bwd") and g.dur_ms > 0]
+    step = max(float(report.step_time_ms), 1e-9)
+    plot_in = 9.0
+    if durs:
+        plot_in = max(plot_in, step * min_op_px / min(durs) / dpi)
+    width = min(plot_in + 1.6, MAX_TIMELINE_WIDTH_IN)
+    height = 1.9 + 0.42 * report.layout.pp
+    return width, height
+
+
+def timeline_figure(report: CostReport, *, profile: Any = None, label: str | None = None,
+                    min_op_px: float = MIN_OP_PX, labels: bool = True) -> Figure:
+    """Pipeline timeline: one row per stage (stage 0 on top), time (ms) across.
+
+    Forward boxes in blue, backward in orange, recompute replay in red, p2p hops as a thin grey
+    strip under the row; interleave chunks are lighter shades (legend). Each forward/backward box
+    carries its micro-batch id when it is wide enough. Title: step time and bubble.
+
+    Artists carry gids for tests: ``timeline-<kind>-c<chunk>`` per collection of boxes.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    segs = timeline_segments(report, profile)
+    P, V = report.layout.pp, report.layout.vpp
+    w_in, h_in = timeline_geometry(report, segs, min_op_px=min_op_px)
+    fig = Figure(figsize=(w_in, h_in), dpi=DPI)
+    left, right = 0.8 / w_in, 1 - 0.8 / w_in
+    bottom, top = 1.05 / h_in, 1 - 0.55 / h_in
+    ax = fig.add_axes((left, bottom, right - left, top - bottom))
+    step = float(report.step_time_ms)
+    ax.set_xlim(0, step * 1.002)
+    ax.set_ylim(P - 0.5, -0.5)
+    bar_h, strip_h = 0.72, 0.12
+    groups: dict[tuple[str, int], list[Segment]] = {}
+    for g in segs:
+        groups.setdefault((g.kind, g.chunk if g.kind in ("fwd", "bwd") else 0), []).append(g)
+    for (kind, v), gs in sorted(groups.items(), key=lambda kv: KINDS.index(kv[0][0])):
+        color = chunk_color(kind, v, V)
+        rows: dict[int, list[tuple[float, float]]] = {}
+        for g in gs:
+            rows.setdefault(g.stage, []).append((g.start_ms, g.dur_ms))
+        for p, xr in rows.items():
+            if kind == "p2p":
+                yr = (p + bar_h / 2, strip_h)
+                coll = ax.broken_barh(xr, yr, facecolors=color, edgecolor="none")
+            else:
+                yr = (p - bar_h / 2, bar_h)
+                coll = ax.broken_barh(xr, yr, facecolors=color, edgecolor="white", linewidth=0.4)
+            coll.set_gid(f"timeline-{kind}-c{v}-s{p}")
+    if labels:
+        px_per_ms = (right - left) * w_in * DPI / (step * 1.002)
+        fontsize = 7
+        for g in segs:
+            if g.kind not in ("fwd", "bwd"):
+                continue
+            s, e = g.start_ms, g.end_ms
+            text = str(g.mb)
+            need = len(text) * fontsize * 0.62 * DPI / 72 + 2
+            if (e - s) * px_per_ms < need:
+                continue
+            ax.text((s + e) / 2, g.stage, text, ha="center", va="center", fontsize=fontsize,
+                    color=_text_color(chunk_color(g.kind, g.chunk, V)), clip_on=True)
+    ax.set_yticks(range(P), [f"stage {p}" for p in range(P)])
+    ax.set_xlabel("time in step (ms)")
+    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for sp in ("top", "right"):
+        ax.spines[sp].set_visible(False)
+    ax.set_title(_title(report, label), loc="left", fontsize=11)
+    handles = []
+    for kind, name in (("fwd", "forward"), ("bwd", "backward")):
+        for v in range(V):
+            suffix = f" chunk {v}" if V > 1 else ""
+            handles.append(Patch(facecolor=chunk_color(kind, v, V), label=f"{name}{suffix}"))
+    handles.append(Patch(facecolor=COLORS["recompute"], label="recompute replay"))
+    handles.append(Patch(facecolor=COLORS["p2p"], label="p2p hop (arriving)"))
+    handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
+    fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(left, 0.02), ncol=min(len(handles), 10),
+               fontsize=8, frameon=False, handlelength=1.2, columnspacing=1.2)
+    return fig
+
+
+def memory_figure(report: CostReport, *, profile: Any = None, label: str | None = None) -> Figure:
+    """Live memory over time, one panel per stage (shared axes): static memory in grey, activations
+    on top in blue, the HBM budget as a red dashed line and each stage's peak marked (▼ + MiB)."""
+    from matplotlib.figure import Figure
+
+    series = memory_series(report, profile)
+    P = len(series)
+    budget = report.hbm_budget_mib
+    h_in = 1.4 + 0.75 * P
+    fig = Figure(figsize=(12, h_in), dpi=DPI)
+    axs = fig.subplots(P, 1, sharex=True, sharey=True, squeeze=False)[:, 0]
+    fig.subplots_adjust(left=0.1, right=0.97, top=1 - 0.6 / h_in, bottom=0.65 / h_in, hspace=0.12)
+    ymax = max(float(y.max()) for _, y in series)
+    if budget is not None:
+        ymax = max(ymax, float(budget))
+    statics = [float(y[0]) for _, y in series]
+    for p, (t, y) in enumerate(series):
+        ax = axs[p]
+        ax.fill_between([0, t[-1]], 0, statics[p], color=STATIC_COLOR, alpha=0.45, linewidth=0, gid=f"static-s{p}")
+        ax.fill_between(t, statics[p], y, color=COLORS["fwd"], alpha=0.35, linewidth=0)
+        ax.plot(t, y, color=COLORS["fwd"], linewidth=1.0, gid=f"memory-s{p}")
+        k = int(np.argmax(y))
+        ax.plot([t[k]], [y[k]], marker="v", color=PEAK_COLOR, markersize=6, linestyle="none", gid=f"peak-s{p}")
+        pct = f" ({y[k] / budget:.0%} of budget)" if budget else ""
+        ax.annotate(f"peak {y[k]:,.0f} MiB{pct}", (t[k], y[k]), xytext=(4, 3), textcoords="offset points",
+                    fontsize=7, va="bottom")
+        if budget is not None:
+            ax.axhline(budget, color=BUDGET_COLOR, linestyle="--", linewidth=1.0, gid=f"budget-s{p}")
+        ax.set_ylabel(f"stage {p}", rotation=0, ha="right", va="center", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(axis="y", color="#e5e5e5", linewidth=0.5)
+        for sp in ("top", "right"):
+            ax.spines[sp].set_visible(False)
+    axs[0].set_ylim(0, ymax * 1.18)
+    axs[0].set_xlim(0, float(report.step_time_ms))
+    axs[-1].set_xlabel("time in step (ms)")
+    btxt = "no HBM budget" if budget is None else f"HBM budget {budget:,.0f} MiB (red dashed)"
+    head = f"{label}: " if label else ""
+    fig.suptitle(f"{head}live memory per stage (MiB): static (grey) + activations (blue); {btxt}",
+                 x=0.1, ha="left", fontsize=10)
+    return fig
+
+
+def _tag(container: Any, gid: str) -> None:
+    container.set_label(gid)
+    for patch in container:
+        patch.set_gid(gid)
+
+
+def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
+                  profiles: Sequence[Any] | None = None) -> Figure:
+    """Per-stage bars, one bar per report side by side (e.g. tuned vs your config).
+
+    Left: peak memory by component (static, activations at peak, and hatched on top the activation
+    memory recompute saves); HBM budget as a dashed line. Right: compute time per step (forward,
+    backward, recompute replay). Bar containers are labelled (and their patches gid-tagged)
+    ``mem-<static|act|saved>-<report index>`` and ``time-<fwd|bwd|recompute>-<report index>``.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    if len(reports) != len(names):
+        raise ValueError("one name per report")
+    profiles = list(profiles) if profiles is not None else [None] * len(reports)
+    P = max(r.layout.pp for r in reports)
+    n = len(reports)
+    width = 0.8 / n
+    fig = Figure(figsize=(max(10.0, 1.2 + 0.9 * P * n), 4.8), dpi=DPI)
+    ax_m, ax_t = fig.subplots(1, 2)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.2, wspace=0.22)
+    hatches = ["", "//", "..", "xx"]
+    for k, (r, prof) in enumerate(zip(reports, profiles)):
+        x = np.arange(r.layout.pp) + (k - (n - 1) / 2) * width
+        static = np.array([s.static_mib for s in r.stages])
+        act = np.array([s.act_peak_mib for s in r.stages])
+        saved = recompute_savings_mib(r, prof)
+        edge = "black" if k == 0 else "#444444"
+        b = ax_m.bar(x, static, width * 0.95, color=STATIC_COLOR, edgecolor=edge, linewidth=0.5, hatch=hatches[k % 4])
+        _tag(b, f"mem-static-{k}")
+        b = ax_m.bar(x, act, width * 0.95, bottom=static, color=COLORS["fwd"], edgecolor=edge,
+                     linewidth=0.5, hatch=hatches[k % 4])
+        _tag(b, f"mem-act-{k}")
+        if saved is not None:
+            b = ax_m.bar(x, saved, width * 0.95, bottom=static + act, facecolor="none",
+                         edgecolor=COLORS["recompute"], linewidth=0.8, hatch="////")
+            _tag(b, f"mem-saved-{k}")
+        fwd = np.array([s.fwd_ms for s in r.stages])
+        rec = np.array([s.recompute_ms for s in r.stages])
+        bwd = np.array([s.bwd_ms for s in r.stages]) - rec
+        bottoms = np.zeros_like(fwd)
+        for comp, vals in (("fwd", fwd), ("bwd", bwd), ("recompute", rec)):
+            b = ax_t.bar(x, vals, width * 0.95, bottom=bottoms, color=COLORS[comp], edgecolor=edge,
+                         linewidth=0.5, hatch=hatches[k % 4])
+            _tag(b, f"time-{comp}-{k}")
+            bottoms = bottoms + vals
+    budget = next((r.hbm_budget_mib for r in reports if r.hbm_budget_mib is not None), None)
+    if budget is not None:
+        ax_m.axhline(budget, color=BUDGET_COLOR, linestyle="--", linewidth=1.0, gid="budget")
+    for ax, title, unit in ((ax_m, "peak memory per stage", "MiB"), (ax_t, "compute time per step", "ms")):
+        ax.set_xticks(range(P), [str(p) for p in range(P)])
+        ax.set_xlabel("stage")
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(axis="y", color="#e5e5e5", linewidth=0.5)
+        ax.set_axisbelow(True)
+        for sp in ("top", "right"):
+            ax.spines[sp].set_visible(False)
+    handles = [Patch(facecolor=STATIC_COLOR, label="static (weights, grads, optimizer)"),
+               Patch(facecolor=COLORS["fwd"], label="activations at peak"),
+               Patch(facecolor="none", edgecolor=COLORS["recompute"], hatch="////", label="saved by recompute"),
+               Patch(facecolor=COLORS["fwd"], label="forward"), Patch(facecolor=COLORS["bwd"], label="backward"),
+               Patch(facecolor=COLORS["recompute"], label="recompute replay")]
+    if budget is not None:
+        from matplotlib.lines import Line2D
+
+        handles.insert(3, Line2D([], [], color=BUDGET_COLOR, linestyle="--", label=f"HBM budget {budget:,.0f} MiB"))
+    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[k % 4], label=f"bar {k + 1}: {nm}")
+                for k, nm in enumerate(names)]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+    summary = "   vs   ".join(f"{nm}: {r.step_time_ms:,.1f} ms, bubble {r.bubble_fraction:.1%}, "
+                              f"peak {r.peak_mib:,.0f} MiB" for nm, r in zip(names, reports))
+    fig.suptitle(summary, fontsize=10, x=0.07, ha="left")
+    return fig
+
+
+# ------------------------------------------------------------------------------------ study ----
+
+def _study_ok(study: Any) -> bool:
+    try:
+        from optuna.trial import TrialState
+
+        return sum(t.state == TrialState.COMPLETE for t in study.trials) >= 2
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _top_params(study: Any, k: int = 8) -> list[str] | None:
+    import optuna
+
+    try:
+        imp = optuna.importance.get_param_importances(study)
+        return list(imp)[:k] or None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def study_figures(study: Any) -> dict[str, Any]:
+    """Optuna's matplotlib views of a study: ``history``, ``importance``, ``parallel`` -> Figure.
+
+    Views that Optuna cannot draw for this study (too few complete trials, a single parameter)
+    are left out. Parallel coordinates show the 8 most important parameters.
+    """
+    if not _study_ok(study):
+        return {}
+    import matplotlib.pyplot as plt
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.visualization import matplotlib as ovm
+
+    top = _top_params(study)
+    makers = {"history": lambda: ovm.plot_optimization_history(study),
+              "importance": lambda: ovm.plot_param_importances(study),
+              "parallel": lambda: ovm.plot_parallel_coordinate(study, params=top)}
+    out: dict[str, Any] = {}
+    for name, make in makers.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            try:
+                ax = make()
+            except Exception:  # noqa: BLE001 - a view Optuna cannot draw for this study
+                continue
+        fig = ax.figure if hasattr(ax, "figure") else np.ravel(ax)[0].figure
+        fig.set_size_inches(10, 5.5)
+        fig.tight_layout()
+        plt.close(fig)  # keep pyplot's registry empty; the Figure object stays usable
+        out[name] = fig
+    return out
+
+
+def write_study_plots(study: Any, out_dir: str | Path) -> list[Path]:
+    """Write ``study_<view>.png`` (matplotlib) and ``study_<view>.html`` (plotly, its JS inlined so
+    it works offline) for each view of :func:`study_figures`. Returns the written paths."""
+    out = Path(out_dir)
+    written: list[Path] = []
+    for name, fig in study_figures(study).items():
+        written.append(save_figure(fig, out / f"study_{name}.png"))
+    if not _study_ok(study):
+        return written
+    from optuna.exceptions import ExperimentalWarning
+    from optuna import visualization as ov
+
+    top = _top_params(study)
+    makers = {"history": lambda: ov.plot_optimization_history(study),
+              "importance": lambda: ov.plot_param_importances(study),
+              "parallel": lambda: ov.plot_parallel_coordinate(study, params=top)}
+    for name, make in makers.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            try:
+                pfig = make()
+            except Exception:  # noqa: BLE001
+                continue
+        path = out / f"study_{name}.html"
+        pfig.write_html(str(path), include_plotlyjs=True, full_html=True)
+        written.append(path)
+    return written
+
+
+# -------------------------------------------------------------------------------------- files ---
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int | None = None) -> Path:
+    """Save a figure (PNG/SVG by suffix) without metadata that names a URL; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = path.suffix.lstrip(".").lower()
+    meta: dict[str, Any] = {"Software": None} if fmt == "png" else {"Creator": None, "Date": None}
+    fig.savefig(path, format=fmt, dpi=dpi or fig.dpi, metadata=meta, facecolor="white")
+    return path
+
+
+def figure_png_bytes(fig: Any, *, dpi: int | None = None) -> bytes:
+    """PNG bytes of a figure (no metadata URL), e.g. for a data URI."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi or fig.dpi, metadata={"Software": None}, facecolor="white")
+    return buf.getvalue()
