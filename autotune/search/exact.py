@@ -1,0 +1,173 @@
+"""Exact optimum of the cost model by batched enumeration (small problems; pure numpy, no Optuna).
+
+Why enumeration can skip most recompute vectors (exactness argument):
+
+- a stage's peak memory depends only on its own column of the layout (its layers and recompute);
+- recompute changes only backward times, and the simulated step time is monotone non-decreasing
+  in every op duration (end = max(deps) + duration, a max-plus system).
+
+So for a fixed split, the optimum takes, on every stage, a memory-feasible recompute choice whose
+vector of per-chunk backward times is Pareto-minimal; enumerating splits × the product over stages
+of those Pareto sets (one element per stage when V = 1) and simulating them all finds the exact
+optimum of the space (cost-model reference §6.2: "brute force for tests").
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.cost.inputs import stage_costs
+from autotune.cost.simulate import compile_schedule, peak_activation
+from autotune.search.problem import Candidate, Problem
+
+
+def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """All int vectors x with lo <= x <= hi (elementwise) summing to N: int [count, len(lo)]."""
+    n = len(lo)
+    out: list[tuple[int, ...]] = []
+    lo_suf = np.concatenate([np.cumsum(np.asarray(lo)[::-1])[::-1], [0]])
+    hi_suf = np.concatenate([np.cumsum(np.asarray(hi)[::-1])[::-1], [0]])
+
+    def rec(i: int, left: int, acc: list[int]) -> None:
+        if i == n:
+            if left == 0:
+                out.append(tuple(acc))
+            return
+        a = max(int(lo[i]), left - int(hi_suf[i + 1]))
+        b = min(int(hi[i]), left - int(lo_suf[i + 1]))
+        for x in range(a, b + 1):
+            acc.append(x)
+            rec(i + 1, left - x, acc)
+            acc.pop()
+
+    rec(0, N, [])
+    return np.asarray(out, dtype=np.int64).reshape(-1, n)
+
+
+def _chunk_options(n: int, kinds: tuple[str, ...]) -> list[tuple[int, int, int]]:
+    """Distinct (full, select, comm) counts for a mini-stage of n layers (select/comm <= full are
+    the same as 0 because full takes precedence)."""
+    rs = range(n + 1) if "full" in kinds else [0]
+    out = []
+    for r in rs:
+        ss = [0] + list(range(r + 1, n + 1)) if "select" in kinds else [0]
+        cc = [0] + list(range(r + 1, n + 1)) if "comm" in kinds else [0]
+        out += [(r, s, c) for s in ss for c in cc]
+    return out
+
+
+def space_size(problem: Problem) -> int:
+    """Number of distinct layouts (splits × recompute counts) in the problem's space."""
+    total = 0
+    for V in problem.vpp_candidates:
+        lo, hi = problem.bounds(V)
+        for split in compositions(problem.N, lo.reshape(-1), hi.reshape(-1)):
+            prod = 1
+            for n in split:
+                prod *= len(_chunk_options(int(n), problem.kinds))
+            total += prod
+    return total
+
+
+def split_count(problem: Problem) -> int:
+    """Number of layer splits (all V) — the enumeration cost driver."""
+    n = 0
+    for V in problem.vpp_candidates:
+        lo, hi = problem.bounds(V)
+        n += len(compositions(problem.N, lo.reshape(-1), hi.reshape(-1)))
+    return n
+
+
+@dataclass
+class ExactResult:
+    """Exact optimum: ``best`` (None when nothing fits), layouts simulated, splits enumerated."""
+
+    best: Candidate | None
+    evaluated: int
+    splits: int
+
+
+def _pareto_min(b: np.ndarray) -> np.ndarray:
+    """Indices of the rows of b [n, V] not dominated (<= everywhere, < somewhere) by another."""
+    order = np.lexsort(b.T[::-1])
+    keep: list[int] = []
+    for i in order:
+        if not any((b[k] <= b[i] + 1e-12).all() for k in keep):
+            keep.append(int(i))
+    return np.asarray(keep, dtype=np.int64)
+
+
+def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 4096) -> ExactResult:
+    """The memory-feasible layout with the least simulated step time (see module docstring).
+
+    Raises:
+        ValueError: more than ``max_splits`` splits to enumerate (use :func:`lower_bound` instead).
+    """
+    if split_count(problem) > max_splits:
+        raise ValueError(f"{split_count(problem)} splits exceed max_splits={max_splits}")
+    P = problem.P
+    best: Candidate | None = None
+    evaluated = splits_done = 0
+    for V in problem.vpp_candidates:
+        lo, hi = problem.bounds(V)
+        splits = compositions(problem.N, lo.reshape(-1), hi.reshape(-1)).reshape(-1, V, P)
+        splits_done += len(splits)
+        cs = compile_schedule(problem.schedule, P, V, problem.m)
+        cache: dict[tuple, np.ndarray] = {}
+
+        def stage_set(split: np.ndarray, p: int) -> np.ndarray:
+            """Pareto-minimal feasible (full, select, comm) [k, 3, V] tables for stage p."""
+            starts = (np.cumsum(split.reshape(-1)) - split.reshape(-1)).reshape(V, P)
+            key = (p, tuple(split[:, p]), tuple(starts[:, p]))
+            if key in cache:
+                return cache[key]
+            opts = [_chunk_options(int(split[v, p]), problem.kinds) for v in range(V)]
+            combos = np.asarray(list(itertools.product(*opts)), dtype=np.int64)  # k, V, 3
+            k = combos.shape[0]
+            L = np.broadcast_to(split, (k, V, P)).copy()
+            R = np.zeros((k, V, P), dtype=np.int64)
+            S, C = R.copy(), R.copy()
+            R[:, :, p], S[:, :, p], C[:, :, p] = combos[:, :, 0], combos[:, :, 1], combos[:, :, 2]
+            costs = stage_costs(problem.pa, L, R, S, C)
+            peak = costs.static_mib[:, p] + peak_activation(cs, costs.act_mib, costs.ws_mib)[:, p]
+            ok = peak <= problem.hbm_mib + 1e-9
+            if not ok.any():
+                cache[key] = np.zeros((0, 3, V), dtype=np.int64)
+                return cache[key]
+            idx = np.flatnonzero(ok)
+            keep = idx[_pareto_min(costs.bwd_ms[idx, :, p])]
+            out = combos[keep].transpose(0, 2, 1)  # k, 3, V
+            cache[key] = out
+            return out
+
+        pend: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def flush() -> None:
+            nonlocal best, evaluated
+            if not pend:
+                return
+            L = np.stack([x[0] for x in pend])
+            T = np.stack([x[1] for x in pend])  # B, 3, V, P
+            pend.clear()
+            s = problem.evaluate(V, L, T[:, 0], T[:, 1], T[:, 2])
+            evaluated += L.shape[0]
+            i = int(np.argmin(s.step_ms))
+            if best is None or s.step_ms[i] < best.step_ms - 1e-9:
+                peak = float(s.peak_mib[i].max())
+                best = Candidate(V, L[i], T[i, 0], T[i, 1], T[i, 2], float(s.step_ms[i]), peak,
+                                 peak - problem.hbm_mib, origin="exact")
+
+        for split in splits:
+            sets = [stage_set(split, p) for p in range(P)]
+            if any(s.shape[0] == 0 for s in sets):
+                continue
+            for pick in itertools.product(*(range(s.shape[0]) for s in sets)):
+                t = np.stack([sets[p][pick[p]] for p in range(P)], axis=-1)  # 3, V, P
+                pend.append((split, t))
+                if len(pend) >= batch:
+                    flush()
+        flush()
+    return ExactResult(best, evaluated, splits_done)
