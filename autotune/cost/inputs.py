@@ -95,15 +95,30 @@ class StageCosts:
     recompute_ms: np.ndarray
 
 
-def class_counts(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
-                 com: np.ndarray) -> np.ndarray:
-    """Layers of each kind and recompute class per mini-stage: int [K, C, B, V, P].
-
-    Args: layers, rec, sel, com: int [B, V, P] (see module docstring).
-    """
+def _starts(layers: np.ndarray, pos: np.ndarray | None) -> np.ndarray:
+    """Index of the first layer of every mini-stage, int [B, V, P], filling pipeline positions in
+    order (chunk-major by default; ``pos`` [V, P] for V-shaped placements)."""
     B, V, P = layers.shape
     flat = layers.reshape(B, V * P)
-    start = (np.cumsum(flat, axis=1) - flat).reshape(B, V, P)
+    if pos is None:
+        return (np.cumsum(flat, axis=1) - flat).reshape(B, V, P)
+    perm = np.argsort(np.asarray(pos).reshape(-1), kind="stable")  # position -> flat index
+    in_pos = flat[:, perm]
+    st = np.cumsum(in_pos, axis=1) - in_pos
+    out = np.empty_like(st)
+    out[:, perm] = st
+    return out.reshape(B, V, P)
+
+
+def class_counts(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
+                 com: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+    """Layers of each kind and recompute class per mini-stage: int [K, C, B, V, P].
+
+    Args: layers, rec, sel, com: int [B, V, P] (see module docstring); pos: optional int [V, P]
+    pipeline position of each mini-stage (default chunk-major v·P + p).
+    """
+    B, V, P = layers.shape
+    start = _starts(layers, pos)
     n = layers
     r = np.minimum(rec, n)
     s = np.clip(sel, r, n)
@@ -124,13 +139,27 @@ def class_counts(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np
 
 
 def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
-                com: np.ndarray) -> StageCosts:
+                com: np.ndarray, *, pos: np.ndarray | None = None) -> StageCosts:
     """Sum a profile over a batch of layouts (all int [B, V, P]); see :class:`StageCosts`.
 
-    Head costs go to mini-stage (0, 0), tail costs to (V-1, P-1) (MindFormers places the embedding
-    on stage 0 and the LM head on the last stage, spec §2.5).
+    Head costs go to the mini-stage at pipeline position 0, tail costs to the last position:
+    (0, 0) and (V-1, P-1) chunk-major (MindFormers places the embedding on stage 0 and the LM head
+    on the last stage, spec §2.5); with a V-shaped ``pos`` (zero_bubble_v) the tail is on stage 0.
+
+    Raises:
+        ValueError: the arrays' shapes differ.
     """
-    cnt = class_counts(pa, layers, rec, sel, com).astype(np.float64)  # K C B V P
+    if not (layers.shape == rec.shape == sel.shape == com.shape) or layers.ndim != 3:
+        raise ValueError(f"layers/recompute arrays must share one [B, V, P] shape, got "
+                         f"{layers.shape}, {rec.shape}, {sel.shape}, {com.shape}")
+    V, P = layers.shape[1:]
+    if pos is None:
+        hv, hp, tv, tp = 0, 0, V - 1, P - 1
+    else:
+        pos = np.asarray(pos)
+        hv, hp = (int(x) for x in np.argwhere(pos == 0)[0])
+        tv, tp = (int(x) for x in np.argwhere(pos == V * P - 1)[0])
+    cnt = class_counts(pa, layers, rec, sel, com, pos).astype(np.float64)  # K C B V P
     n_k = cnt.sum(axis=1)  # K B V P
     fwd = np.einsum("k,kbvp->bvp", pa.fwd_k, n_k)
     bwd = np.einsum("kc,kcbvp->bvp", pa.bwd_kc, cnt)
@@ -142,16 +171,16 @@ def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.
     static = static_vp.sum(axis=1) + pa.stage_const_mib
     hf, hb, ha, hs, hw = pa.head
     tf, tb, ta, ts, tw = pa.tail
-    fwd[:, 0, 0] += hf
-    bwd[:, 0, 0] += hb
-    base_bwd[:, 0, 0] += hb
-    act[:, 0, 0] += ha
-    ws[:, 0, 0] = np.maximum(ws[:, 0, 0], hw)
-    fwd[:, -1, -1] += tf
-    bwd[:, -1, -1] += tb
-    base_bwd[:, -1, -1] += tb
-    act[:, -1, -1] += ta
-    ws[:, -1, -1] = np.maximum(ws[:, -1, -1], tw)
-    static[:, 0] += hs
-    static[:, -1] += ts
+    fwd[:, hv, hp] += hf
+    bwd[:, hv, hp] += hb
+    base_bwd[:, hv, hp] += hb
+    act[:, hv, hp] += ha
+    ws[:, hv, hp] = np.maximum(ws[:, hv, hp], hw)
+    fwd[:, tv, tp] += tf
+    bwd[:, tv, tp] += tb
+    base_bwd[:, tv, tp] += tb
+    act[:, tv, tp] += ta
+    ws[:, tv, tp] = np.maximum(ws[:, tv, tp], tw)
+    static[:, hp] += hs
+    static[:, tp] += ts
     return StageCosts(fwd, bwd, act, ws, static, bwd - base_bwd)

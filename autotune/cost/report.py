@@ -1,6 +1,9 @@
 """CostReport: the cost model's verdict on one layout (step time, bubble, per-stage memory).
 
-Accounting identity checked in tests: for each stage, ``static_mib + act_peak_mib == peak_mib``.
+Accounting identities checked in tests: for each stage, the memory components
+``layer_static + head_static + tail_static + stage_const + activation + workspace`` sum to
+``peak_mib`` (and ``static_mib + act_peak_mib == peak_mib``); the bubble terms
+``ideal + imbalance + recompute + comm`` sum to ``real`` (:mod:`autotune.cost.bubble`).
 """
 
 from __future__ import annotations
@@ -11,16 +14,28 @@ from typing import Any
 import numpy as np
 
 from autotune.config.layout import Layout
+from autotune.cost.bubble import bubble_breakdown
 from autotune.cost.inputs import ProfileArrays, stage_costs
-from autotune.cost.simulate import SimResult, compile_schedule, simulate
+from autotune.cost.schedules import get_schedule
+from autotune.cost.simulate import SimResult, compile_schedule, peak_activation_parts, simulate
 from autotune.profile.schema import ModelProfile
+
+#: Memory components of a stage's peak, in report order (MiB).
+MEMORY_COMPONENTS = ("layer_static", "head_static", "tail_static", "stage_const", "activation",
+                     "workspace")
 
 
 @dataclass(frozen=True)
 class StageReport:
     """One pipeline stage (device). Times in ms per step, memory in MiB.
 
-    ``layers`` and the recompute counts are per interleave chunk (length V).
+    ``layers`` and the recompute counts are per interleave chunk (length V). ``memory_mib`` maps
+    each of :data:`MEMORY_COMPONENTS` to its MiB at this stage's peak; they sum to ``peak_mib``:
+    layer_static (weights + gradients + optimizer state of the stage's layers), head_static /
+    tail_static (embedding / final norm + LM head + MTP, on the stages holding them), stage_const
+    (runtime, buffers), activation (live activations at the peak), workspace (the transient working
+    set of the backward running at the peak, e.g. a fully recomputed layer's re-materialized
+    activations).
     """
 
     stage: int
@@ -35,6 +50,8 @@ class StageReport:
     act_peak_mib: float
     peak_mib: float
     headroom_mib: float | None
+    memory_mib: dict[str, float] = field(default_factory=dict)
+    max_inflight: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -42,7 +59,12 @@ class StageReport:
 
 @dataclass(frozen=True)
 class CostReport:
-    """Result of :func:`evaluate_layout`. ``fits`` is None when no HBM budget is known."""
+    """Result of :func:`evaluate_layout`. ``fits`` is None when no HBM budget is known.
+
+    ``bubble`` holds SAPP's breakdown ``real = ideal + imbalance + recompute + comm`` (fractions of
+    model compute, :mod:`autotune.cost.bubble`); ``bubble_fraction`` is the idle share of device
+    time, 1 − Σ busy / (P·step).
+    """
 
     layout: Layout
     schedule: str
@@ -52,6 +74,9 @@ class CostReport:
     hbm_budget_mib: float | None
     stages: list[StageReport]
     sim: SimResult = field(repr=False)
+    bubble: dict[str, float] = field(default_factory=dict)
+    seq_split_num: int = 1
+    p2p_ms: float = 0.0
 
     @property
     def peak_mib(self) -> float:
@@ -82,11 +107,14 @@ class CostReport:
         return {
             "step_time_ms": self.step_time_ms,
             "bubble_fraction": self.bubble_fraction,
+            "bubble": dict(self.bubble),
             "fits": self.fits,
             "hbm_budget_mib": self.hbm_budget_mib,
             "peak_mib": self.peak_mib,
             "schedule": self.schedule,
             "micro_batch_num": self.micro_batch_num,
+            "seq_split_num": self.seq_split_num,
+            "p2p_ms": self.p2p_ms,
             "stages": [s.to_dict() for s in self.stages],
             "config": self.config_dict(),
         }
@@ -94,8 +122,8 @@ class CostReport:
 
 def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, micro_batch_num: int,
                     schedule: str = "1f1b", hbm_mib: float | None = None,
-                    p2p_ms: float | None = None) -> CostReport:
-    """Simulate one layout and report step time, bubble and per-stage memory.
+                    p2p_ms: float | None = None, seq_split_num: int = 1) -> CostReport:
+    """Simulate one layout and report step time, bubble breakdown and per-stage memory.
 
     Args:
         profile: the layer profile (or its arrays); its layer count must equal the layout's.
@@ -104,22 +132,41 @@ def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, mi
         schedule: registered schedule name (MindFormers ``pipeline_scheduler``).
         hbm_mib: HBM budget per device (MiB) for ``fits``/headroom.
         p2p_ms: override the profile's p2p time per hop (ms).
+        seq_split_num: sequence chunks per micro-batch (seqpipe; 1 otherwise).
 
     Raises:
         ValueError: layer counts disagree, or the schedule cannot run these sizes.
+        KeyError: unknown schedule.
     """
     pa = profile if isinstance(profile, ProfileArrays) else ProfileArrays.from_profile(profile)
     if pa.num_layers != layout.num_layers:
         raise ValueError(f"profile has {pa.num_layers} layers, layout places {layout.num_layers}")
-    cs = compile_schedule(schedule, layout.pp, layout.vpp, micro_batch_num)
+    cs = compile_schedule(schedule, layout.pp, layout.vpp, micro_batch_num, seq_split_num)
+    pos = get_schedule(schedule).virtual_position(layout.pp, layout.vpp)
     b = lambda a: a[None]  # noqa: E731
     costs = stage_costs(pa, b(layout.layers_vp), b(layout.recompute_vp), b(layout.select_vp),
-                        b(layout.comm_vp))
-    sim = simulate(cs, costs, pa.p2p_ms if p2p_ms is None else p2p_ms, timeline=True)
+                        b(layout.comm_vp), pos=pos)
+    hop = pa.p2p_ms if p2p_ms is None else p2p_ms
+    sim = simulate(cs, costs, hop, timeline=True)
+    bub = bubble_breakdown(cs, costs, sim, hop)
+    act_p, ws_p = peak_activation_parts(cs, costs.act_mib[0], costs.ws_mib[0])
+    head_stage = int(np.argwhere(pos == 0)[0][1])
+    tail_stage = int(np.argwhere(pos == pos.max())[0][1])
     m = micro_batch_num
     stages = []
     for p in range(layout.pp):
         peak = float(sim.peak_mib[0, p])
+        head_s = pa.head[3] if p == head_stage else 0.0
+        tail_s = pa.tail[3] if p == tail_stage else 0.0
+        static = float(costs.static_mib[0, p])
+        mem = {
+            "layer_static": static - head_s - tail_s - pa.stage_const_mib,
+            "head_static": head_s,
+            "tail_static": tail_s,
+            "stage_const": pa.stage_const_mib,
+            "activation": float(act_p[p]),
+            "workspace": float(ws_p[p]),
+        }
         stages.append(StageReport(
             stage=p,
             layers=layout.layers_vp[:, p].tolist(),
@@ -129,11 +176,14 @@ def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, mi
             fwd_ms=float(costs.fwd_ms[0, :, p].sum() * m),
             bwd_ms=float(costs.bwd_ms[0, :, p].sum() * m),
             recompute_ms=float(costs.recompute_ms[0, :, p].sum() * m),
-            static_mib=float(costs.static_mib[0, p]),
+            static_mib=static,
             act_peak_mib=float(sim.peak_act_mib[0, p]),
             peak_mib=peak,
             headroom_mib=None if hbm_mib is None else float(hbm_mib - peak),
+            memory_mib=mem,
+            max_inflight=int(cs.max_inflight[p]),
         ))
     return CostReport(layout=layout, schedule=schedule, micro_batch_num=m,
                       step_time_ms=float(sim.step_ms[0]), bubble_fraction=float(sim.bubble_fraction[0]),
-                      hbm_budget_mib=hbm_mib, stages=stages, sim=sim)
+                      hbm_budget_mib=hbm_mib, stages=stages, sim=sim, bubble=bub.row(0),
+                      seq_split_num=seq_split_num, p2p_ms=float(hop))

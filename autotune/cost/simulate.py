@@ -2,24 +2,31 @@
 
 Each op starts when its data dependency has finished (plus ``p2p_ms`` when the dependency ran on
 another stage) and its own stage has finished the previous op in its order; it then runs for its
-mini-stage's forward or backward time. Dependencies: the forward of pipeline position k needs the
-forward of position k-1 for the same micro-batch; the backward of position k needs the backward of
-position k+1; the backward of the last position needs its own forward. Step time = the last op's
-end. This is exact for the given order (the closed form Σt + (m-1)·max t is only an upper bound;
-cost-model reference §6.1).
+mini-stage's forward or backward time (divided by k = ``seq_split_num`` for seqpipe units).
+Dependencies: the forward of pipeline position q needs the forward of position q-1 for the same
+unit; the backward of position q needs the backward of position q+1; the backward of the last
+position needs its own forward. Step time = the last op's end. This is exact for the given order
+(the closed form Σt + (m-1)·max t is only an upper bound; cost-model reference §6.1).
 
-The table is compiled once per (schedule, P, V, m) into *waves*: ops whose dependencies all lie in
-earlier waves, so one wave is one vectorized numpy update for all candidates at once.
+The table is compiled once per (schedule, P, V, m, k) into *waves*: ops whose dependencies all lie
+in earlier waves, so one wave is one vectorized numpy update for all candidates at once. A single
+candidate (B = 1) takes a scalar path over the same topological order (fewer numpy calls; the two
+paths agree exactly, tested).
 
 Peak memory per stage = static + max over the stage's op order of live activations (the sum of the
-activation of every chunk-micro-batch whose forward ran and whose backward has not finished), where
-a backward also holds its mini-stage's workspace. The live set depends only on the order, not on the
+activation of every chunk-unit whose forward ran and whose backward has not finished), where a
+backward also holds its mini-stage's workspace. The live set depends only on the order, not on the
 times, so the candidate-dependent part is a max of dot products over a few "live count" vectors.
+
+Timeline of the ``1f1b`` order for P = 2, m = 3, f = 1, b = 2 (step 11)::
+
+    stage 0: F0 F1 .  B0 B0 F2 B1 B1 .  B2 B2
+    stage 1: .  F0 B0 B0 F1 B1 B1 F2 B2 B2 .
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -33,15 +40,19 @@ class CompiledSchedule:
     """A schedule table compiled for simulation. Arrays are indexed by op id (n ops in all).
 
     Attributes:
-        name, P, V, m: schedule and sizes.
-        stage, chunk, mb: int [n]; fwd: bool [n] (True for a forward).
+        name, P, V, m: schedule and sizes; k: ``seq_split_num`` (units per micro-batch).
+        stage, chunk, mb: int [n] (mb is the *unit* index, = micro_batch·k + seq_chunk);
+        fwd: bool [n] (True for a forward).
         dep, prev: int [n], the data dependency and the previous op on the same stage (n = none).
         cross: float [n], 1.0 when the dependency ran on another stage (p2p applies).
         waves: list of int arrays of op ids.
         order: list over stages of int arrays of op ids in execution order.
         mem_fwd: list over stages of int [K, V] live-count vectors right after a forward.
         mem_bwd: list over stages of (int [J, V] live counts during a backward, int [J] its chunk).
-        max_inflight: int [P], the largest total live count on each stage.
+        max_inflight: int [P], the largest total live count on each stage (chunk-units).
+        fwd_before_bwd: int [P], forwards each stage runs before its first backward (Megatron's
+            ``num_warmup_microbatches`` is this minus one: the steady phase opens with a forward).
+        topo: op ids in a topological order (waves concatenated).
     """
 
     name: str
@@ -60,10 +71,18 @@ class CompiledSchedule:
     mem_fwd: list[np.ndarray]
     mem_bwd: list[tuple[np.ndarray, np.ndarray]]
     max_inflight: np.ndarray
+    k: int = 1
+    fwd_before_bwd: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    topo: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _scalar: tuple = field(default=(), repr=False)
 
     @property
     def num_ops(self) -> int:
         return int(self.stage.size)
+
+    @property
+    def seq_split_num(self) -> int:
+        return self.k
 
 
 def _pareto(vectors: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -76,29 +95,39 @@ def _pareto(vectors: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=256)
-def compile_schedule(name: str, P: int, V: int, m: int) -> CompiledSchedule:
-    """Compile a registered schedule for (P, V, m); cached.
+def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) -> CompiledSchedule:
+    """Compile a registered schedule for (P, V, m, k = seq_split_num); cached.
 
     Raises:
         KeyError: unknown schedule name.
         ValueError: the schedule cannot run these sizes, or its order deadlocks.
     """
+    k_split = int(seq_split_num)
     sched = get_schedule(name)
-    sched.check(P, V, m)
-    table = sched.order(P, V, m)
+    if P < 1 or V < 1 or m < 1:
+        raise ValueError(f"pipeline_stage, pp_interleave_num and micro_batch_num must be >= 1 "
+                         f"(got {P}, {V}, {m})")
+    sched.check(P, V, m, k_split)
+    table = sched.units_order(P, V, m, k_split)
+    U = m * k_split
     pos = sched.virtual_position(P, V)
     at_pos = {int(pos[v, p]): (v, p) for v in range(V) for p in range(P)}
     last = V * P - 1
     ids: dict[tuple[int, int, int, bool], int] = {}
     stage_l, chunk_l, mb_l, fwd_l, prev_l = [], [], [], [], []
     order: list[np.ndarray] = []
+    warmup = []
     for p, ops in enumerate(table):
-        if len(ops) != 2 * m * V:
-            raise ValueError(f"schedule {name} gives stage {p} {len(ops)} ops, expected {2 * m * V}")
+        if len(ops) != 2 * U * V:
+            raise ValueError(f"schedule {name} gives stage {p} {len(ops)} ops, expected {2 * U * V}")
         prev = -1
         row = []
+        w = next((q for q, op in enumerate(ops) if not op[2]), len(ops))
+        warmup.append(w)
         for v, j, f in ops:
             i = len(stage_l)
+            if (v, p, j, f) in ids:
+                raise ValueError(f"schedule {name} runs op {(v, j, f)} twice on stage {p}")
             ids[(v, p, j, f)] = i
             stage_l.append(p)
             chunk_l.append(v)
@@ -112,12 +141,12 @@ def compile_schedule(name: str, P: int, V: int, m: int) -> CompiledSchedule:
     dep = np.full(n, n, dtype=np.int64)
     cross = np.zeros(n)
     for (v, p, j, f), i in ids.items():
-        k = int(pos[v, p])
-        if f and k > 0:
-            dv, dp = at_pos[k - 1]
+        q = int(pos[v, p])
+        if f and q > 0:
+            dv, dp = at_pos[q - 1]
             dep[i] = ids[(dv, dp, j, True)]
-        elif not f and k < last:
-            dv, dp = at_pos[k + 1]
+        elif not f and q < last:
+            dv, dp = at_pos[q + 1]
             dep[i] = ids[(dv, dp, j, False)]
         elif not f:
             dv, dp = v, p
@@ -152,8 +181,9 @@ def compile_schedule(name: str, P: int, V: int, m: int) -> CompiledSchedule:
         frontier = nxt
     if done != n:
         raise ValueError(f"schedule {name} deadlocks for pipeline_stage={P}, pp_interleave_num={V}, "
-                         f"micro_batch_num={m}")
+                         f"micro_batch_num={m}, seq_split_num={k_split}")
     waves = [np.flatnonzero(level == lv) for lv in range(int(level.max()) + 1)]
+    topo = np.concatenate(waves)
     mem_fwd, mem_bwd, max_inflight = [], [], []
     for p in range(P):
         live = [0] * V
@@ -178,9 +208,12 @@ def compile_schedule(name: str, P: int, V: int, m: int) -> CompiledSchedule:
         mem_bwd.append((np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
                         np.asarray([c for _, c in bpairs], dtype=np.int64)))
         max_inflight.append(top)
-    return CompiledSchedule(name, P, V, m, np.asarray(stage_l), np.asarray(chunk_l), np.asarray(mb_l),
+    stage_a, chunk_a = np.asarray(stage_l), np.asarray(chunk_l)
+    scalar = (topo.tolist(), dep[topo].tolist(), prev_arr[topo].tolist(), cross[topo].tolist())
+    return CompiledSchedule(name, P, V, m, stage_a, chunk_a, np.asarray(mb_l),
                             np.asarray(fwd_l, dtype=bool), dep, prev_arr, cross, waves, order,
-                            mem_fwd, mem_bwd, np.asarray(max_inflight, dtype=np.int64))
+                            mem_fwd, mem_bwd, np.asarray(max_inflight, dtype=np.int64), k_split,
+                            np.asarray(warmup, dtype=np.int64), topo, scalar)
 
 
 @dataclass(frozen=True)
@@ -189,7 +222,7 @@ class SimResult:
 
     Attributes:
         step_ms: [B] makespan of one step (ms).
-        busy_ms: [B, P] compute time per stage (ms).
+        busy_ms: [B, P] compute time per stage (ms), recompute replay included.
         peak_act_mib: [B, P] peak live activations (+ workspace) per stage (MiB).
         peak_mib: [B, P] static + peak_act_mib.
         start_ms, end_ms: [n, B] per-op times (only when ``timeline=True``, else None).
@@ -210,11 +243,16 @@ class SimResult:
 
 
 def peak_activation(cs: CompiledSchedule, act_mib: np.ndarray, ws_mib: np.ndarray) -> np.ndarray:
-    """Peak live activation per stage, [B, P] MiB, from act/ws [B, V, P] (see module docstring)."""
+    """Peak live activation per stage, [B, P] MiB, from act/ws [B, V, P] (see module docstring).
+
+    ``act_mib`` is per micro-batch; a seqpipe unit holds act/k. ``ws_mib`` (a backward's transient
+    working set) is not divided.
+    """
     B = act_mib.shape[0]
     out = np.zeros((B, cs.P))
+    scale = 1.0 / cs.k
     for p in range(cs.P):
-        a = act_mib[:, :, p]  # B V
+        a = act_mib[:, :, p] * scale if cs.k != 1 else act_mib[:, :, p]  # B V
         best = (a @ cs.mem_fwd[p].T).max(axis=1) if cs.mem_fwd[p].size else np.zeros(B)
         vecs, chunks = cs.mem_bwd[p]
         if vecs.size:
@@ -224,20 +262,89 @@ def peak_activation(cs: CompiledSchedule, act_mib: np.ndarray, ws_mib: np.ndarra
     return out
 
 
+def peak_activation_parts(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For one candidate (act/ws [V, P] MiB): the live activation and the workspace at each stage's
+    peak, two float [P] arrays whose sum is :func:`peak_activation`'s value."""
+    act_out = np.zeros(cs.P)
+    ws_out = np.zeros(cs.P)
+    for p in range(cs.P):
+        a = act_vp[:, p] / cs.k
+        best, best_a, best_w = -1.0, 0.0, 0.0
+        if cs.mem_fwd[p].size:
+            vals = cs.mem_fwd[p] @ a
+            q = int(vals.argmax())
+            best, best_a, best_w = float(vals[q]), float(vals[q]), 0.0
+        vecs, chunks = cs.mem_bwd[p]
+        if vecs.size:
+            live = vecs @ a
+            w = ws_vp[chunks, p]
+            q = int((live + w).argmax())
+            if live[q] + w[q] > best:
+                best_a, best_w = float(live[q]), float(w[q])
+        act_out[p], ws_out[p] = best_a, best_w
+    return act_out, ws_out
+
+
+def _durations(cs: CompiledSchedule, costs: StageCosts) -> np.ndarray:
+    """[n, B] duration of every op (ms)."""
+    d = np.where(cs.fwd[:, None], costs.fwd_ms[:, cs.chunk, cs.stage].T,
+                 costs.bwd_ms[:, cs.chunk, cs.stage].T)
+    return d / cs.k if cs.k != 1 else d
+
+
+def _scalar_times(cs: CompiledSchedule, dur: list[float], p2p_ms: float,
+                  want_start: bool) -> tuple[list[float], list[float] | None]:
+    """End (and start) times of one candidate over the topological order (pure Python)."""
+    topo, dep, prev, cross = cs._scalar
+    n = cs.num_ops
+    end = [0.0] * (n + 1)
+    if want_start:
+        start = [0.0] * n
+        for i, d, pr, c, du in zip(topo, dep, prev, cross, dur):
+            a = end[d] + c * p2p_ms
+            b = end[pr]
+            s = a if a > b else b
+            start[i] = s
+            end[i] = s + du
+        return end, start
+    for i, d, pr, c, du in zip(topo, dep, prev, cross, dur):
+        a = end[d] + c * p2p_ms
+        b = end[pr]
+        end[i] = (a if a > b else b) + du
+    return end, None
+
+
 def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
-             timeline: bool = False) -> SimResult:
+             timeline: bool = False, method: str = "auto") -> SimResult:
     """Simulate a batch of candidates on a compiled schedule.
 
     Args:
         cs: from :func:`compile_schedule` (its P, V must match the cost arrays).
         costs: :class:`StageCosts` with arrays [B, V, P].
-        p2p_ms: time of one stage-to-stage send (ms), added on every cross-stage dependency.
+        p2p_ms: time of one stage-to-stage send (ms), added on every cross-stage dependency
+            (not on the same-device turn of a V-shaped schedule).
         timeline: also return per-op start/end times.
+        method: "auto" (scalar path for B = 1, waves otherwise), "waves" or "scalar".
     """
     fwd = costs.fwd_ms
     B = fwd.shape[0]
-    dur = np.where(cs.fwd[:, None], fwd[:, cs.chunk, cs.stage].T, costs.bwd_ms[:, cs.chunk, cs.stage].T)
     n = cs.num_ops
+    busy = (costs.fwd_ms + costs.bwd_ms).sum(axis=1) * cs.m  # B P
+    peak_act = peak_activation(cs, costs.act_mib, costs.ws_mib)
+    scalar = method == "scalar" or (method == "auto" and B == 1)
+    if scalar:
+        if B != 1:
+            raise ValueError("the scalar simulation path takes one candidate")
+        k = cs.k
+        d = np.where(cs.fwd, fwd[0, cs.chunk, cs.stage], costs.bwd_ms[0, cs.chunk, cs.stage])
+        if k != 1:
+            d = d / k
+        end_l, start_l = _scalar_times(cs, d[cs.topo].tolist(), float(p2p_ms), timeline)
+        step = np.asarray([max(end_l[:n])])
+        start = np.asarray(start_l)[:, None] if timeline else None
+        end_out = np.asarray(end_l[:n])[:, None] if timeline else None
+        return SimResult(step, busy, peak_act, costs.static_mib + peak_act, start, end_out)
+    dur = _durations(cs, costs)
     end = np.zeros((n + 1, B))
     start = np.zeros((n, B)) if timeline else None
     hop = cs.cross * p2p_ms
@@ -247,10 +354,32 @@ def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
         if start is not None:
             start[w] = st
     step = end[:n].max(axis=0)
-    busy = np.zeros((B, cs.P))
-    busy_all = dur.T  # B n
-    for p in range(cs.P):
-        busy[:, p] = busy_all[:, cs.order[p]].sum(axis=1)
-    peak_act = peak_activation(cs, costs.act_mib, costs.ws_mib)
     return SimResult(step, busy, peak_act, costs.static_mib + peak_act,
                      start, end[:n] if timeline else None)
+
+
+def live_memory_timeline(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.ndarray,
+                         start_ms: np.ndarray, end_ms: np.ndarray) -> list[np.ndarray]:
+    """Live activation over time per stage for one candidate.
+
+    Args: act_vp, ws_vp [V, P] MiB; start_ms, end_ms [n] op times of that candidate.
+
+    Returns: per stage a float [2·ops+1, 2] array of (time_ms, live MiB) steps: a forward adds its
+    chunk-unit's activation at its start; a backward holds its workspace while it runs and frees
+    its unit's activation at its end (the same accounting as :func:`peak_activation`).
+    """
+    out = []
+    for p in range(cs.P):
+        pts = [(0.0, 0.0)]
+        live = 0.0
+        for i in cs.order[p]:
+            a = act_vp[cs.chunk[i], p] / cs.k
+            if cs.fwd[i]:
+                live += a
+                pts.append((float(start_ms[i]), live))
+            else:
+                pts.append((float(start_ms[i]), live + ws_vp[cs.chunk[i], p]))
+                live -= a
+                pts.append((float(end_ms[i]), live))
+        out.append(np.asarray(pts))
+    return out

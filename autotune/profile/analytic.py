@@ -60,6 +60,137 @@ def _mib(x: float) -> float:
     return x / BYTES_PER_MIB
 
 
+# ---------------------------------------------------------------------------------------------
+# Published closed forms (each reproduces a case of shared/cases/validation_cases.json)
+# ---------------------------------------------------------------------------------------------
+
+def korthikanti_layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *,
+                                       sequence_parallel: bool = False,
+                                       recompute: str = "none") -> float:
+    """Activation bytes one transformer layer keeps per micro-batch (16-bit activations, 1-byte
+    dropout masks, GPT block with 4h GeLU MLP).
+
+    Source: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+    MLSys 2023 (arXiv 2205.05198), Table 2 (cost-model reference §1.2):
+
+    ========================================  ==========================
+    no parallelism (t = 1)                    ``sbh(34 + 5as/h)``
+    tensor parallel                           ``sbh(10 + 24/t + 5as/(ht))``
+    tensor + sequence parallel                ``sbh(34/t + 5as/(ht))``
+    tensor parallel + selective recompute     ``sbh(10 + 24/t)``
+    tensor + sequence + selective             ``sbh·34/t``
+    full recompute                            ``2·sbh`` (layer input only)
+    ========================================  ==========================
+
+    Args: s sequence length, b micro-batch size, h hidden, a heads, t tensor-parallel size;
+    ``recompute`` one of "none", "selective", "full".
+
+    Raises:
+        ValueError: unknown ``recompute``.
+    """
+    sbh = float(s) * b * h
+    attn = 5.0 * a * s / (h * t)
+    if recompute == "full":
+        return 2.0 * sbh
+    if recompute not in ("none", "selective"):
+        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    core = 0.0 if recompute == "selective" else attn
+    if sequence_parallel:
+        return sbh * (34.0 / t + core)
+    return sbh * (10.0 + 24.0 / t + core) if t > 1 else sbh * (34.0 + core)
+
+
+def megatron_bytes_per_param(param_dtype: str = "bf16", grad_dtype: str = "fp32", *,
+                             distributed_optimizer: bool = False, dp: int = 1) -> float:
+    """Bytes per parameter of weights + gradients + Adam state (Megatron-LM
+    ``theoretical_memory_usage.py`` / docs ``dist_optimizer.md``; cost-model reference §2.1).
+
+    Kept on every rank: the weight (2 B fp16/bf16, 4 B fp32) and its gradient (2 or 4 B).
+    Sharded over ``dp`` by the distributed optimizer (ZeRO-1): fp32 master weight (4 B, absent when
+    the weight is already fp32), Adam m and v (8 B), and an fp32 main-gradient copy when the
+    gradient is fp16 (4 B). Plain = kept + sharded: fp16/fp16 20, bf16/fp32 18, fp32/fp32 16;
+    distributed = kept + sharded/dp: 4 + 16/d, 6 + 12/d, 8 + 8/d.
+
+    Raises:
+        ValueError: unknown dtype or dp < 1.
+    """
+    size = {"fp16": 2, "bf16": 2, "fp32": 4}
+    if param_dtype not in size or grad_dtype not in size or dp < 1:
+        raise ValueError(f"dtypes must be fp16/bf16/fp32 and dp >= 1, got {param_dtype}, {grad_dtype}, {dp}")
+    kept = size[param_dtype] + size[grad_dtype]
+    sharded = 8.0 + (0.0 if param_dtype == "fp32" else 4.0) + (4.0 if grad_dtype == "fp16" else 0.0)
+    return kept + (sharded / dp if distributed_optimizer else sharded)
+
+
+def narayanan_params(num_layers: int, hidden: int, vocab: int, seq: int) -> float:
+    """GPT parameter count ``12·L·h²·(1 + 13/(12h) + (V + s)/(12·L·h))`` (Narayanan et al., SC'21,
+    arXiv 2104.04473, Eq. 2; reference §1.6)."""
+    L, h = float(num_layers), float(hidden)
+    return 12 * L * h * h * (1 + 13 / (12 * h) + (vocab + seq) / (12 * L * h))
+
+
+def korthikanti_step_flops(global_batch: int, num_layers: int, seq: int, hidden: int, vocab: int, *,
+                           selective_recompute: bool = False) -> float:
+    """FLOPs per step ``72·B·L·s·h²·(1 + s/(6h) + V/(12hL))`` (model FLOPs); with
+    ``selective_recompute`` the hardware FLOPs use ``s/(3h)`` (Korthikanti et al. 2022, §6 /
+    Table 5; reference §1.6)."""
+    B, L, s, h = float(global_batch), float(num_layers), float(seq), float(hidden)
+    attn = s / (3 * h) if selective_recompute else s / (6 * h)
+    return 72 * B * L * s * h * h * (1 + attn + vocab / (12 * h * L))
+
+
+def flops_utilization(flops_per_step: float, step_s: float, devices: int, peak_tflops: float) -> float:
+    """MFU/HFU = FLOPs per step / (step seconds · devices · peak FLOP/s) (fraction)."""
+    return flops_per_step / (step_s * devices * peak_tflops * 1e12)
+
+
+def param_counts(d: Any, num_layers: int, *, count_mtp: bool = False) -> dict[str, float]:
+    """Whole-model parameter counts from model dims (:class:`~autotune.config.training.ModelDims`)
+    and the decoder layer count (MTP modules excluded from ``num_layers``).
+
+    Terms (Narayanan et al. 2021 Eq. 2, generalized; reference §5.3 for DeepSeek-V3):
+    attention MHA/GQA ``h·a·d + 2·h·g·d + a·d·h``; MLA (DeepSeek-V2/V3)
+    ``h·q_lora + q_lora·a·(nope + rope) + h·(kv_lora + rope) + kv_lora·a·(nope + v) + a·v·h``
+    plus the two LoRA norms ``q_lora + kv_lora``; SwiGLU MLP ``3·h·f``; MoE layer
+    ``(E + S)·3·h·f_moe`` plus router ``h·E``; two norms ``2h`` per layer; embedding ``V·h`` and LM
+    head ``V·h`` (one table when ``tie_word_embeddings``); final norm ``h``; an MTP module (when
+    counted) = one MoE (or dense) block + projection ``2h·h`` + 3 norms ``3h``, sharing embedding
+    and head.
+
+    Returns: dict with ``attention_per_layer``, ``dense_layer``, ``moe_layer``, ``moe_layer_active``,
+    ``embedding``, ``mtp_module``, ``total``, ``active`` (parameters, not billions).
+    """
+    h, a, g, hd = d.hidden_size, d.num_heads, d.n_kv_heads, d.head_dim
+    if d.q_lora_rank or d.kv_lora_rank:
+        qk = d.qk_nope_head_dim + d.qk_rope_head_dim
+        vhd = d.v_head_dim or hd
+        attn = (h * d.q_lora_rank + d.q_lora_rank * a * qk + h * (d.kv_lora_rank + d.qk_rope_head_dim)
+                + d.kv_lora_rank * a * (d.qk_nope_head_dim + vhd) + a * vhd * h
+                + d.q_lora_rank + d.kv_lora_rank)
+    else:
+        attn = h * a * hd + 2 * h * g * hd + a * hd * h
+    norms = 2 * h
+    dense = attn + 3 * h * d.intermediate_size + norms
+    n = num_layers
+    if d.num_experts:
+        f = d.moe_intermediate_size
+        moe = attn + (d.num_experts + d.shared_expert_num) * 3 * h * f + h * d.num_experts + norms
+        moe_act = attn + (d.num_experts_per_tok + d.shared_expert_num) * 3 * h * f + h * d.num_experts + norms
+    else:
+        moe = moe_act = 0.0
+    emb = float(d.vocab_size * h)
+    mtp = ((moe if d.num_experts else dense) + 2 * h * h + 3 * h) if d.mtp_num_layers else 0.0
+    out = {"attention_per_layer": float(attn), "dense_layer": float(dense), "moe_layer": float(moe),
+           "moe_layer_active": float(moe_act), "embedding": emb, "mtp_module": float(mtp)}
+    n_dense = min(d.first_k_dense_replace, n) if d.num_experts else n
+    n_moe = n - n_dense
+    ends = emb * (1 if d.tie_word_embeddings else 2) + h
+    extra = d.mtp_num_layers * mtp if count_mtp else 0.0
+    out["total"] = n_dense * dense + n_moe * moe + ends + extra
+    out["active"] = n_dense * dense + n_moe * moe_act + ends + extra
+    return out
+
+
 def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", *,
                      overrides: dict[str, float] | None = None) -> ModelProfile:
     """Derive a :class:`ModelProfile` from a training config's dims and parallel sizes.

@@ -1,13 +1,21 @@
 """Schedule contract: a pipeline schedule is a pure table of per-stage op orders.
 
-A schedule answers two questions for (P stages, V chunks per stage, m micro-batches):
+A schedule answers, for (P stages, V chunks per stage, m micro-batches, k = ``seq_split_num``):
 
-1. ``order(P, V, m)``: for every stage, the list of ops it runs in order, each op
-   ``(chunk, micro_batch, is_forward)``; every stage runs 2·m·V ops.
+1. ``units_order(P, V, m, k)``: for every stage, the list of ops it runs in order, each op
+   ``(chunk, unit, is_forward)``; a *unit* is one micro-batch (k = 1) or one sequence chunk of one
+   micro-batch (unit = micro_batch·k + seq_chunk, seqpipe); every stage runs 2·m·k·V ops.
+   Schedules that do not split sequences implement ``order(P, V, m)`` and reject k > 1.
 2. ``virtual_position(P, V)``: int [V][P], the position of mini-stage (chunk v, stage p) in the
-   model's layer order (0 = holds the first layers). Forward of a micro-batch flows through
-   positions 0, 1, …; backward flows back. Default (Megatron / MindSpore interleaving):
-   position = v·P + p.
+   model's layer order (0 = holds the first layers). Forward of a unit flows through positions
+   0, 1, …; backward flows back. Default (Megatron / MindSpore interleaving): position = v·P + p.
+   V-shaped schedules (zero_bubble_v) override it.
+3. ``inflight_bound(P, V, m, k)``: int [P], the analytic bound on live chunk-units per stage (the
+   in-flight table of the cost-model reference §3.2); the contract tests check the table never
+   exceeds it.
+4. ``ideal_bubble(P, V, m, k)``: the bubble of perfectly balanced stages without communication,
+   as a fraction of compute (SAPP's ``ideal`` term: (P − 1)/(V·m·k) for the 1F1B family).
+5. ``check(P, V, m, k)``: raise ValueError when the schedule cannot run these sizes.
 
 The event simulation (:mod:`autotune.cost.simulate`) turns the table into times. A new schedule is
 one new module in this package that calls :func:`register`.
@@ -19,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-Op = tuple[int, int, bool]  # (chunk, micro_batch, is_forward)
+Op = tuple[int, int, bool]  # (chunk, unit, is_forward)
 OrderFn = Callable[[int, int, int], list[list[Op]]]
 
 
@@ -29,16 +37,33 @@ class Schedule:
     name: str = ""
     #: One-line description shown in reports.
     description: str = ""
+    #: Whether the schedule splits micro-batches along the sequence (``seq_split_num``).
+    splits_sequence: bool = False
 
     def order(self, P: int, V: int, m: int) -> list[list[Op]]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def units_order(self, P: int, V: int, m: int, k: int = 1) -> list[list[Op]]:
+        """Op order over units (see module docstring); default: ``order`` with k = 1."""
+        return self.order(P, V, m)
 
     def virtual_position(self, P: int, V: int) -> np.ndarray:
         """Default chunk-major placement: mini-stage (v, p) is pipeline position v·P + p."""
         return np.arange(V * P, dtype=np.int64).reshape(V, P)
 
-    def check(self, P: int, V: int, m: int) -> None:
-        """Raise ValueError when the schedule cannot run (P, V, m). Default: no rule."""
+    def inflight_bound(self, P: int, V: int, m: int, k: int = 1) -> np.ndarray:
+        """int [P] bound on live chunk-units per stage. Default: everything (V·m·k)."""
+        return np.full(P, V * m * k, dtype=np.int64)
+
+    def ideal_bubble(self, P: int, V: int, m: int, k: int = 1) -> float:
+        """Balanced-stage bubble / compute: (P − 1)/(V·m·k) (Narayanan et al. 2021 §2.2; SAPP)."""
+        return (P - 1) / (V * m * k)
+
+    def check(self, P: int, V: int, m: int, k: int = 1) -> None:
+        """Raise ValueError when the schedule cannot run (P, V, m, k). Default: k must be 1."""
+        if k != 1 and not self.splits_sequence:
+            raise ValueError(f"schedule {self.name} does not split sequences; seq_split_num must be 1, "
+                             f"got {k} (use pipeline_scheduler: seqpipe)")
 
 
 _REGISTRY: dict[str, Schedule] = {}
@@ -64,3 +89,30 @@ def get_schedule(name: str) -> Schedule:
 def registered() -> list[str]:
     """Names of all registered schedules."""
     return sorted(_REGISTRY)
+
+
+def one_f_one_b_table(P: int, fwd: list[tuple[int, int]], bwd: list[tuple[int, int]],
+                      warmup: list[int]) -> list[list[Op]]:
+    """Generic warm-up / steady 1F1B / cool-down order.
+
+    Args:
+        P: stages.
+        fwd, bwd: the forward and backward sequences of (chunk, unit) every stage walks.
+        warmup: forwards before the first backward on each stage (capped at len(fwd)).
+
+    Stage i runs ``warmup[i]`` forwards, then alternates one forward and one backward, then drains
+    the remaining backwards (Narayanan et al. 2021 §2.2).
+    """
+    total = len(fwd)
+    stages: list[list[Op]] = []
+    for i in range(P):
+        w = min(warmup[i], total)
+        ops: list[Op] = [(v, u, True) for v, u in fwd[:w]]
+        for j in range(total - w):
+            v, u = fwd[w + j]
+            ops.append((v, u, True))
+            vb, ub = bwd[j]
+            ops.append((vb, ub, False))
+        ops.extend((v, u, False) for v, u in bwd[total - w:])
+        stages.append(ops)
+    return stages

@@ -2,7 +2,9 @@
 
 Stage i runs ``w = min(P - i - 1, m)`` warm-up forwards, then alternates one forward and one
 backward, then drains the remaining backwards (Narayanan et al. 2021 §2.2; Megatron
-``forward_backward_pipelining_without_interleaving``). Peak in flight on stage i: min(P - i, m).
+``forward_backward_pipelining_without_interleaving``). Peak in flight on stage i: min(P - i, m)
+(cost-model reference §2.3, §3.2). With V > 1 the same name runs interleaved 1F1B
+(:mod:`.interleaved`), as MindSpore does for ``pipeline_interleave: true``.
 
 P = 3, m = 4 (F/B = forward/backward of micro-batch j)::
 
@@ -13,30 +15,24 @@ P = 3, m = 4 (F/B = forward/backward of micro-batch j)::
 
 from __future__ import annotations
 
-from autotune.cost.schedules._base import Op, Schedule, register
+import numpy as np
+
+from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_table, register
 
 
 def one_f_one_b_order(P: int, V: int, m: int) -> list[list[Op]]:
     """Per-stage 1F1B op order for V = 1 (see module docstring)."""
     if V != 1:
         raise ValueError("1F1B without interleaving needs V = 1")
-    stages: list[list[Op]] = []
-    for i in range(P):
-        w = min(P - i - 1, m)
-        ops: list[Op] = [(0, j, True) for j in range(w)]
-        for j in range(m - w):
-            ops.append((0, w + j, True))
-            ops.append((0, j, False))
-        ops.extend((0, j, False) for j in range(m - w, m))
-        stages.append(ops)
-    return stages
+    seq = [(0, j) for j in range(m)]
+    return one_f_one_b_table(P, seq, seq, [P - i - 1 for i in range(P)])
 
 
 class OneFOneB(Schedule):
     """1F1B, and interleaved 1F1B when V > 1 (MindSpore ``1f1b`` with ``pipeline_interleave``)."""
 
     name = "1f1b"
-    description = "1F1B (interleaved 1F1B when pp_interleave_num > 1)"
+    description = "1F1B (interleaved 1F1B, Megatron order, when pp_interleave_num > 1)"
 
     def order(self, P: int, V: int, m: int) -> list[list[Op]]:
         if V == 1:
@@ -45,7 +41,15 @@ class OneFOneB(Schedule):
 
         return interleaved_order(P, V, m)
 
-    def check(self, P: int, V: int, m: int) -> None:
+    def inflight_bound(self, P: int, V: int, m: int, k: int = 1) -> np.ndarray:
+        """1F1B: min(P − i, m); interleaved: min(V·m, (V+1)·P − 1 − 2i) (reference §3.2)."""
+        i = np.arange(P)
+        if V == 1:
+            return np.minimum(P - i, m)
+        return np.minimum(V * m, (V + 1) * P - 1 - 2 * i)
+
+    def check(self, P: int, V: int, m: int, k: int = 1) -> None:
+        super().check(P, V, m, k)
         if V > 1:
             from autotune.cost.schedules.interleaved import check_interleaved
 
