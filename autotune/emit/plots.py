@@ -51,6 +51,7 @@ COLORS = {"fwd": "#0072B2", "bwd": "#E69F00", "recompute": "#CC3311", "p2p": "#5
 BUDGET_COLOR = "#CC3311"
 PEAK_COLOR = "#000000"
 STATIC_COLOR = "#9E9E9E"
+WORKSPACE_COLOR = "#56B4E9"
 
 #: Smallest on-screen width (pixels) of a forward box in the default timeline; chosen so that a
 #: two-digit micro-batch id at 7 pt fits inside it.
@@ -64,7 +65,8 @@ class Segment:
     """One box of the timeline.
 
     Attributes:
-        stage: pipeline stage (row); chunk: interleave chunk v; mb: micro-batch id;
+        stage: pipeline stage (row); chunk: interleave chunk v; mb: micro-batch id; seq: sequence
+            chunk within the micro-batch (seqpipe, else 0);
         kind: ``fwd``, ``bwd`` (backward without replay), ``recompute`` (replay before the
             backward), or ``p2p`` (a hop arriving at ``stage``);
         start_ms, end_ms: times within the step (ms).
@@ -76,6 +78,7 @@ class Segment:
     kind: str
     start_ms: float
     end_ms: float
+    seq: int = 0
 
     @property
     def dur_ms(self) -> float:
@@ -84,10 +87,19 @@ class Segment:
 
 # ----------------------------------------------------------------------------------------- data --
 
+def _seq_split(report: CostReport) -> int:
+    """Sequence chunks per micro-batch (seqpipe); 1 for the other schedules."""
+    return int(getattr(report, "seq_split_num", 1) or 1)
+
+
 def _compiled(report: CostReport) -> Any:
     from autotune.cost.simulate import compile_schedule
 
-    return compile_schedule(report.schedule, report.layout.pp, report.layout.vpp, report.micro_batch_num)
+    args = [report.schedule, report.layout.pp, report.layout.vpp, report.micro_batch_num]
+    k = _seq_split(report)
+    if k != 1:
+        args.append(k)
+    return compile_schedule(*args)
 
 
 def _times(report: CostReport) -> tuple[np.ndarray, np.ndarray]:
@@ -110,10 +122,17 @@ def stage_costs_of(report: CostReport, profile: ModelProfile | ProfileArrays | N
         return None
     from autotune.cost.inputs import ProfileArrays, stage_costs
 
+    import inspect
+
     pa = profile if isinstance(profile, ProfileArrays) else ProfileArrays.from_profile(profile)
     lay = report.layout
     b = lambda a: np.asarray(a)[None]  # noqa: E731
-    return stage_costs(pa, b(lay.layers_vp), b(lay.recompute_vp), b(lay.select_vp), b(lay.comm_vp))
+    kw: dict[str, Any] = {}
+    if "pos" in inspect.signature(stage_costs).parameters:  # head/tail follow the schedule's shape
+        from autotune.cost.schedules import get_schedule
+
+        kw["pos"] = get_schedule(report.schedule).virtual_position(lay.pp, lay.vpp)
+    return stage_costs(pa, b(lay.layers_vp), b(lay.recompute_vp), b(lay.select_vp), b(lay.comm_vp), **kw)
 
 
 def p2p_hop_ms(report: CostReport, profile: Any = None) -> float:
@@ -141,7 +160,9 @@ def timeline_segments(report: CostReport, profile: Any = None) -> list[Segment]:
     A backward op of mini-stage (v, p) is split into ``recompute`` (its first
     ``recompute_ms[v, p]`` ms: MindSpore replays the forward before the gradient) and ``bwd``. The
     replay time per chunk comes from :func:`stage_costs_of`; without costs, each stage's total
-    replay share ``recompute_ms / bwd_ms`` is applied to its backwards. Cross-stage dependencies
+    replay share ``recompute_ms / bwd_ms`` is applied to its backwards. With seqpipe
+    (``seq_split_num`` k > 1) each op is one sequence chunk and replays 1/k of the chunk's time.
+    Cross-stage dependencies
     add a ``p2p`` segment on the receiving stage from the sender's end for one hop.
 
     Returns:
@@ -158,20 +179,22 @@ def timeline_segments(report: CostReport, profile: Any = None) -> list[Segment]:
         rec_frac = np.array([s.recompute_ms / s.bwd_ms if s.bwd_ms > 0 else 0.0 for s in report.stages])
     hop = p2p_hop_ms(report, profile)
     segs: list[Segment] = []
+    k = int(getattr(cs, "k", 1) or 1)
     for i in range(cs.num_ops):
-        p, v, j = int(cs.stage[i]), int(cs.chunk[i]), int(cs.mb[i])
+        p, v, unit = int(cs.stage[i]), int(cs.chunk[i]), int(cs.mb[i])
+        j, q = divmod(unit, k)
         s, e = float(start[i]), float(end[i])
         if cs.fwd[i]:
-            segs.append(Segment(p, v, j, "fwd", s, e))
+            segs.append(Segment(p, v, j, "fwd", s, e, q))
         else:
-            r = float(rec_vp[v, p]) if rec_vp is not None else float(rec_frac[p]) * (e - s)
+            r = float(rec_vp[v, p]) / k if rec_vp is not None else float(rec_frac[p]) * (e - s)
             r = min(max(r, 0.0), e - s)
             if r > 0:
-                segs.append(Segment(p, v, j, "recompute", s, s + r))
-            segs.append(Segment(p, v, j, "bwd", s + r, e))
+                segs.append(Segment(p, v, j, "recompute", s, s + r, q))
+            segs.append(Segment(p, v, j, "bwd", s + r, e, q))
         if hop > 0 and cs.cross[i] > 0:
             d = float(end[cs.dep[i]])
-            segs.append(Segment(p, v, j, "p2p", d, d + hop))
+            segs.append(Segment(p, v, j, "p2p", d, d + hop, q))
     segs.sort(key=lambda g: (g.stage, g.start_ms, KINDS.index(g.kind)))
     return segs
 
@@ -193,7 +216,7 @@ def memory_series(report: CostReport, profile: Any = None) -> list[tuple[np.ndar
                           field="profile", value=None, rule="needs_profile")
     cs = _compiled(report)
     start, end = _times(report)
-    act = np.asarray(costs.act_mib)[0]
+    act = np.asarray(costs.act_mib)[0] / int(getattr(cs, "k", 1) or 1)  # a seqpipe unit holds act/k
     ws = np.asarray(costs.ws_mib)[0]
     static = np.asarray(costs.static_mib)[0]
     step = float(report.step_time_ms)
@@ -266,21 +289,38 @@ def _text_color(rgb: tuple[float, float, float]) -> str:
 def _title(report: CostReport, label: str | None) -> str:
     lay = report.layout
     head = f"{label}: " if label else ""
-    return (f"{head}step time {report.step_time_ms:,.1f} ms, bubble {report.bubble_fraction:.1%}  "
-            f"({report.schedule}, {lay.pp} stages × {lay.vpp} chunks, {report.micro_batch_num} micro-batches)")
+    k = _seq_split(report)
+    split = f" × {k} sequence chunks" if k > 1 else ""
+    text = (f"{head}step time {report.step_time_ms:,.1f} ms, bubble {report.bubble_fraction:.1%}  "
+            f"({report.schedule}, {lay.pp} stages × {lay.vpp} chunks, {report.micro_batch_num} "
+            f"micro-batches{split})")
+    parts = bubble_parts(report)
+    if parts:
+        text += "\nbubble breakdown (share of compute): " + " + ".join(f"{n} {v:.1%}" for n, v in parts)
+    return text
+
+
+def bubble_parts(report: CostReport) -> list[tuple[str, float]]:
+    """The cost model's bubble breakdown ``[(term, fraction of compute)]`` (ideal, imbalance,
+    recompute, comm), or [] when the report has none."""
+    bub = getattr(report, "bubble", None) or {}
+    return [(n, float(bub[n])) for n in ("ideal", "imbalance", "recompute", "comm") if n in bub]
 
 
 def timeline_geometry(report: CostReport, segments: Sequence[Segment], *, min_op_px: float = MIN_OP_PX,
                       dpi: int = DPI) -> tuple[float, float]:
     """(width_in, height_in) of the timeline: wide enough that the shortest forward/backward box
-    is ``min_op_px`` pixels (capped at ``MAX_TIMELINE_WIDTH_IN``), 0.42 in per stage."""
+    is ``min_op_px`` pixels, or wider when the longest micro-batch id needs it (capped at
+    ``MAX_TIMELINE_WIDTH_IN``), 0.42 in per stage."""
     durs = [g.dur_ms for g in segments if g.kind in ("fwd", "bwd") and g.dur_ms > 0]
     step = max(float(report.step_time_ms), 1e-9)
+    digits = len(str(max(report.micro_batch_num - 1, 0))) + (2 if _seq_split(report) > 1 else 0)
+    min_op_px = max(min_op_px, digits * 7 * 0.62 * dpi / 72 + 3)  # the widest id fits its box
     plot_in = 9.0
     if durs:
         plot_in = max(plot_in, step * min_op_px / min(durs) / dpi)
     width = min(plot_in + 1.6, MAX_TIMELINE_WIDTH_IN)
-    height = 1.9 + 0.42 * report.layout.pp
+    height = 2.15 + 0.42 * report.layout.pp
     return width, height
 
 
@@ -302,7 +342,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
     w_in, h_in = timeline_geometry(report, segs, min_op_px=min_op_px)
     fig = Figure(figsize=(w_in, h_in), dpi=DPI)
     left, right = 0.8 / w_in, 1 - 0.8 / w_in
-    bottom, top = 1.05 / h_in, 1 - 0.55 / h_in
+    bottom, top = 1.05 / h_in, 1 - 0.8 / h_in
     ax = fig.add_axes((left, bottom, right - left, top - bottom))
     step = float(report.step_time_ms)
     ax.set_xlim(0, step * 1.002)
@@ -324,6 +364,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
                 yr = (p - bar_h / 2, bar_h)
                 coll = ax.broken_barh(xr, yr, facecolors=color, edgecolor="white", linewidth=0.4)
             coll.set_gid(f"timeline-{kind}-c{v}-s{p}")
+    k = _seq_split(report)
     if labels:
         px_per_ms = (right - left) * w_in * DPI / (step * 1.002)
         fontsize = 7
@@ -331,7 +372,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
             if g.kind not in ("fwd", "bwd"):
                 continue
             s, e = g.start_ms, g.end_ms
-            text = str(g.mb)
+            text = f"{g.mb}.{g.seq}" if k > 1 else str(g.mb)
             need = len(text) * fontsize * 0.62 * DPI / 72 + 2
             if (e - s) * px_per_ms < need:
                 continue
@@ -400,6 +441,27 @@ def memory_figure(report: CostReport, *, profile: Any = None, label: str | None 
     return fig
 
 
+def memory_parts(report: CostReport) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(static, activation, workspace) MiB per stage at each stage's peak; they sum to ``peak_mib``.
+
+    From the cost model's ``StageReport.memory_mib`` components when present (static = layer +
+    head + tail + stage constant), else ``static_mib`` and ``act_peak_mib`` (workspace 0).
+    """
+    static, act, work = [], [], []
+    for st in report.stages:
+        comp = getattr(st, "memory_mib", None) or {}
+        if "activation" in comp:
+            a, w = float(comp["activation"]), float(comp.get("workspace", 0.0))
+            static.append(float(st.peak_mib) - a - w)
+            act.append(a)
+            work.append(w)
+        else:
+            static.append(float(st.static_mib))
+            act.append(float(st.act_peak_mib))
+            work.append(0.0)
+    return np.asarray(static), np.asarray(act), np.asarray(work)
+
+
 def _tag(container: Any, gid: str) -> None:
     container.set_label(gid)
     for patch in container:
@@ -410,10 +472,10 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
                   profiles: Sequence[Any] | None = None) -> Figure:
     """Per-stage bars, one bar per report side by side (e.g. tuned vs your config).
 
-    Left: peak memory by component (static, activations at peak, and hatched on top the activation
-    memory recompute saves); HBM budget as a dashed line. Right: compute time per step (forward,
+    Left: peak memory by component (static, activations and backward workspace at the peak, see
+    :func:`memory_parts`, and hatched on top the activation memory recompute saves); HBM budget as a dashed line. Right: compute time per step (forward,
     backward, recompute replay). Bar containers are labelled (and their patches gid-tagged)
-    ``mem-<static|act|saved>-<report index>`` and ``time-<fwd|bwd|recompute>-<report index>``.
+    ``mem-<static|act|workspace|saved>-<report index>`` and ``time-<fwd|bwd|recompute>-<report index>``.
     """
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -424,14 +486,13 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
     P = max(r.layout.pp for r in reports)
     n = len(reports)
     width = 0.8 / n
-    fig = Figure(figsize=(max(10.0, 1.2 + 0.9 * P * n), 4.8), dpi=DPI)
+    fig = Figure(figsize=(max(12.0, 1.2 + 0.9 * P * n), 5.6), dpi=DPI)
     ax_m, ax_t = fig.subplots(1, 2)
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.2, wspace=0.22)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.87, bottom=0.28, wspace=0.22)
     hatches = ["", "//", "..", "xx"]
     for k, (r, prof) in enumerate(zip(reports, profiles)):
         x = np.arange(r.layout.pp) + (k - (n - 1) / 2) * width
-        static = np.array([s.static_mib for s in r.stages])
-        act = np.array([s.act_peak_mib for s in r.stages])
+        static, act, work = memory_parts(r)
         saved = recompute_savings_mib(r, prof)
         edge = "black" if k == 0 else "#444444"
         b = ax_m.bar(x, static, width * 0.95, color=STATIC_COLOR, edgecolor=edge, linewidth=0.5, hatch=hatches[k % 4])
@@ -439,8 +500,12 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
         b = ax_m.bar(x, act, width * 0.95, bottom=static, color=COLORS["fwd"], edgecolor=edge,
                      linewidth=0.5, hatch=hatches[k % 4])
         _tag(b, f"mem-act-{k}")
+        if work.any():
+            b = ax_m.bar(x, work, width * 0.95, bottom=static + act, color=WORKSPACE_COLOR, edgecolor=edge,
+                         linewidth=0.5, hatch=hatches[k % 4])
+            _tag(b, f"mem-workspace-{k}")
         if saved is not None:
-            b = ax_m.bar(x, saved, width * 0.95, bottom=static + act, facecolor="none",
+            b = ax_m.bar(x, saved, width * 0.95, bottom=static + act + work, facecolor="none",
                          edgecolor=COLORS["recompute"], linewidth=0.8, hatch="////")
             _tag(b, f"mem-saved-{k}")
         fwd = np.array([s.fwd_ms for s in r.stages])
@@ -466,6 +531,7 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
             ax.spines[sp].set_visible(False)
     handles = [Patch(facecolor=STATIC_COLOR, label="static (weights, grads, optimizer)"),
                Patch(facecolor=COLORS["fwd"], label="activations at peak"),
+               Patch(facecolor=WORKSPACE_COLOR, label="backward workspace at peak"),
                Patch(facecolor="none", edgecolor=COLORS["recompute"], hatch="////", label="saved by recompute"),
                Patch(facecolor=COLORS["fwd"], label="forward"), Patch(facecolor=COLORS["bwd"], label="backward"),
                Patch(facecolor=COLORS["recompute"], label="recompute replay")]
@@ -475,7 +541,7 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
         handles.insert(3, Line2D([], [], color=BUDGET_COLOR, linestyle="--", label=f"HBM budget {budget:,.0f} MiB"))
     handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[k % 4], label=f"bar {k + 1}: {nm}")
                 for k, nm in enumerate(names)]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     summary = "   vs   ".join(f"{nm}: {r.step_time_ms:,.1f} ms, bubble {r.bubble_fraction:.1%}, "
                               f"peak {r.peak_mib:,.0f} MiB" for nm, r in zip(names, reports))
     fig.suptitle(summary, fontsize=10, x=0.07, ha="left")
