@@ -127,13 +127,13 @@ def test_timeline_pixels(toy_report, toy_profile, tmp_path):
     path = plots.save_figure(fig, tmp_path / "t.png")
     img = imread(path)[:, :, :3]
     w, h = fig.get_size_inches() * fig.dpi
-    assert img.shape[:2] == (round(h), round(w))
+    assert abs(img.shape[0] - h) <= 1 and abs(img.shape[1] - w) <= 1
     FigureCanvasAgg(fig).draw()
     ax = fig.axes[0]
 
     def rgb(t_ms, stage):
         x, y = ax.transData.transform((t_ms, stage))
-        return img[int(round(h - y)), int(round(x))]
+        return img[int(round(img.shape[0] - y)), int(round(x))]
 
     assert rgb(1.0, 0) == pytest.approx(to_rgb(plots.COLORS["fwd"]), abs=0.02)
     assert rgb(5.0, 1) == pytest.approx(to_rgb(plots.COLORS["recompute"]), abs=0.02)
@@ -143,7 +143,7 @@ def test_timeline_pixels(toy_report, toy_profile, tmp_path):
     # the whole row of stage 1 between 4.5 and 23.5 ms is never white: it is busy throughout
     x0 = int(ax.transData.transform((4.6, 1))[0])
     x1 = int(ax.transData.transform((23.4, 1))[0])
-    row = img[int(round(h - ax.transData.transform((0, 1.2))[1])), x0:x1]
+    row = img[int(round(img.shape[0] - ax.transData.transform((0, 1.2))[1])), x0:x1]
     assert not np.any(np.all(row > 0.98, axis=1))
 
 
@@ -177,7 +177,7 @@ def test_ids_readable_16_stages_64_microbatches(big_report, tmp_path):
     assert min(t.get_fontsize() for t in ax.texts) >= 7
     path = plots.save_figure(fig, tmp_path / "big.png")
     img = imread(path)
-    assert img.shape[1] == round(w_in * fig.dpi)
+    assert abs(img.shape[1] - w_in * fig.dpi) <= 1
 
 
 def test_memory_figure_marks_peaks_and_budget(toy_report, toy_profile, tmp_path):
@@ -189,7 +189,7 @@ def test_memory_figure_marks_peaks_and_budget(toy_report, toy_profile, tmp_path)
         assert lines[f"budget-s{p}"].get_ydata()[0] == pytest.approx(100.0)
     path = plots.save_figure(fig, tmp_path / "memory.png")
     img = imread(path)[:, :, :3]
-    assert img.shape[:2] == tuple(round(x) for x in fig.get_size_inches()[::-1] * fig.dpi)
+    assert np.abs(np.array(img.shape[:2]) - fig.get_size_inches()[::-1] * fig.dpi).max() <= 1
     assert (img < 0.9).any(axis=2).mean() > 0.02      # not blank
 
 
@@ -209,7 +209,7 @@ def test_stages_figure_bars(toy_report, toy_profile, tmp_path):
     xs1 = [p.get_x() for c in ax_m.containers if c.get_label() == "mem-static-1" for p in c]
     assert all(a < b for a, b in zip(xs0, xs1))               # tuned left of yours, per stage
     img = imread(plots.save_figure(fig, tmp_path / "stages.png"))
-    assert img.shape[0] == round(fig.get_size_inches()[1] * fig.dpi)
+    assert abs(img.shape[0] - fig.get_size_inches()[1] * fig.dpi) <= 1
 
 
 def _layout_no_rec():
