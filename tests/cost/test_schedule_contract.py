@@ -1,0 +1,148 @@
+"""The contract every registered schedule satisfies (parametrized over the registry)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.cost import compile_schedule, simulate_schedule
+from autotune.cost.schedules import get_schedule, registered
+
+# (P, V, m, k) sizes each schedule can run
+SIZES = {
+    "1f1b": [(4, 1, 8, 1), (3, 1, 2, 1), (4, 2, 8, 1), (2, 3, 4, 1)],
+    "1f1b_less_memory": [(4, 2, 8, 1), (3, 3, 6, 1), (4, 1, 8, 1)],
+    "gpipe": [(4, 1, 8, 1), (3, 2, 4, 1)],
+    "seqpipe": [(4, 1, 8, 1), (4, 1, 8, 4), (3, 1, 3, 2)],
+    "zero_bubble_v": [(4, 2, 8, 1), (2, 2, 4, 1), (3, 2, 12, 1)],
+}
+CASES = [(name, *size) for name in registered() for size in SIZES[name]]
+
+
+def test_every_schedule_has_sizes():
+    assert set(SIZES) == set(registered())
+
+
+@pytest.mark.parametrize("name,P,V,m,k", CASES)
+def test_ops_and_forward_before_backward(name, P, V, m, k):
+    sched = get_schedule(name)
+    table = sched.units_order(P, V, m, k)
+    assert len(table) == P
+    for ops in table:
+        assert len(ops) == 2 * m * k * V
+        assert len(set(ops)) == len(ops)
+        seen_f = set()
+        for v, u, f in ops:
+            if f:
+                seen_f.add((v, u))
+            else:
+                assert (v, u) in seen_f, "backward before its forward"
+
+
+@pytest.mark.parametrize("name,P,V,m,k", CASES)
+def test_inflight_within_analytic_bound(name, P, V, m, k):
+    cs = compile_schedule(name, P, V, m, k)
+    bound = get_schedule(name).inflight_bound(P, V, m, k)
+    assert (cs.max_inflight <= bound).all(), (cs.max_inflight, bound)
+
+
+@pytest.mark.parametrize("name,P,V,m,k", CASES)
+def test_simulated_order_respects_dependencies(name, P, V, m, k):
+    rng = np.random.default_rng(0)
+    f = rng.uniform(0.5, 2.0, (V, P))
+    r = simulate_schedule(f, 2 * f, micro_batch_num=m, schedule=name, seq_split_num=k, p2p_ms=0.05)
+    by = {(o["stage"], o["chunk"], o["micro_batch"], o["seq_chunk"], o["kind"]): o for o in r.ops}
+    for o in r.ops:
+        if o["kind"] == "B":
+            fo = by[(o["stage"], o["chunk"], o["micro_batch"], o["seq_chunk"], "F")]
+            assert fo["end_ms"] <= o["start_ms"] + 1e-9
+    for p in range(P):
+        ops = [o for o in r.ops if o["stage"] == p]
+        for a, b in zip(ops, ops[1:]):
+            assert a["end_ms"] <= b["start_ms"] + 1e-9  # one op at a time per device
+    assert r.step_ms == pytest.approx(max(o["end_ms"] for o in r.ops))
+
+
+@pytest.mark.parametrize("name,P,V,m,k", CASES)
+def test_uniform_stages_closed_form(name, P, V, m, k):
+    """Balanced stages, no comm: the 1F1B family (incl. seqpipe and GPipe) gives exactly the closed
+    form (P − 1)/(V·m·k); zero_bubble_v (B/W not split) is only checked to be no better than it."""
+    r = simulate_schedule(np.ones((V, P)), 2 * np.ones((V, P)), micro_batch_num=m, schedule=name,
+                          seq_split_num=k)
+    ideal = get_schedule(name).ideal_bubble(P, V, m, k)
+    if name == "zero_bubble_v":
+        assert r.bubble["real"] >= ideal - 1e-9
+    else:
+        assert r.bubble["real"] == pytest.approx(ideal, abs=1e-9)
+        assert r.bubble["real"] == pytest.approx((P - 1) / (V * m * k), abs=1e-9)
+
+
+def test_one_f_one_b_closed_form_total_time():
+    # balanced 1F1B: T = (m + p − 1)·t (Narayanan et al. 2021)
+    r = simulate_schedule([1.0] * 4, [2.0] * 4, micro_batch_num=8)
+    assert r.step_ms == pytest.approx((8 + 4 - 1) * 3.0)
+    # interleaved: T = (m + (p − 1)/v)·t with t the whole-stage time
+    r = simulate_schedule([[0.5] * 4] * 2, [[1.0] * 4] * 2, micro_batch_num=8)
+    assert r.step_ms == pytest.approx((8 + 3 / 2) * 3.0)
+
+
+def test_less_memory_per_chunk_inflight():
+    """SAPP less memory (reference §3.2): chunks 0..V−2 hold P, the last chunk P − i."""
+    P, V, m = 4, 3, 8
+    cs = compile_schedule("1f1b_less_memory", P, V, m)
+    assert cs.max_inflight.tolist() == [V * P - i for i in range(P)]
+    peak = simulate_schedule(np.ones((V, P)), 2 * np.ones((V, P)), micro_batch_num=m,
+                             schedule="1f1b_less_memory", act_mib=np.ones((V, P))).peak_mib
+    assert peak == [12.0, 11.0, 10.0, 9.0]
+
+
+def test_seqpipe_inflight_and_units():
+    cs = compile_schedule("seqpipe", 4, 1, 8, 4)
+    assert cs.max_inflight.tolist() == [4 - i + 4 - 1 for i in range(4)]
+    # a unit keeps 1/k of the micro-batch's activation: stage 0 holds 7 quarter-micro-batches
+    r = simulate_schedule([1.0] * 4, [2.0] * 4, micro_batch_num=8, schedule="seqpipe", seq_split_num=4,
+                          act_mib=[8.0] * 4)
+    assert r.peak_mib == [14.0, 12.0, 10.0, 8.0]
+    # k = 1 is plain 1F1B
+    a = simulate_schedule([1, 2, 3], [2, 4, 5], micro_batch_num=5, schedule="seqpipe")
+    b = simulate_schedule([1, 2, 3], [2, 4, 5], micro_batch_num=5)
+    assert a.step_ms == b.step_ms
+
+
+def test_zero_bubble_v_placement_and_no_p2p_on_the_turn():
+    P = 4
+    pos = get_schedule("zero_bubble_v").virtual_position(P, 2)
+    assert pos[0].tolist() == [0, 1, 2, 3] and pos[1].tolist() == [7, 6, 5, 4]
+    cs = compile_schedule("zero_bubble_v", P, 2, 8)
+    same = (cs.stage == cs.stage[np.minimum(cs.dep, cs.num_ops - 1)]) & (cs.dep < cs.num_ops)
+    # the hops chunk 0 → chunk 1 on the last stage (and back) are the only same-device edges
+    turn = same & (cs.chunk != cs.chunk[np.minimum(cs.dep, cs.num_ops - 1)])
+    assert (cs.cross[turn] == 0).all() and turn.sum() == 2 * 8
+    assert (cs.stage[turn] == P - 1).all()
+    # one p2p per cross-stage hop: 2·(2P − 1) − 2 hops... the turn adds none
+    f = np.ones((2, P))
+    t0 = simulate_schedule(f, 2 * f, micro_batch_num=8, schedule="zero_bubble_v").step_ms
+    t1 = simulate_schedule(f, 2 * f, micro_batch_num=8, schedule="zero_bubble_v", p2p_ms=0.01).step_ms
+    assert t1 > t0
+    for bad in [(4, 1, 8), (4, 2, 7), (1, 2, 8)]:
+        with pytest.raises(ValueError):
+            compile_schedule("zero_bubble_v", *bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(P=st.integers(1, 5), m=st.integers(1, 9), name=st.sampled_from(["1f1b", "gpipe", "seqpipe"]),
+       seed=st.integers(0, 10_000))
+def test_simulation_between_bounds(P, m, name, seed):
+    """Lower bound ≤ simulated 1F1B ≤ Σt + (m−1)·max t (reference §6.1); GPipe ≥ 1F1B lower bound."""
+    from autotune.cost.bounds import critical_path_lower_bound_ms, ideal_step_ms, sum_plus_max_ms
+
+    rng = np.random.default_rng(seed)
+    f = rng.uniform(0.1, 3.0, P)
+    b = rng.uniform(0.1, 6.0, P)
+    r = simulate_schedule(f, b, micro_batch_num=m, schedule=name)
+    assert r.step_ms >= critical_path_lower_bound_ms(f, b, m) - 1e-9
+    assert r.step_ms >= ideal_step_ms(f, b, m) - 1e-9
+    if name == "1f1b":
+        assert r.step_ms <= sum_plus_max_ms(f, b, m) + 1e-9
