@@ -13,6 +13,7 @@ import numpy as np
 
 from autotune.config.layout import Layout, make_layout
 from autotune.cost.inputs import ProfileArrays, stage_costs
+from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation, simulate
 
 
@@ -102,7 +103,8 @@ class Problem:
     def evaluate(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
                  com: np.ndarray, *, memory_only: bool = False) -> BatchScore:
         """Score a batch (arrays int [B, V, P]). ``memory_only`` skips the time simulation."""
-        costs = stage_costs(self.pa, layers, rec, sel, com)
+        pos = get_schedule(self.schedule).virtual_position(self.P, V)  # V-shaped: zero_bubble_v
+        costs = stage_costs(self.pa, layers, rec, sel, com, pos=pos)
         cs = compile_schedule(self.schedule, self.P, V, self.m)
         if memory_only:
             peak = costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
