@@ -1,33 +1,222 @@
-"""``autotune profile``: derive a layer profile (analytic from the config's model dims)."""
+"""``autotune profile`` (analytic and measured layer profiles) and ``autotune probe`` (dry-run
+probe configs for the memory fit).
+
+Measured sources overlay the analytic profile (when CONFIG is given) field by field, in the order
+SAPP file < dry-run fit < trace; the provenance of every field is printed and stored in the
+profile's ``sources`` (``field.<path>`` keys).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
 import click
 
-from autotune.commands.tune import _config_arg, _device_opt, _overrides, _set_opt, _write
+from autotune.commands.tune import _device_opt, _overrides, _set_opt, _write
+from autotune.errors import ConfigError
+
+_RUNS_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def _say(text: str) -> None:
+    click.echo(text, err=True)
 
 
 @click.command("profile")
-@_config_arg
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.option("--config", "config_opt", default=None, type=click.Path(dir_okay=False),
+              help="Training YAML (same as the CONFIG argument).")
 @_device_opt
 @_set_opt
+@click.option("--from-trace", "traces", multiple=True, type=click.Path(dir_okay=False),
+              help="Chrome-trace JSON (MindSpore trace_view.json, PyTorch export); repeatable.")
+@click.option("--layer-map", default=None, type=click.Path(dir_okay=False),
+              help="YAML with name patterns and layer_kinds for --from-trace.")
+@click.option("--warmup-steps", default=1, show_default=True, type=click.IntRange(0),
+              help="Steps dropped at the start of each trace.")
+@click.option("--from-dryrun", "dryruns", multiple=True, type=click.Path(dir_okay=False),
+              help="Per-stage dry-run logs of CONFIG's layout (stage order = file-name number), or "
+                   "one runs file (.yaml/.json from `autotune probe`, or a published case).")
+@click.option("--peak", type=click.Choice(["actual", "used"]), default="actual", show_default=True,
+              help="Which dry-run peak line to fit: with fragments (actual) or without (used).")
+@click.option("--micro-batch-num", "mbn", default=None, type=click.IntRange(1),
+              help="Override the dry runs' micro_batch_num (in-flight counts).")
+@click.option("--fix", "fix", multiple=True, metavar="FIELD",
+              help="Hold a profile field at the analytic value instead of fitting it (repeatable).")
+@click.option("--from-sapp", "sapp", default=None, type=click.Path(dir_okay=False),
+              help="SAPP (MindFormers pipeline_balance) layer description JSON.")
+@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
+              help="Also write the fit/trace report and provenance as JSON here.")
 @click.option("--out", "out", default=None, help="Write the profile YAML here (default: stdout).")
-@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-def profile_cmd(config: str, device: str, sets: tuple[str, ...], out: str | None, force: bool) -> None:
-    """Derive an analytic layer profile from CONFIG's model dims and parallel sizes."""
+@click.option("--force", is_flag=True, help="Overwrite --out / --report if they exist.")
+def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: tuple[str, ...],
+                traces: tuple[str, ...], layer_map: str | None, warmup_steps: int,
+                dryruns: tuple[str, ...], peak: str, mbn: int | None, fix: tuple[str, ...],
+                sapp: str | None, report_path: str | None, out: str | None, force: bool) -> None:
+    """Derive a layer profile: analytic from CONFIG's model dims and parallel sizes, overlaid with
+    measurements (--from-trace, --from-dryrun, --from-sapp) where given."""
     from autotune.api import load_config
     from autotune.profile.analytic import analytic_profile
 
-    prof = analytic_profile(load_config(config), device, overrides=_overrides(sets))
-    text = prof.to_yaml()
-    click.echo("assumptions (override with --set KEY=VALUE):", err=True)
-    for k, v in prof.assumptions.items():
-        click.echo(f"  {k} = {v}", err=True)
+    if config and config_opt and config != config_opt:
+        raise ConfigError("give the config once (CONFIG or --config)", field="--config",
+                          value=config_opt, rule="cli")
+    config = config or config_opt
+    measured_any = bool(traces or dryruns or sapp)
+    if not config and not measured_any:
+        raise ConfigError("give CONFIG (analytic profile) and/or a measured source (--from-trace, "
+                          "--from-dryrun, --from-sapp)", field="CONFIG", value=None, rule="cli")
+    cfg = load_config(config) if config else None
+    base = analytic_profile(cfg, device, overrides=_overrides(sets)) if cfg is not None else None
+    if base is not None:
+        _say("assumptions (override with --set KEY=VALUE):")
+        for k, v in base.assumptions.items():
+            _say(f"  {k} = {v}")
+    if not measured_any:
+        assert base is not None
+        _emit(base.to_yaml(), out, force)
+        return
+
+    measured: list[tuple[dict[str, float], str]] = []
+    report: dict = {}
+    layer_kinds = list(base.layer_kinds) if base is not None else None
+
+    if sapp:
+        from autotune.profile.sapp import load_sapp
+
+        imp = load_sapp(sapp)
+        if base is not None:
+            base_kinds = base.kind_names()
+            if len(base_kinds) != len(imp.layer_kinds):
+                raise ConfigError(f"the SAPP file has {len(imp.layer_kinds)} BODY kinds "
+                                  f"({[k for k, _ in imp.layer_kinds]}), the config's profile "
+                                  f"{len(base_kinds)} ({base_kinds}); import it without CONFIG",
+                                  field="--from-sapp", value=sapp, rule="sapp")
+            imp = imp.renamed({s: b for (s, _), b in zip(imp.layer_kinds, base_kinds)})
+            n_sapp = sum(c for _, c in imp.layer_kinds)
+            if n_sapp != base.num_layers:
+                _say(f"note: the SAPP file describes {n_sapp} layers, the config {base.num_layers}; "
+                     f"the config's layer count is kept")
+        else:
+            layer_kinds = imp.layer_kinds
+        measured.append((imp.fields, f"sapp:{Path(sapp).name}"))
+        report["sapp"] = {"fields": imp.fields, "how": imp.how}
+
+    if dryruns:
+        from autotune.profile.dryrun import (dryrun_from_config, dryrun_warnings, fit_dryruns,
+                                             load_dryrun_file)
+
+        if len(dryruns) == 1 and Path(dryruns[0]).suffix.lower() in _RUNS_SUFFIXES:
+            n_layers, runs = load_dryrun_file(dryruns[0], which=peak)
+        else:
+            if cfg is None:
+                raise ConfigError("per-stage dry-run logs need the config that produced them "
+                                  "(--config CONFIG), or pass one runs file", field="--config",
+                                  value=None, rule="cli")
+            run = dryrun_from_config(cfg, list(dryruns), which=peak)
+            n_layers, runs = run.layout.num_layers, [run]
+        if mbn is not None:
+            runs = [dataclasses.replace(r, micro_batch_num=mbn) for r in runs]
+        for w in dryrun_warnings(runs):
+            _say(f"warning: {w}")
+        prior = base
+        if base is not None and base.num_layers != n_layers:
+            raise ConfigError(f"the dry runs place {n_layers} layers, the config has {base.num_layers}",
+                              field="--from-dryrun", value=n_layers, rule="profile_layers")
+        lk = layer_kinds if layer_kinds is not None and sum(c for _, c in layer_kinds) == n_layers \
+            else [("dense", n_layers)]
+        fit = fit_dryruns(runs, lk, prior=prior, fix=list(fix))
+        _say(fit.table())
+        if layer_kinds is None:
+            layer_kinds = lk
+        measured.append((fit.fields(), "dryrun:" + ",".join(Path(d).name for d in dryruns[:3])
+                         + ("…" if len(dryruns) > 3 else "")))
+        report["dryrun_fit"] = fit.to_dict()
+
+    if traces:
+        from autotune.profile.trace import LayerMap, load_layer_map, measure_traces
+
+        lm = load_layer_map(layer_map)
+        if lm.layer_kinds is None and layer_kinds is not None:
+            lm = LayerMap(lm.patterns, list(layer_kinds))
+        meas = measure_traces(list(traces), layer_map=lm, warmup_steps=warmup_steps)
+        _say(meas.table())
+        if layer_kinds is None:
+            n = max(i for i, _ in meas.per_layer_ms) + 1 if meas.per_layer_ms else 0
+            layer_kinds = lm.layer_kinds or ([("dense", n)] if n else None)
+        known = {k for k, _ in (layer_kinds or [])}
+        fields = {k: v for k, v in meas.fields().items()
+                  if not k.startswith("kinds.") or k.split(".")[1] in known}
+        measured.append((fields, "trace:" + ",".join(Path(t).name for t in traces[:3])
+                         + ("…" if len(traces) > 3 else "")))
+        report["trace"] = {f"{p}.{d}": dataclasses.asdict(t) for (p, d), t in meas.timings.items()}
+        report["trace_warnings"] = meas.warnings
+
+    from autotune.profile.merge import merge_profile, provenance_table
+
+    if layer_kinds is None:
+        raise ConfigError("cannot tell the decoder layer count: give CONFIG or a --layer-map with "
+                          "layer_kinds", field="CONFIG", value=None, rule="profile_layers")
+    prof, prov = merge_profile(base, measured, layer_kinds=layer_kinds)
+    _say("field provenance:")
+    _say(provenance_table(prov, prof))
+    if base is None:
+        missing = [p for p, s in prov.items() if s == "default"]
+        if missing:
+            _say(f"note: {len(missing)} field(s) were not measured and have no analytic value "
+                 f"(0 in the profile): give CONFIG to fill them analytically")
+    report["provenance"] = prov
+    if report_path:
+        _write(report_path, json.dumps(report, indent=2, default=float), force)
+    _emit(prof.to_yaml(), out, force)
+
+
+def _emit(text: str, out: str | None, force: bool) -> None:
     if out:
         _write(out, text, force)
-        click.echo(f"wrote {out}", err=True)
+        _say(f"wrote {out}")
     else:
         click.echo(text)
 
 
-COMMANDS = [profile_cmd]
+@click.command("probe")
+@click.option("--pipeline-stage", "pp", required=True, type=click.IntRange(1), help="P of the dry runs.")
+@click.option("--num-layers", "num_layers", required=True, type=click.IntRange(1), help="Decoder layers N.")
+@click.option("--kinds", default="full,select,comm", show_default=True,
+              help="Recompute classes to identify (comma list of full, select, comm).")
+@click.option("--micro-batch-num", "mbn", default=None, type=click.IntRange(1),
+              help="micro_batch_num of the dry runs (default: pipeline_stage).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--max-runs", default=12, show_default=True, type=click.IntRange(1))
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
+              help="Write probe<k>.yaml blocks and runs.yaml (the manifest for --from-dryrun) here.")
+@click.option("--force", is_flag=True, help="Overwrite files in --out.")
+def probe_cmd(pp: int, num_layers: int, kinds: str, mbn: int | None, seed: int, max_runs: int,
+              out: str | None, force: bool) -> None:
+    """Emit the fewest dry-run configs (seeded) that make the memory fit well-conditioned."""
+    from autotune.emit.yaml_block import dump_yaml
+    from autotune.profile.probe import design_probes
+
+    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
+    plan = design_probes(pp, num_layers, kind_list, micro_batch_num=mbn, seed=seed, max_runs=max_runs)
+    _say(f"{len(plan.probes)} probe dry run(s) identify {len(plan.unknowns)} unknowns "
+         f"(rank {plan.rank}, condition number {plan.cond:.3g}): {', '.join(plan.unknowns)}")
+    _say("dry-run each with MS_SIMULATION_LEVEL=1, then: autotune profile CONFIG --from-dryrun runs.yaml "
+         "(fill each run's logs: or peak_mib_per_stage:)")
+    blocks = []
+    for i, p in enumerate(plan.probes):
+        blocks.append(f"# {p.label} ({i + 1} of {len(plan.probes)}), seed {seed}\n"
+                      + dump_yaml(p.yaml_block()))
+    if out:
+        d = Path(out)
+        for p, b in zip(plan.probes, blocks):
+            _write(str(d / f"{p.label}.yaml"), b, force)
+        _write(str(d / "runs.yaml"), dump_yaml(plan.manifest()), force)
+        _say(f"wrote {len(blocks)} probe blocks and runs.yaml to {out}")
+    else:
+        click.echo("---\n".join(blocks), nl=False)
+
+
+COMMANDS = [profile_cmd, probe_cmd]

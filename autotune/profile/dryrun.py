@@ -653,3 +653,20 @@ def fit_dryruns(runs: Sequence[DryRun], layer_kinds: Sequence[tuple[str, int]] |
     return MemoryFit(names=names, coef_mib=coef, stderr_mib=stderr, design=A, peak_mib=y,
                      predicted_mib=pred, rows=[(r.label, r.stage) for r in rows], rank=len(names),
                      cond=cond, fixed=fixed, not_covered=not_covered, rounds=rounds)
+
+
+def dryrun_warnings(runs: Sequence[DryRun]) -> list[str]:
+    """Plausibility notes on dry-run inputs (printed by the CLI; the fit still runs).
+
+    - ``micro_batch_num < pipeline_stage`` under 1F1B: MindSpore does not run that
+      (cost-model reference §3.1), and the in-flight counts ``min(P - i, m)`` then flatten over the
+      first stages; if the dry run really held ``P - i`` micro-batches, refit with m >= P.
+    """
+    out = []
+    for r in runs:
+        if r.schedule == "1f1b" and r.micro_batch_num < r.layout.pp:
+            out.append(f"dry run {r.label!r}: micro_batch_num {r.micro_batch_num} < pipeline_stage "
+                       f"{r.layout.pp}, which MindSpore does not run; in-flight counts are taken as "
+                       f"min(P - i, {r.micro_batch_num}). If the dry run held P - i micro-batches, pass "
+                       f"--micro-batch-num {r.layout.pp}")
+    return out

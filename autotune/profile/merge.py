@@ -129,9 +129,8 @@ def merge_profile(base: ModelProfile | None, measured: Sequence[tuple[Mapping[st
                                                  "layer_kinds": [(parts[1], 1)]}).kinds[parts[1]]
                         eff = tmp.option(parts[2])
                         opt = {f: float(getattr(eff, f)) for f in OPTION_FIELDS}
-                        src = prov.get(f"kinds.{parts[1]}.act_mib", "default")
-                        for f in OPTION_FIELDS:
-                            prov[f"kinds.{parts[1]}.{parts[2]}.{f}"] = f"derived from {src}"
+                        for f in OPTION_FIELDS:  # LayerKind.option fallback values
+                            prov[f"kinds.{parts[1]}.{parts[2]}.{f}"] = "default"
                         kind[parts[2]] = opt
                     opt[parts[3]] = val
             elif parts[0] in ("head", "tail"):
