@@ -29,6 +29,8 @@ from autotune.search.space import SearchSpace, load_search_space
 __all__ = ["load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult"]
 
 DEFAULT_DEVICE = "ascend-910b"
+#: Wall-clock target of one ``search`` without ``timeout`` (s).
+DEFAULT_BUDGET_S = 20.0
 
 
 def _config(config: str | Path | TrainingConfig, hbm_mib: float | None = None) -> TrainingConfig:
@@ -103,6 +105,10 @@ class SearchResult:
         closest: when nothing fits, the config with the least memory excess.
         baselines: ``user``, ``even_full_recompute``, ``even_no_recompute`` -> report or None.
         trials: trials in the study; seconds: wall time of the search (s).
+        lower_bound_ms: a proof that no memory-feasible layout of the space runs faster (ms);
+            equal to the optimum when the space was enumerated (``exact``).
+        certified_gap: (best - lower_bound) / lower_bound, a fraction (None when nothing fits).
+        exact: True when the exact oracle enumerated the whole space.
         config, profile: the inputs; study: the Optuna study (trial history).
     """
 
@@ -116,6 +122,9 @@ class SearchResult:
     study: Any = field(repr=False, default=None)
     select_patterns: list[str] | None = None
     comm_patterns: list[str] | None = None
+    lower_bound_ms: float | None = None
+    certified_gap: float | None = None
+    exact: bool = False
 
     def tuned_values(self) -> dict[str, Any]:
         """Canonical MindFormers values of the best config (offset, pp_interleave_num, recompute…)."""
@@ -159,7 +168,9 @@ class SearchResult:
             return out
         return {"best": d(self.best), "closest": d(self.closest) if self.best is None else None,
                 "baselines": {k: d(v) for k, v in self.baselines.items()},
-                "trials": self.trials, "seconds": self.seconds}
+                "trials": self.trials, "seconds": self.seconds,
+                "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
+                "exact": self.exact}
 
     def trials_dataframe(self) -> Any:
         """The Optuna trial history as a pandas DataFrame (needs pandas)."""
@@ -176,7 +187,8 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
            space: SearchSpace | str | Path | None = None, trials: int = 200,
            timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
            study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
-           overrides: dict[str, float] | None = None, progress: bool = False) -> SearchResult:
+           overrides: dict[str, float] | None = None, progress: bool = False,
+           gap: float = 0.005) -> SearchResult:
     """Tune offset, pp_interleave_num and recompute for a config.
 
     Args:
@@ -187,11 +199,15 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
         timeout: seconds for the Optuna phase. seed: sampler seed.
         storage: None (in memory), a journal file path or a database URL (resumes a study).
         hbm_mib: HBM budget override (MiB); default ``context.max_device_memory``.
+        gap: stop once the certified gap (best - bound) / bound is at most this fraction.
+
+    Without ``timeout`` the whole search aims at DEFAULT_BUDGET_S seconds (half for the bound
+    and the solver seeds, the rest for Optuna). Small spaces are enumerated exactly
+    (:mod:`autotune.search.exact`), so their answer is the optimum and the gap is 0.
 
     Raises:
         ConfigError: bad config/profile/space, no budget known, or no runnable pp_interleave_num.
     """
-    from autotune.search.heuristic import heuristic_seeds
     from autotune.search.problem import Candidate, Problem, even_layers, runnable_vpp
     from autotune.search.runner import run_study
 
@@ -240,9 +256,20 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     baselines["even_full_recompute"] = report(full)
     baselines["even_no_recompute"] = report(none)
     seeds += [full, none]
-    seeds += heuristic_seeds(problem, deadline=time.monotonic() + (timeout or 60) / 2)
-    outcome = run_study(problem, seeds=seeds, n_trials=trials, timeout=timeout, seed=seed,
-                        storage=storage, study_name=study_name, progress=progress)
+    budget_s = timeout if timeout is not None else DEFAULT_BUDGET_S
+    from autotune.search.solve import bound_and_seeds
+
+    bs = bound_and_seeds(problem, seeds, deadline=t0 + budget_s * 0.5)
+    seeds = bs.seeds
+    lb = bs.bound_ms
+    stop_at = lb * (1 + gap) if np.isfinite(lb) and lb > 0 else None
+    remaining = max(1.0, budget_s - (time.monotonic() - t0))
+    outcome = run_study(problem, seeds=seeds, n_trials=trials, timeout=remaining, seed=seed,
+                        storage=storage, study_name=study_name, progress=progress, stop_at_ms=stop_at,
+                        polish_deadline=time.monotonic() + remaining)
+    cert = None
+    if outcome.best is not None and np.isfinite(lb) and lb > 0:
+        cert = max(0.0, (outcome.best.step_ms - lb) / lb)
     sel_p, comm_p = _patterns(user_layout)
     closest = outcome.closest
     if outcome.best is None and closest is None:
@@ -251,4 +278,6 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     return SearchResult(best=report(outcome.best), closest=report(closest) if outcome.best is None else None,
                         baselines=baselines, trials=outcome.trials, seconds=time.monotonic() - t0,
                         config=cfg, profile=prof, study=outcome.study,
-                        select_patterns=sel_p, comm_patterns=comm_p)
+                        select_patterns=sel_p, comm_patterns=comm_p,
+                        lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
+                        exact=bs.exact)

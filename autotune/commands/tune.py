@@ -89,19 +89,35 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--study-name", default=None, help="Study name in --storage (default: autotune).")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--gap", default=0.005, show_default=True, type=click.FloatRange(0),
+              help="Stop once the certified gap (best - lower bound) / lower bound is at most this.")
+@click.option("--dry-run", is_flag=True, help="Print the search space (size, free knobs, constraints) and exit.")
 def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, sets: tuple[str, ...],
                out: str | None, force: bool, space: str | None, trials: int, timeout: float | None,
-               seed: int, storage: str | None, study_name: str | None, fmt: str, quiet: bool) -> None:
-    """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table and write
-    the tuned YAML to --out."""
+               seed: int, storage: str | None, study_name: str | None, fmt: str, quiet: bool,
+               gap: float, dry_run: bool) -> None:
+    """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table, the lower
+    bound and certified gap, and write the tuned YAML to --out."""
     from autotune.api import search
+
+    if dry_run:
+        from autotune.search.describe import describe_space
+
+        info = describe_space(config, profile, space=space, device=device, hbm_mib=_hbm(hbm),
+                              overrides=_overrides(sets))
+        if fmt == "json":
+            click.echo(json.dumps(info, indent=2))
+        else:
+            for k, v in info.items():
+                click.echo(f"{k}: {v}")
+        return
     from autotune.emit.render import comparison_table, render_report
     from autotune.emit.yaml_block import dump_yaml
 
     progress = fmt == "text" and not quiet and sys.stderr.isatty()
     result = search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
                     storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
-                    overrides=_overrides(sets), progress=progress)
+                    overrides=_overrides(sets), progress=progress, gap=gap)
     if out:
         _write(out, result.to_yaml(full=True), force)
     if fmt == "json":
@@ -115,6 +131,11 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
             click.echo(render_report(result.best, title=f"autotune search {config}: best of {result.trials} "
                                      f"trials in {result.seconds:.1f} s"))
         click.echo("")
+        if result.lower_bound_ms is not None:
+            gap_txt = "n/a" if result.certified_gap is None else f"{result.certified_gap:.2%}"
+            how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
+            click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
+                       f"{result.trials} trials | {result.seconds:.1f} s")
         click.echo(comparison_table(result.best, result.baselines))
         click.echo("\nMindFormers keys to paste:")
         click.echo(dump_yaml(result.tuned_block()).rstrip())

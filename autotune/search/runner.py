@@ -70,7 +70,8 @@ class StudyOutcome:
 def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
               timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
               study_name: str | None = None, progress: bool = False, local_polish: bool = True,
-              on_trial: Callable[[int, float | None], None] | None = None) -> StudyOutcome:
+              on_trial: Callable[[int, float | None], None] | None = None,
+              stop_at_ms: float | None = None, polish_deadline: float | None = None) -> StudyOutcome:
     """Run (or resume) the study and return the best memory-feasible candidate.
 
     Args:
@@ -84,6 +85,9 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         study_name: defaults to ``autotune``.
         progress: show a tqdm progress bar (stderr).
         on_trial: called after each trial with (trials done, best step so far).
+        stop_at_ms: stop the study once a feasible trial reaches this step time (ms) — the
+            certified-gap stop: ``bound × (1 + gap)``.
+        polish_deadline: time.monotonic() limit for the final local search.
     """
     t0 = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -142,14 +146,21 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
                 bar.set_postfix_str(f"best {best:.1f} ms")
         if on_trial is not None:
             on_trial(len(study.trials), best)
+        if (stop_at_ms is not None and trial.state == optuna.trial.TrialState.COMPLETE
+                and trial.values and trial.values[0] <= stop_at_ms
+                and all(float(c) <= 0 for c in (trial.constraints.values()
+                                                 if isinstance(trial.constraints, dict)
+                                                 else (trial.constraints or [])))):
+            study.stop()
 
     study.optimize(objective, n_trials=max(n_trials, queued), timeout=timeout, callbacks=[cb],
                    catch=())
     if bar is not None:
         bar.close()
     best, closest = best_and_closest(study)
-    if local_polish and best is not None:
-        polished = local_search(problem, problem.score([best])[0])
+    done = stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms
+    if local_polish and best is not None and not done:
+        polished = local_search(problem, problem.score([best])[0], deadline=polish_deadline)
         if polished.step_ms < best.step_ms - 1e-9 and representable(problem, polished):
             study.enqueue_trial(encode(problem, polished), user_attrs={"origin": "local-polish"})
             study.optimize(objective, n_trials=1)

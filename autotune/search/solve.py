@@ -1,0 +1,82 @@
+"""Fast solvers that feed the Optuna study: exact enumeration when the space is small, else
+solver seeds (even split + cheapest fitting recompute, the lower bound's relaxed split, each
+improved by local moves) and the lower bound that certifies the gap (pure numpy, no Optuna)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.search.bounds import lower_bound
+from autotune.search.exact import exact_optimum
+from autotune.search.heuristic import fitted, local_search
+from autotune.search.problem import Candidate, Problem, even_layers
+
+#: Spaces with at most this many layer splits (all V) are enumerated exactly.
+EXACT_MAX_SPLITS = 6_000
+
+
+def count_splits(problem: Problem) -> int:
+    """Number of layer splits over all V candidates (a counting DP; never enumerates)."""
+    total = 0
+    N = problem.N
+    for V in problem.vpp_candidates:
+        lo, hi = problem.bounds(V)
+        ways = np.zeros(N + 1, dtype=object)
+        ways[0] = 1
+        for a, b in zip(lo.reshape(-1), hi.reshape(-1)):
+            nxt = np.zeros(N + 1, dtype=object)
+            for x in range(int(a), int(min(b, N)) + 1):
+                nxt[x:] = nxt[x:] + ways[:N + 1 - x]
+            ways = nxt
+        total += int(ways[N])
+    return total
+
+
+@dataclass
+class BoundAndSeeds:
+    """Seeds to enqueue, the lower bound (ms; +inf when nothing can fit) and whether exact."""
+
+    seeds: list[Candidate]
+    bound_ms: float
+    exact: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
+                    deadline: float | None = None) -> BoundAndSeeds:
+    """Exact optimum as the seed and the bound when the space is small; otherwise solver seeds
+    and the Lagrangian path bound (:func:`autotune.search.bounds.lower_bound`).
+
+    Args:
+        problem: the tuning problem.
+        seeds: caller's seeds (user config, baselines), kept first.
+        deadline: time.monotonic() limit for the local-search seeds.
+    """
+    out = list(seeds)
+    if count_splits(problem) <= EXACT_MAX_SPLITS:
+        ex = exact_optimum(problem)
+        if ex.best is not None:
+            out.append(ex.best)
+        return BoundAndSeeds(out, ex.best.step_ms if ex.best is not None else float("inf"), True)
+    starts = [fitted(problem, V, even_layers(problem.N, problem.P, V)[None], f"even-fit-v{V}")[0]
+              for V in problem.vpp_candidates]
+    problem.score([c for c in out if not np.isfinite(c.step_ms)])
+    feas = [c.step_ms for c in starts + out if c.excess_mib <= 0]
+    ub = min(feas) if feas else None
+    b = lower_bound(problem, upper_ms=ub)
+    relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.layers_v.items()
+               if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
+    out += starts + relaxed
+    # Local moves from the most promising starts, best first, until the deadline.
+    pool = sorted(starts + relaxed, key=lambda c: c.rank())
+    for c in pool:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        if b.per_v_ms.get(c.V, 0.0) > min(x.step_ms for x in pool if x.excess_mib <= 0) \
+                if any(x.excess_mib <= 0 for x in pool) else False:
+            continue  # this V cannot beat the incumbent (its bound is above it)
+        out.append(local_search(problem, c, deadline=deadline))
+    return BoundAndSeeds(out, b.bound_ms)
