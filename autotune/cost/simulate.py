@@ -75,6 +75,7 @@ class CompiledSchedule:
     fwd_before_bwd: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     topo: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _scalar: tuple = field(default=(), repr=False)
+    _wave_plan: tuple = field(default=(), repr=False)
 
     @property
     def num_ops(self) -> int:
@@ -210,10 +211,15 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
         max_inflight.append(top)
     stage_a, chunk_a = np.asarray(stage_l), np.asarray(chunk_l)
     scalar = (topo.tolist(), dep[topo].tolist(), prev_arr[topo].tolist(), cross[topo].tolist())
+    inv = np.empty(n + 1, dtype=np.int64)
+    inv[topo] = np.arange(n)
+    inv[n] = n
+    bounds = np.concatenate([[0], np.cumsum([w.size for w in waves])]).tolist()
+    wave_plan = (inv[dep[topo]], inv[prev_arr[topo]], cross[topo], bounds)
     return CompiledSchedule(name, P, V, m, stage_a, chunk_a, np.asarray(mb_l),
                             np.asarray(fwd_l, dtype=bool), dep, prev_arr, cross, waves, order,
                             mem_fwd, mem_bwd, np.asarray(max_inflight, dtype=np.int64), k_split,
-                            np.asarray(warmup, dtype=np.int64), topo, scalar)
+                            np.asarray(warmup, dtype=np.int64), topo, scalar, wave_plan)
 
 
 @dataclass(frozen=True)
@@ -344,18 +350,31 @@ def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
         start = np.asarray(start_l)[:, None] if timeline else None
         end_out = np.asarray(end_l[:n])[:, None] if timeline else None
         return SimResult(step, busy, peak_act, costs.static_mib + peak_act, start, end_out)
-    dur = _durations(cs, costs)
+    # Work in topological coordinates: wave w is the contiguous row slice bounds[w]:bounds[w+1].
+    dep_t, prev_t, cross_t, bounds = cs._wave_plan
+    dur = _durations(cs, costs)[cs.topo]
     end = np.zeros((n + 1, B))
     start = np.zeros((n, B)) if timeline else None
-    hop = cs.cross * p2p_ms
-    for w in cs.waves:
-        st = np.maximum(end[cs.dep[w]] + hop[w, None], end[cs.prev[w]])
-        end[w] = st + dur[w]
+    hop = (cross_t * p2p_ms)[:, None]
+    use_hop = p2p_ms != 0.0
+    for w in range(len(bounds) - 1):
+        a, b = bounds[w], bounds[w + 1]
+        ready = end[dep_t[a:b]]
+        if use_hop:
+            ready += hop[a:b]
+        out = end[a:b]
+        np.maximum(ready, end[prev_t[a:b]], out=out)
         if start is not None:
-            start[w] = st
+            start[a:b] = out
+        out += dur[a:b]
     step = end[:n].max(axis=0)
-    return SimResult(step, busy, peak_act, costs.static_mib + peak_act,
-                     start, end[:n] if timeline else None)
+    if timeline:
+        s_out = np.empty_like(start)
+        e_out = np.empty((n, B))
+        s_out[cs.topo] = start
+        e_out[cs.topo] = end[:n]
+        return SimResult(step, busy, peak_act, costs.static_mib + peak_act, s_out, e_out)
+    return SimResult(step, busy, peak_act, costs.static_mib + peak_act)
 
 
 def live_memory_timeline(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.ndarray,
