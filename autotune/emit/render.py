@@ -37,10 +37,41 @@ def summary_line(report: CostReport) -> str:
             f"pp_interleave_num {report.layout.vpp}, {report.schedule}, micro_batch_num {report.micro_batch_num}")
 
 
+def bubble_line(report: CostReport) -> str:
+    """SAPP-style bubble breakdown: real = ideal + imbalance + recompute + comm (fractions of model
+    compute, :mod:`autotune.cost.bubble`); empty when the report has none."""
+    b = getattr(report, "bubble", None) or {}
+    if not b:
+        return ""
+    return (f"bubble (of model compute): real {b['real']:.4f} = ideal {b['ideal']:.4f} + imbalance "
+            f"{b['imbalance']:.4f} + recompute {b['recompute']:.4f} + comm {b['comm']:.4f}")
+
+
+def memory_table(report: CostReport) -> str:
+    """Per-stage peak MiB by component (they sum to the peak); empty when the report has none."""
+    if not report.stages or not getattr(report.stages[0], "memory_mib", None):
+        return ""
+    keys = list(report.stages[0].memory_mib)
+    hdr = ["stage"] + [k.replace("_", " ") for k in keys] + ["peak MiB", "in flight"]
+    rows = [[str(s.stage)] + [f"{s.memory_mib[k]:.0f}" for k in keys] + [f"{s.peak_mib:.0f}",
+                                                                       str(getattr(s, "max_inflight", ""))]
+            for s in report.stages]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(hdr), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
 def render_report(report: CostReport, title: str = "") -> str:
-    """Title, summary line and stage table."""
+    """Title, summary line, bubble breakdown, stage table and the per-stage memory components."""
     parts = [title] if title else []
-    parts += [summary_line(report), stage_table(report)]
+    parts += [summary_line(report)]
+    extra = bubble_line(report)
+    if extra:
+        parts.append(extra)
+    parts.append(stage_table(report))
+    mem = memory_table(report)
+    if mem:
+        parts += ["", "peak memory by component (MiB):", mem]
     return "\n".join(parts)
 
 
