@@ -345,6 +345,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
     bottom, top = 1.05 / h_in, 1 - 0.8 / h_in
     ax = fig.add_axes((left, bottom, right - left, top - bottom))
     step = float(report.step_time_ms)
+    ax.set_facecolor("white")  # idle time must read as white whatever the global style
     ax.set_xlim(0, step * 1.002)
     ax.set_ylim(P - 0.5, -0.5)
     bar_h, strip_h = 0.72, 0.12
@@ -577,6 +578,7 @@ def study_figures(study: Any) -> dict[str, Any]:
     """
     if not _study_ok(study):
         return {}
+    import matplotlib
     import matplotlib.pyplot as plt
     from optuna.exceptions import ExperimentalWarning
     from optuna.visualization import matplotlib as ovm
@@ -587,16 +589,17 @@ def study_figures(study: Any) -> dict[str, Any]:
               "parallel": lambda: ovm.plot_parallel_coordinate(study, params=top)}
     out: dict[str, Any] = {}
     for name, make in makers.items():
-        with warnings.catch_warnings():
+        # Optuna's views call plt.style.use("ggplot"); rc_context undoes that global change.
+        with warnings.catch_warnings(), matplotlib.rc_context():
             warnings.simplefilter("ignore", ExperimentalWarning)
             warnings.simplefilter("ignore", UserWarning)
             try:
                 ax = make()
             except Exception:  # noqa: BLE001 - a view Optuna cannot draw for this study
                 continue
-        fig = ax.figure if hasattr(ax, "figure") else np.ravel(ax)[0].figure
-        fig.set_size_inches(10, 5.5)
-        fig.tight_layout()
+            fig = ax.figure if hasattr(ax, "figure") else np.ravel(ax)[0].figure
+            fig.set_size_inches(10, 5.5)
+            fig.tight_layout()
         plt.close(fig)  # keep pyplot's registry empty; the Figure object stays usable
         out[name] = fig
     return out

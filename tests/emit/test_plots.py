@@ -224,7 +224,9 @@ def test_study_plots_png_and_offline_html(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     study.optimize(lambda t: (t.suggest_float("a", 0, 1) - 0.3) ** 2 + t.suggest_float("b", 0, 1), n_trials=12)
+    before = dict(matplotlib.rcParams)
     files = plots.write_study_plots(study, tmp_path)
+    assert dict(matplotlib.rcParams) == before     # Optuna's ggplot style does not leak out
     names = {f.name for f in files}
     assert {"study_history.png", "study_importance.png", "study_parallel.png",
             "study_history.html", "study_importance.html", "study_parallel.html"} <= names
