@@ -278,6 +278,10 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
         act_both = act - silu_mul - norm_out
         slice_div = t if (sp or cfg.recompute_slice_activation) else 1
         act_full = c * sbh / slice_div
+        if not cfg.mp_comm_recompute and t > 1:
+            # mp_comm_recompute off: the outputs of the layer's two model-parallel collectives
+            # (attention and MLP output reduce) are kept instead of replayed: 2·c·s·b·h (/t with SP)
+            act_full += 2 * c * sbh / sp_div
         return LayerKind(
             fwd_ms=fwd, bwd_ms=bwd, act_mib=_mib(act), static_mib=_mib(static_b),
             full=RecomputeOption(act_mib=_mib(act_full), extra_ms=fwd, workspace_mib=_mib(act)),
