@@ -79,3 +79,15 @@ def test_report_bad_input_one_line_exit_2(toy, tmp_path, bad):
 def test_report_help():
     res = run("report", "--help")
     assert res.exit_code == 0 and "--compare" in res.output
+
+
+def test_readme_timeline_committed_and_documented():
+    png = ROOT / "docs" / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from matplotlib.image import imread
+
+    img = imread(png)
+    assert img.shape[1] > 1500 and img[:, :, :3].std() > 0.1      # wide and not blank
+    doc = (ROOT / "docs" / "reports.md").read_text()
+    assert "scripts/make_readme_images.sh" in doc and "(timeline.png)" in doc
+    assert (ROOT / "scripts" / "make_readme_images.sh").stat().st_mode & 0o111
