@@ -159,6 +159,9 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
     secs = getattr(obj, "seconds", None)
     if trials is not None:
         notes.append(f"best of {trials} trials" + (f" in {secs:.1f} s" if secs is not None else ""))
+    bound_line = search_bound_line(obj)
+    if bound_line:
+        notes.append(bound_line)
     names = {"user": "your config", "even_full_recompute": "even split + full recompute",
              "even_no_recompute": "even split, no recompute"}
     others = {names.get(k, k): v for k, v in baselines.items()}
@@ -169,6 +172,16 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
                 others=others, study=study if study is not None else getattr(obj, "study", None),
                 profile=getattr(obj, "profile", None), yaml_block=_dump(obj.tuned_block()),
                 title="autotune search report", notes=notes)
+
+
+def search_bound_line(result: Any) -> str:
+    """'lower bound X ms (how) | certified gap Y %' of a search result, or '' when it has no bound."""
+    lb = getattr(result, "lower_bound_ms", None)
+    if lb is None:
+        return ""
+    gap = getattr(result, "certified_gap", None)
+    how = "exact optimum: the space was enumerated" if getattr(result, "exact", False) else "provable lower bound"
+    return f"lower bound {lb:,.1f} ms ({how}) | certified gap {'n/a' if gap is None else f'{gap:.2%}'}"
 
 
 def _dump(block: dict[str, Any]) -> str:

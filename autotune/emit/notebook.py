@@ -17,7 +17,7 @@ from typing import Any
 from markupsafe import escape
 
 from autotune.cost.report import CostReport
-from autotune.emit.html_report import comparison_rows, html_table, stage_rows
+from autotune.emit.html_report import comparison_rows, html_table, search_bound_line, stage_rows
 from autotune.emit.render import summary_line
 from autotune.errors import ConfigError
 
@@ -89,7 +89,11 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     trials = getattr(result, "trials", None)
     if trials is not None:
         head += f" | {trials} trials in {getattr(result, 'seconds', 0.0):.1f} s"
-    parts = [f"<p><b>{escape(head)}</b></p>", html_table(comparison_rows(rep, others, name))]
+    parts = [f"<p><b>{escape(head)}</b></p>"]
+    bound = search_bound_line(result)
+    if bound:
+        parts.append(f"<p>{escape(bound)}</p>")
+    parts.append(html_table(comparison_rows(rep, others, name)))
     try:
         from autotune.emit.yaml_block import dump_yaml
 

@@ -89,6 +89,8 @@ def test_report_of_search_result(result, tmp_path):
     _self_contained(html)
     assert f"{result.best.step_time_ms:.1f}" in html and "your config" in html
     assert 'href="study_history.html"' in html
+    if getattr(result, "lower_bound_ms", None) is not None:
+        assert f"lower bound {result.lower_bound_ms:,.1f} ms" in html and "certified gap" in html
     md = (tmp_path / "report.md").read_text()
     user = result.baselines["user"]
     rel = f"{user.step_time_ms / result.best.step_time_ms - 1:+.1%}"
