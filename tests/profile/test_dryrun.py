@@ -189,8 +189,8 @@ def test_fix_holds_a_field_at_the_prior(small):
     _, prof = small
     plan, runs = probe_runs(prof)
     fit = fit_dryruns(runs, prior=prof, fix=["stage_const_mib"])
-    assert "stage_const_mib" not in fit.names and fit.fixed["stage_const_mib"] == 2048.0
-    assert fit.coef()["head.static_mib"] == pytest.approx(1000.0)
+    assert "stage_const_mib" not in fit.names and fit.fixed["stage_const_mib"] == prof.stage_const_mib
+    assert fit.coef()["head.static_mib"] == pytest.approx(prof.head.static_mib)
 
 
 # ---------------------------------------------------------------- the published dry run

@@ -85,7 +85,7 @@ def test_cli_probe_then_fit_round_trip(tmp_path):
     assert d["static_mib"] == pytest.approx(prof.kinds["dense"].static_mib)
     assert d["both"]["act_mib"] == pytest.approx(prof.kinds["dense"].both.act_mib)
     assert d["full"]["workspace_mib"] == pytest.approx(prof.kinds["dense"].full.workspace_mib)
-    assert got["stage_const_mib"] == pytest.approx(2048.0)
+    assert got["stage_const_mib"] == pytest.approx(prof.stage_const_mib)
     assert got["sources"]["field.head.static_mib"] == "dryrun:runs.yaml"
     assert got["sources"]["field.kinds.dense.fwd_ms"] == "analytic"
 
