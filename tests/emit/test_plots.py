@@ -251,3 +251,37 @@ def test_no_matplotlib_on_import():
             "assert 'matplotlib' not in sys.modules and 'optuna' not in sys.modules, 'loaded'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def _registered():
+    from autotune.cost.schedules import registered
+
+    return registered()
+
+
+@pytest.mark.parametrize("name", _registered())
+def test_every_schedule_segments_and_memory_match_simulation(name):
+    """Contract over every registered schedule: drawn busy time per stage = simulated busy time,
+    drawn memory peak per stage = the cost model's peak."""
+    prof = profile_from_dict({**_prof_dict(), "layer_kinds": [["dense", 8]],
+                              "tail": {"static_mib": 30, "fwd_ms": 0.5, "bwd_ms": 1}})
+    rep = None
+    for V, m, k in ((1, 8, 1), (2, 8, 1), (1, 4, 2)):
+        lay = np.full((V, 4), 8 // 4 // V, dtype=np.int64)
+        z = np.zeros_like(lay)
+        rec = z.copy()
+        rec[0, 1] = 1
+        try:
+            rep = evaluate_layout(prof, Layout(lay, rec, z.copy(), z.copy()), micro_batch_num=m, schedule=name,
+                                  seq_split_num=k, hbm_mib=200.0)
+            break
+        except (ValueError, TypeError):
+            continue
+    assert rep is not None, f"no toy size runs {name}"
+    busy = np.zeros(4)
+    for g in plots.timeline_segments(rep, prof):
+        if g.kind != "p2p":
+            busy[g.stage] += g.dur_ms
+    np.testing.assert_allclose(busy, rep.sim.busy_ms[0])
+    peaks = [float(y.max()) for _, y in plots.memory_series(rep, prof)]
+    np.testing.assert_allclose(peaks, [s.peak_mib for s in rep.stages])
