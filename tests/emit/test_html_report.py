@@ -109,3 +109,19 @@ def test_notebook_views(result, toy_report, toy_profile):
     html = notebook.cost_report_html(toy_report, figures=False)
     assert "<td>70</td>" in html and "img" not in html
     assert isinstance(notebook.plot_memory(toy_report, profile=toy_profile), Figure)
+
+
+def test_report_when_nothing_fits(tmp_path):
+    from autotune.api import search
+    from tests.emit.conftest import TOY8_PROFILE, TOY_CONFIG
+
+    (tmp_path / "t.yaml").write_text(TOY_CONFIG)
+    (tmp_path / "p.yaml").write_text(TOY8_PROFILE)
+    res = search(tmp_path / "t.yaml", tmp_path / "p.yaml", trials=10, timeout=2, hbm_mib=30)
+    assert res.best is None and res.closest is not None
+    write_report(res, tmp_path / "r")
+    html = (tmp_path / "r" / "report.html").read_text()
+    _self_contained(html)
+    assert 'class="summary bad"' in html and "DOES NOT FIT" in html
+    assert f"exceeds it by {res.closest.excess_mib:,.0f} MiB" in html
+    assert "closest (nothing fits)" in notebook.search_result_html(res, figures=False)
