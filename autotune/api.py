@@ -73,7 +73,7 @@ def _check_runnable(cfg: TrainingConfig, V: int, schedule: str) -> None:
     from autotune.cost.simulate import compile_schedule
 
     try:
-        compile_schedule(schedule, cfg.pipeline_stage, V, cfg.micro_batch_num)
+        compile_schedule(schedule, cfg.pipeline_stage, V, cfg.micro_batch_num, cfg.seq_split_num)
     except ValueError as exc:
         raise ConfigError(str(exc), field="parallel_config.micro_batch_num", value=cfg.micro_batch_num,
                           rule="R_MICRO_BATCH_MIN") from None
@@ -93,7 +93,7 @@ def evaluate(config: str | Path | TrainingConfig, profile: str | Path | ModelPro
     sched = _schedule(cfg)
     _check_runnable(cfg, layout.vpp, sched)
     return evaluate_layout(prof, layout, micro_batch_num=cfg.micro_batch_num, schedule=sched,
-                           hbm_mib=cfg.hbm_mib)
+                           hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)
 
 
 @dataclass
@@ -208,7 +208,7 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     Raises:
         ConfigError: bad config/profile/space, no budget known, or no runnable pp_interleave_num.
     """
-    from autotune.search.problem import Candidate, Problem, even_layers, runnable_vpp
+    from autotune.search.problem import Candidate, even_layers, problem_from_config
     from autotune.search.runner import run_study
 
     t0 = time.monotonic()
@@ -219,20 +219,20 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     prof = resolve_profile(cfg, profile, device=device, overrides=overrides)
     sp = space if isinstance(space, SearchSpace) else load_search_space(space)
     sched = _schedule(cfg) if sp.pipeline_scheduler == "keep" else sp.pipeline_scheduler
-    pa = ProfileArrays.from_profile(prof)
     P, m, N = cfg.pipeline_stage, cfg.micro_batch_num, cfg.num_layers
-    cands_v = runnable_vpp(N, P, m, sched, sp.pp_interleave_num)
+    problem = problem_from_config(cfg, prof, sp)
+    pa = problem.pa
+    cands_v = problem.vpp_candidates
     if not cands_v:
         raise ConfigError(f"no pp_interleave_num in {sp.pp_interleave_num} can run with num_layers={N}, "
                           f"pipeline_stage={P}, micro_batch_num={m} ({sched})",
                           field="pp_interleave_num", value=sp.pp_interleave_num, rule="search_space")
-    problem = Problem(pa, P=P, m=m, schedule=sched, hbm_mib=float(cfg.hbm_mib), vpp_candidates=cands_v,
-                      kinds=tuple(sp.recompute_kinds), max_abs_offset=sp.max_abs_offset)
 
     def report(c: Candidate | None) -> CostReport | None:
         if c is None:
             return None
-        return evaluate_layout(pa, c.layout(), micro_batch_num=m, schedule=sched, hbm_mib=cfg.hbm_mib)
+        return evaluate_layout(pa, c.layout(), micro_batch_num=m, schedule=sched, hbm_mib=cfg.hbm_mib,
+                             seq_split_num=cfg.seq_split_num)
 
     try:
         user_layout: Layout | None = layout_from_config(cfg)
@@ -244,7 +244,7 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
         try:
             _check_runnable(cfg, user_layout.vpp, sched)
             baselines["user"] = evaluate_layout(pa, user_layout, micro_batch_num=m, schedule=sched,
-                                                hbm_mib=cfg.hbm_mib)
+                                                hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)
             seeds.append(Candidate.from_layout(user_layout, origin="user"))
         except ConfigError:
             pass

@@ -148,7 +148,7 @@ class _Lagrangian:
         self.const_static[-1] += ts
         p2p = pa.p2p_ms if P > 1 else 0.0
         self.cap = problem.hbm_mib
-        cs = compile_schedule(problem.schedule, P, V, self.m)
+        cs = compile_schedule(problem.schedule, P, V, self.m, problem.seq_split_num)
         pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
         CF, CB, K, owner = [], [], [], []
         for p in range(P):

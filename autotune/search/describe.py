@@ -20,20 +20,19 @@ def describe_space(config: Any, profile: Any = None, *, space: Any = None, devic
     import math
 
     from autotune.api import _config, _schedule, resolve_profile
-    from autotune.cost.inputs import ProfileArrays
-    from autotune.search.problem import Problem, runnable_vpp
+    from autotune.search.problem import problem_from_config
     from autotune.search.solve import EXACT_MAX_SPLITS, count_splits
     from autotune.search.space import SearchSpace, load_search_space
 
     cfg = _config(config, hbm_mib)
     prof = resolve_profile(cfg, profile, device=device, overrides=overrides)
     sp = space if isinstance(space, SearchSpace) else load_search_space(space)
-    sched = _schedule(cfg) if sp.pipeline_scheduler == "keep" else sp.pipeline_scheduler
+    if sp.pipeline_scheduler == "keep":
+        _schedule(cfg)  # a clear error for a scheduler the cost model does not know
     P, m, N = cfg.pipeline_stage, cfg.micro_batch_num, cfg.num_layers
-    vs = runnable_vpp(N, P, m, sched, sp.pp_interleave_num)
-    problem = Problem(ProfileArrays.from_profile(prof), P=P, m=m, schedule=sched,
-                      hbm_mib=float(cfg.hbm_mib or math.inf), vpp_candidates=vs or [1],
-                      kinds=tuple(sp.recompute_kinds), max_abs_offset=sp.max_abs_offset)
+    problem = problem_from_config(cfg, prof, sp)
+    sched, vs = problem.schedule, problem.vpp_candidates
+    problem.vpp_candidates = vs or [1]
     splits = count_splits(problem) if vs else 0
     per_layer = (1 + ("full" in sp.recompute_kinds)) * (1 + ("select" in sp.recompute_kinds)) \
         * (1 + ("comm" in sp.recompute_kinds))

@@ -115,7 +115,7 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 4
         lo, hi = problem.bounds(V)
         splits = compositions(problem.N, lo.reshape(-1), hi.reshape(-1)).reshape(-1, V, P)
         splits_done += len(splits)
-        cs = compile_schedule(problem.schedule, P, V, problem.m)
+        cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
         cache: dict[tuple, np.ndarray] = {}
 
         def stage_set(split: np.ndarray, p: int) -> np.ndarray:

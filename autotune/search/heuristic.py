@@ -23,7 +23,7 @@ def _stage_time(problem: Problem, layers, rec, sel, com) -> tuple[np.ndarray, np
     from autotune.cost.simulate import compile_schedule, peak_activation
 
     costs = stage_costs(problem.pa, layers, rec, sel, com)
-    cs = compile_schedule(problem.schedule, problem.P, layers.shape[1], problem.m)
+    cs = compile_schedule(problem.schedule, problem.P, layers.shape[1], problem.m, problem.seq_split_num)
     peak = costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
     t = (costs.fwd_ms + costs.bwd_ms).sum(axis=1)
     return peak, t

@@ -8,6 +8,7 @@ candidates that share V with the event simulation of :mod:`autotune.cost.simulat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,8 @@ class Problem:
         pa: profile arrays; P: pipeline_stage; m: micro_batch_num; schedule: scheduler name;
         hbm_mib: budget per device (MiB, inf when unknown); vpp_candidates: runnable V values;
         kinds: recompute kinds the search may set ("full", "select", "comm");
-        max_abs_offset: optional bound on |layers - base|.
+        max_abs_offset: optional bound on |layers - base|;
+        seq_split_num: sequence chunks per micro-batch (seqpipe), 1 otherwise.
     """
 
     pa: ProfileArrays
@@ -80,6 +82,7 @@ class Problem:
     vpp_candidates: list[int] = field(default_factory=lambda: [1])
     kinds: tuple[str, ...] = ("full", "select", "comm")
     max_abs_offset: int | None = None
+    seq_split_num: int = 1
 
     @property
     def N(self) -> int:
@@ -105,7 +108,7 @@ class Problem:
         """Score a batch (arrays int [B, V, P]). ``memory_only`` skips the time simulation."""
         pos = get_schedule(self.schedule).virtual_position(self.P, V)  # V-shaped: zero_bubble_v
         costs = stage_costs(self.pa, layers, rec, sel, com, pos=pos)
-        cs = compile_schedule(self.schedule, self.P, V, self.m)
+        cs = compile_schedule(self.schedule, self.P, V, self.m, self.seq_split_num)
         if memory_only:
             peak = costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
             B = layers.shape[0]
@@ -138,15 +141,32 @@ def even_layers(N: int, P: int, V: int) -> np.ndarray:
     return flat.reshape(V, P)
 
 
-def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int]) -> list[int]:
-    """The candidates V that can run: P·V <= N and the schedule accepts (P, V, m)."""
+def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
+                 seq_split_num: int = 1) -> list[int]:
+    """The candidates V that can run: P·V <= N and the schedule accepts (P, V, m, seq_split_num)."""
     out = []
     for V in candidates:
         if P * V > N:
             continue
         try:
-            compile_schedule(schedule, P, V, m)
+            compile_schedule(schedule, P, V, m, seq_split_num)
         except (ValueError, KeyError):
             continue
         out.append(V)
     return out
+
+
+def problem_from_config(cfg: Any, profile: Any, space: Any) -> "Problem":
+    """The :class:`Problem` for a TrainingConfig, a ModelProfile and a SearchSpace.
+
+    The scheduler is the config's own unless the space pins one; ``vpp_candidates`` keeps only the
+    runnable candidates (may be empty: callers decide how to report that). The HBM budget is
+    ``cfg.hbm_mib`` (inf when unknown).
+    """
+    sched = cfg.pipeline_scheduler if space.pipeline_scheduler == "keep" else space.pipeline_scheduler
+    P, m, N, k = cfg.pipeline_stage, cfg.micro_batch_num, cfg.num_layers, cfg.seq_split_num
+    vs = runnable_vpp(N, P, m, sched, space.pp_interleave_num, k)
+    return Problem(ProfileArrays.from_profile(profile), P=P, m=m, schedule=sched,
+                   hbm_mib=float(cfg.hbm_mib) if cfg.hbm_mib is not None else float("inf"),
+                   vpp_candidates=vs, kinds=tuple(space.recompute_kinds),
+                   max_abs_offset=space.max_abs_offset, seq_split_num=k)
