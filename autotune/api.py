@@ -172,6 +172,29 @@ class SearchResult:
                 "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
                 "exact": self.exact}
 
+    def _repr_html_(self) -> str:
+        from autotune.emit.notebook import search_result_html
+
+        return search_result_html(self)
+
+    def plot_timeline(self, **kwargs: Any) -> Any:
+        """Pipeline timeline of the best (or closest) config: a matplotlib Figure."""
+        from autotune.emit.notebook import plot_timeline
+
+        return plot_timeline(self, **kwargs)
+
+    def plot_memory(self, **kwargs: Any) -> Any:
+        """Live memory per stage over the step of the best config: a matplotlib Figure."""
+        from autotune.emit.notebook import plot_memory
+
+        return plot_memory(self, **kwargs)
+
+    def write_report(self, out_dir: str | Path, **kwargs: Any) -> list[Path]:
+        """report.html, report.md and the pictures (timeline, memory, stages, study) in out_dir."""
+        from autotune.emit.html_report import write_report
+
+        return write_report(self, out_dir, **kwargs)
+
     def trials_dataframe(self) -> Any:
         """The Optuna trial history as a pandas DataFrame (needs pandas)."""
         return self.study.trials_dataframe()

@@ -92,10 +92,12 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--gap", default=0.005, show_default=True, type=click.FloatRange(0),
               help="Stop once the certified gap (best - lower bound) / lower bound is at most this.")
 @click.option("--dry-run", is_flag=True, help="Print the search space (size, free knobs, constraints) and exit.")
+@click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
+              help="Also write report.html, report.md and the pictures (timeline, memory, stages, study) here.")
 def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, sets: tuple[str, ...],
                out: str | None, force: bool, space: str | None, trials: int, timeout: float | None,
                seed: int, storage: str | None, study_name: str | None, fmt: str, quiet: bool,
-               gap: float, dry_run: bool) -> None:
+               gap: float, dry_run: bool, report_dir: str | None) -> None:
     """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table, the lower
     bound and certified gap, and write the tuned YAML to --out."""
     from autotune.api import search
@@ -120,6 +122,10 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
                     overrides=_overrides(sets), progress=progress, gap=gap)
     if out:
         _write(out, result.to_yaml(full=True), force)
+    if report_dir:
+        files = result.write_report(report_dir)
+        if fmt != "json":
+            click.echo(f"wrote {len(files)} report files to {report_dir} (open report.html)", err=True)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

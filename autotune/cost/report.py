@@ -15,7 +15,7 @@ import numpy as np
 
 from autotune.config.layout import Layout
 from autotune.cost.bubble import bubble_breakdown
-from autotune.cost.inputs import ProfileArrays, stage_costs
+from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import SimResult, compile_schedule, peak_activation_parts, simulate
 from autotune.profile.schema import ModelProfile
@@ -77,6 +77,7 @@ class CostReport:
     bubble: dict[str, float] = field(default_factory=dict)
     seq_split_num: int = 1
     p2p_ms: float = 0.0
+    costs: StageCosts | None = field(default=None, repr=False, compare=False)
 
     @property
     def peak_mib(self) -> float:
@@ -95,6 +96,24 @@ class CostReport:
         if self.hbm_budget_mib is None:
             return float("-inf")
         return self.peak_mib - self.hbm_budget_mib
+
+    # Notebook views (presentation lives in autotune.emit; imported lazily, never by the cost model).
+    def _repr_html_(self) -> str:
+        from autotune.emit.notebook import cost_report_html
+
+        return cost_report_html(self)
+
+    def plot_timeline(self, **kwargs: Any) -> Any:
+        """Pipeline timeline of this config: a matplotlib Figure (one row per stage)."""
+        from autotune.emit.notebook import plot_timeline
+
+        return plot_timeline(self, **kwargs)
+
+    def plot_memory(self, **kwargs: Any) -> Any:
+        """Live memory per stage over the step, with the HBM budget line: a matplotlib Figure."""
+        from autotune.emit.notebook import plot_memory
+
+        return plot_memory(self, **kwargs)
 
     def config_dict(self) -> dict[str, Any]:
         """The MindFormers values of this layout in canonical form (see emit)."""
@@ -186,4 +205,4 @@ def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, mi
     return CostReport(layout=layout, schedule=schedule, micro_batch_num=m,
                       step_time_ms=float(sim.step_ms[0]), bubble_fraction=float(sim.bubble_fraction[0]),
                       hbm_budget_mib=hbm_mib, stages=stages, sim=sim, bubble=bub.row(0),
-                      seq_split_num=seq_split_num, p2p_ms=float(hop))
+                      seq_split_num=seq_split_num, p2p_ms=float(hop), costs=costs)

@@ -107,3 +107,18 @@ def test_telechat_example_round_trip(tmp_path):
 def test_import_autotune_does_not_load_optuna():
     code = "import autotune, autotune.api, autotune.cost, sys; assert 'optuna' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_search_report_dir_and_notebook_views(tmp_path):
+    r = run("search", str(TOY), "--trials", "10", "--report", str(tmp_path / "rep"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "http://" not in html and "https://" not in html
+    for name in ("timeline.png", "memory.png", "stages.png", "report.md"):
+        assert (tmp_path / "rep" / name).stat().st_size > 1000
+    import autotune
+
+    res = autotune.search(str(TOY), trials=5)
+    assert "<table" in res._repr_html_() and "<table" in res.best._repr_html_()
+    fig = res.plot_timeline()
+    assert len(fig.axes[0].patches) + len(fig.axes[0].collections) > 0
