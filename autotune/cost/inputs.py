@@ -12,7 +12,7 @@ contiguous position ranges: full [0, r), both [r, lo), select-only or comm-only 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +42,31 @@ class ProfileArrays:
     tail: tuple[float, float, float, float, float]
     stage_const_mib: float
     p2p_ms: float
+    select_ops: tuple = ()
+    comm_ops: tuple = ()
+    _prefix: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def prefix(self) -> dict[str, np.ndarray]:
+        """Per-layer prefix sums used by :func:`stage_costs` (built once, cached).
+
+        Keys: ``fwd``, ``static``, ``bwd0`` (backward without recompute) float [N+1]; ``bwd`` and
+        ``act`` float [C, N+1] (per recompute class: Σ over layers 0..i-1 of that class's value for
+        the layer's kind); ``ws`` list of (kind, class, MiB) with MiB > 0, largest first.
+        """
+        if not self._prefix:
+            kind = np.argmax(np.diff(self.kind_prefix, axis=1), axis=0) if self.num_layers else \
+                np.zeros(0, dtype=np.int64)
+            def cum(x: np.ndarray) -> np.ndarray:
+                out = np.zeros(x.shape[:-1] + (x.shape[-1] + 1,))
+                np.cumsum(x, axis=-1, out=out[..., 1:])
+                return out
+            self._prefix.update(
+                fwd=cum(self.fwd_k[kind]), static=cum(self.static_k[kind]),
+                bwd0=cum(self.bwd_kc[kind, NONE]), bwd=cum(self.bwd_kc[kind].T),
+                act=cum(self.act_kc[kind].T),
+                ws=sorted(((k, c, float(self.ws_kc[k, c])) for k in range(self.ws_kc.shape[0])
+                           for c in range(5) if self.ws_kc[k, c] > 0), key=lambda x: -x[2]))
+        return self._prefix
 
     @property
     def num_layers(self) -> int:
@@ -159,16 +184,40 @@ def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.
         pos = np.asarray(pos)
         hv, hp = (int(x) for x in np.argwhere(pos == 0)[0])
         tv, tp = (int(x) for x in np.argwhere(pos == V * P - 1)[0])
-    cnt = class_counts(pa, layers, rec, sel, com, pos).astype(np.float64)  # K C B V P
-    n_k = cnt.sum(axis=1)  # K B V P
-    fwd = np.einsum("k,kbvp->bvp", pa.fwd_k, n_k)
-    bwd = np.einsum("kc,kcbvp->bvp", pa.bwd_kc, cnt)
-    base_bwd = np.einsum("k,kbvp->bvp", pa.bwd_kc[:, NONE], n_k)
-    act = np.einsum("kc,kcbvp->bvp", pa.act_kc, cnt)
-    present = cnt > 0
-    ws = np.max(np.where(present, pa.ws_kc[:, :, None, None, None], 0.0), axis=(0, 1))
-    static_vp = np.einsum("k,kbvp->bvp", pa.static_k, n_k)
-    static = static_vp.sum(axis=1) + pa.stage_const_mib
+    pre = pa.prefix()
+    st = _starts(layers, pos)
+    n = layers
+    r = np.minimum(rec, n)
+    s_ = np.clip(sel, r, n)
+    c_ = np.clip(com, r, n)
+    lo = np.minimum(s_, c_)
+    hi = np.maximum(s_, c_)
+    # Absolute layer index of each class boundary: full [0,r), both [r,lo), select- or comm-only
+    # [lo,hi), none [hi,n) (module docstring).
+    i0, ir, ilo, ihi, i_n = st, st + r, st + lo, st + hi, st + n
+    fwd = pre["fwd"][i_n] - pre["fwd"][i0]
+    base_bwd = pre["bwd0"][i_n] - pre["bwd0"][i0]
+    sel_only = s_ > c_
+
+    def by_class(tab: np.ndarray) -> np.ndarray:
+        mid = np.where(sel_only, tab[SELECT][ihi] - tab[SELECT][ilo], tab[COMM][ihi] - tab[COMM][ilo])
+        return ((tab[FULL][ir] - tab[FULL][i0]) + (tab[BOTH][ilo] - tab[BOTH][ir]) + mid
+                + (tab[NONE][i_n] - tab[NONE][ihi]))
+
+    bwd = by_class(pre["bwd"])
+    act = by_class(pre["act"])
+    ws = np.zeros(layers.shape)
+    if pre["ws"]:
+        ranges = {FULL: (i0, ir), BOTH: (ir, ilo), NONE: (ihi, i_n)}
+        single = pa.kind_prefix.shape[0] == 1
+        for k, cls_i, w in pre["ws"]:
+            if cls_i in ranges:
+                a, b = ranges[cls_i]
+            else:
+                a, b = ilo, np.where(sel_only == (cls_i == SELECT), ihi, ilo)
+            present = (b > a) if single else (pa.kind_prefix[k][b] > pa.kind_prefix[k][a])
+            np.maximum(ws, np.where(present, w, 0.0), out=ws)
+    static = (pre["static"][i_n] - pre["static"][i0]).sum(axis=1) + pa.stage_const_mib
     hf, hb, ha, hs, hw = pa.head
     tf, tb, ta, ts, tw = pa.tail
     fwd[:, hv, hp] += hf
