@@ -175,7 +175,8 @@ class _Lagrangian:
                     CB.append(cb)
                     K.append((int(pos[u, p]) + int(pos[w, p])) * p2p)
                     owner.append(p)
-        self.CF, self.CB, self.K = np.asarray(CF), np.asarray(CB), np.asarray(K)
+        # ops of a seqpipe unit last 1/k of the micro-batch time (simulate._durations)
+        self.CF, self.CB, self.K = np.asarray(CF) / cs.k, np.asarray(CB) / cs.k, np.asarray(K)
         self.vecs = []
         for p in range(P):
             vs = [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])
@@ -268,11 +269,21 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
         iters: subgradient iterations per V.
         tol: stop a V when its bound is within ``tol`` (fraction) of ``upper_ms``.
 
+    With V = 1 the exact path DP of :func:`path_dp_bound` is used (much tighter); with V > 1 the
+    Lagrangian path relaxation of the module docstring.
+
     Returns:
         :class:`BoundResult` (``bound_ms`` may be +inf when no layout can fit).
     """
     res = BoundResult(bound_ms=float("inf"))
     for V in problem.vpp_candidates:
+        if V == 1:
+            dp = path_dp_bound(problem, upper_ms=upper_ms)
+            res.iterations += dp.evaluations
+            res.per_v_ms[1] = dp.bound_ms
+            if dp.split is not None:
+                res.layers_v[1] = dp.split
+            continue
         lag = _Lagrangian(problem, V)
         P = problem.P
         # Price of one MiB in ms (full recompute of the stage's layers), so that the memory
@@ -319,3 +330,209 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
         res.layers_v[V] = best_split.reshape(V, P)
     res.bound_ms = min(res.per_v_ms.values()) if res.per_v_ms else float("inf")
     return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact path-DP bound for pp_interleave_num = 1 (cost-model reference §6.1, critical path).
+# ---------------------------------------------------------------------------------------------
+
+def _pareto_sum(a: np.ndarray, b: np.ndarray, max_points: int = 4096) -> np.ndarray:
+    """Pareto-minimal points of the Minkowski sum of two frontiers (rows (act MiB, extra ms)).
+
+    When more than ``max_points`` remain, points are merged by act buckets into their componentwise
+    minimum — a relaxation (every true point is dominated by a kept one), so bounds stay valid.
+    """
+    s = (a[:, None, :] + b[None, :, :]).reshape(-1, 2)
+    return _pareto_front(s, max_points)
+
+
+def _pareto_front(s: np.ndarray, max_points: int = 4096) -> np.ndarray:
+    """Rows (act, extra) not dominated, sorted by act ascending (extra strictly descending)."""
+    order = np.lexsort((s[:, 1], s[:, 0]))
+    s = s[order]
+    run_min = np.minimum.accumulate(s[:, 1])
+    keep = np.concatenate([[True], s[1:, 1] < run_min[:-1] - 1e-12])
+    f = s[keep]
+    if f.shape[0] > max_points:
+        edges = np.linspace(f[0, 0], f[-1, 0], max_points + 1)
+        bucket = np.clip(np.searchsorted(edges, f[:, 0], side="right") - 1, 0, max_points - 1)
+        lo_act = np.full(max_points, np.inf)
+        lo_ext = np.full(max_points, np.inf)
+        np.minimum.at(lo_act, bucket, f[:, 0])
+        np.minimum.at(lo_ext, bucket, f[:, 1])
+        ok = np.isfinite(lo_act)
+        f = _pareto_front(np.stack([lo_act[ok], lo_ext[ok]], axis=1), max_points)
+    return f
+
+
+class _RecomputeFrontiers:
+    """Least recompute replay (ms) of a group of layers under an activation budget (MiB).
+
+    Relaxation of MindFormers' "first r layers" rule: every layer picks any allowed recompute class
+    freely, so ``min_extra(counts, A)`` is <= the replay of every real recompute choice whose kept
+    activation is <= A. Per kind, the Pareto frontier of (Σ act, Σ extra) over n layers is built by
+    a DP over n; kinds combine by Pareto Minkowski sums (cached per count tuple).
+    """
+
+    def __init__(self, pa, kinds: tuple[str, ...], max_n: int) -> None:
+        cls = allowed_classes(kinds)
+        self.K = pa.fwd_k.size
+        self.opts = [np.stack([pa.act_kc[k, cls], pa.bwd_kc[k, cls] - pa.bwd_kc[k, NONE]], axis=1)
+                     for k in range(self.K)]
+        self.per_kind: list[list[np.ndarray]] = []
+        for k in range(self.K):
+            fr = [np.zeros((1, 2))]
+            for _ in range(max_n):
+                fr.append(_pareto_sum(fr[-1], self.opts[k]))
+            self.per_kind.append(fr)
+        self.cache: dict[tuple[int, ...], np.ndarray] = {}
+
+    def frontier(self, counts: tuple[int, ...]) -> np.ndarray:
+        if counts not in self.cache:
+            f = np.zeros((1, 2))
+            for k, n in enumerate(counts):
+                if n:
+                    f = self.per_kind[k][n] if f.shape[0] == 1 and f[0, 0] == 0 and f[0, 1] == 0 \
+                        else _pareto_sum(f, self.per_kind[k][n], max_points=1024)
+            self.cache[counts] = f
+        return self.cache[counts]
+
+    def min_extra(self, counts: tuple[int, ...], budget: np.ndarray) -> np.ndarray:
+        """Least Σ extra (ms) with Σ act <= budget (float [Q] MiB); +inf where nothing fits."""
+        f = self.frontier(counts)
+        i = np.searchsorted(f[:, 0], budget + 1e-9, side="right") - 1
+        return np.where(i >= 0, f[np.maximum(i, 0), 1], np.inf)
+
+
+@dataclass
+class PathDPBound:
+    """Result of :func:`path_dp_bound`: the bound (ms), the relaxed problem's best split int [1, P]
+    and the threshold-DP evaluations done."""
+
+    bound_ms: float
+    split: np.ndarray | None
+    evaluations: int
+
+
+def _block_tables(problem: Problem, fr: _RecomputeFrontiers) -> tuple[np.ndarray, np.ndarray]:
+    """F[i, j] (fwd ms of layers i..j-1, per micro-batch) and Bmin[p, i, j] (the least backward +
+    replay ms of that block on stage p among recompute choices whose kept activation fits; inf when
+    none fits, or when the block size breaks stage p's bounds). Head/tail are included on the first
+    and last stage."""
+    pa, P, N = problem.pa, problem.P, problem.N
+    cs = compile_schedule(problem.schedule, P, 1, problem.m, problem.seq_split_num)
+    kp = pa.kind_prefix.astype(np.int64)  # K, N+1
+    cnt = kp[:, None, :] - kp[:, :, None]  # K, i, j
+    fwd = np.einsum("k,kij->ij", pa.fwd_k, cnt)
+    bwd0 = np.einsum("k,kij->ij", pa.bwd_kc[:, NONE], cnt)
+    static = np.einsum("k,kij->ij", pa.static_k, cnt)
+    size = np.arange(N + 1)[None, :] - np.arange(N + 1)[:, None]
+    lo, hi = problem.bounds(1)
+    hf, hb, ha, hs, _ = pa.head
+    tf, tb, ta, ts, _ = pa.tail
+    F = np.where(size >= 0, fwd, np.inf)
+    Bmin = np.full((P, N + 1, N + 1), np.inf)
+    ii, jj = np.nonzero(size >= 0)
+    keys = [tuple(int(x) for x in cnt[:, i, j]) for i, j in zip(ii, jj)]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for q, key in enumerate(keys):
+        groups.setdefault(key, []).append(q)
+    for p in range(P):
+        rows = [cs.mem_fwd[p].reshape(-1, 1)]
+        if cs.mem_bwd[p][0].size:
+            rows.append(cs.mem_bwd[p][0].reshape(-1, 1))
+        nu = float(np.concatenate(rows).max()) / cs.k  # live micro-batches' worth of activation
+        const = pa.stage_const_mib + (hs if p == 0 else 0.0) + (ts if p == P - 1 else 0.0)
+        end_act = (ha if p == 0 else 0.0) + (ta if p == P - 1 else 0.0)
+        end_b = (hb if p == 0 else 0.0) + (tb if p == P - 1 else 0.0)
+        room = problem.hbm_mib - const - static[ii, jj]
+        budget = (room / nu if nu > 0 else np.where(room >= 0, np.inf, -np.inf)) - end_act
+        extra = np.full(ii.size, np.inf)
+        for key, qs in groups.items():
+            qs_a = np.asarray(qs)
+            extra[qs_a] = fr.min_extra(key, budget[qs_a])
+        ok = (size[ii, jj] >= lo[0, p]) & (size[ii, jj] <= hi[0, p]) & (room >= 0)
+        Bmin[p, ii, jj] = np.where(ok, bwd0[ii, jj] + extra + end_b, np.inf)
+    Fp = np.broadcast_to(F, (P, N + 1, N + 1)).copy()
+    Fp[0] += hf
+    Fp[-1] += tf
+    return Fp, Bmin
+
+
+def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: float = 1e-7) -> PathDPBound:
+    """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num 1.
+
+    Proof sketch (cost-model reference §6.1). Every stage runs its ops one at a time, and an op starts
+    after its data dependency ended (+ p2p when it ran on another stage). For stage p the chain
+    "forwards of the first unit on stages 0..p-1 → all 2·m·k ops of stage p → backwards of the last
+    unit on stages p-1..0" is a path of the dependency graph, so for any layout
+
+        T >= Σ_{q<p} (f_q + b_q)/k + (n_F(p)·f_p + n_B(p)·b_p)/k + 2·p·p2p      (all p)
+
+    with f/b per micro-batch (b = backward + replay), k = seq_split_num and n_F/n_B the forwards /
+    backwards of stage p (m·k each). For a fitting layout, b_q >= Bmin(block_q, q): the least backward
+    over every recompute choice (each layer's class chosen freely, a relaxation of the "first r
+    layers" rule) whose kept activation ν_q·act/k + static <= budget, ν_q the stage's largest live
+    count (the workspace term, >= 0, is dropped). So T >= min over splits of
+    max_p [prefix_p + m·(f_p + Bmin_p) + 2·p·p2p]. For a threshold T the best split is found by a DP
+    over (stage, layers placed) keeping the least prefix (a smaller prefix never hurts a later
+    stage), and the least feasible T by bisection (to ``rel_tol``); the value returned is the lower
+    end of the final bracket, so it is a valid bound.
+
+    Raises:
+        ValueError: the problem has no pp_interleave_num 1 candidate.
+    """
+    if 1 not in problem.vpp_candidates:
+        raise ValueError("path_dp_bound needs pp_interleave_num 1 among the candidates")
+    P, N = problem.P, problem.N
+    cs = compile_schedule(problem.schedule, P, 1, problem.m, problem.seq_split_num)
+    k = float(cs.k)
+    nF = np.array([np.count_nonzero(cs.fwd[cs.order[p]]) for p in range(P)]) / k
+    nB = np.array([np.count_nonzero(~cs.fwd[cs.order[p]]) for p in range(P)]) / k
+    p2p = problem.pa.p2p_ms if P > 1 else 0.0
+    fr = _RecomputeFrontiers(problem.pa, problem.kinds, N)
+    F, Bmin = _block_tables(problem, fr)
+    pathw = nF[:, None, None] * F + nB[:, None, None] * Bmin + (2 * np.arange(P) * p2p)[:, None, None]
+    stepw = (F + Bmin) / k  # contribution to later prefixes
+
+    def feasible(T: float) -> tuple[bool, np.ndarray | None]:
+        D = np.full(N + 1, np.inf)
+        D[0] = 0.0
+        back = np.zeros((P, N + 1), dtype=np.int64)
+        for p in range(P):
+            ok = D[:, None] + pathw[p] <= T
+            cand = np.where(ok, D[:, None] + stepw[p], np.inf)  # i, j
+            back[p] = np.argmin(cand, axis=0)
+            D = cand[back[p], np.arange(N + 1)]
+        if not np.isfinite(D[N]):
+            return False, None
+        split, j = np.zeros(P, dtype=np.int64), N
+        for p in range(P - 1, -1, -1):
+            i = int(back[p, j])
+            split[p] = j - i
+            j = i
+        return True, split
+
+    finite = pathw[np.isfinite(pathw)]
+    if finite.size == 0:
+        return PathDPBound(float("inf"), None, 0)
+    lo_T = 0.0
+    hi_T = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else float(finite.max()) * P
+    evals = 0
+    ok, split = feasible(hi_T)
+    evals += 1
+    while not ok:  # the incumbent may be below the relaxed optimum only if it is infeasible
+        lo_T, hi_T = hi_T, hi_T * 2
+        ok, split = feasible(hi_T)
+        evals += 1
+        if hi_T > 1e15:
+            return PathDPBound(float("inf"), None, evals)
+    while hi_T - lo_T > rel_tol * hi_T:
+        mid = 0.5 * (lo_T + hi_T)
+        ok, s = feasible(mid)
+        evals += 1
+        if ok:
+            hi_T, split = mid, s
+        else:
+            lo_T = mid
+    return PathDPBound(lo_T, split.reshape(1, P) if split is not None else None, evals)
