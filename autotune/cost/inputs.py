@@ -29,7 +29,10 @@ class ProfileArrays:
         fwd_k [K], bwd_kc [K, C] (backward + recompute replay, ms), act_kc [K, C] (MiB kept per
         micro-batch), ws_kc [K, C] (transient MiB during backward), static_k [K] (MiB),
         kind_prefix [K, N+1] (number of layers of kind k among layers 0..i-1),
-        head_* / tail_* scalars, stage_const_mib, p2p_ms.
+        head_* / tail_* scalars, stage_const_mib, p2p_ms; static_dc [K, C] (static MiB change per
+        layer under each class, once per step: ``RecomputeOption.static_delta_mib``, None = 0);
+        select_ops / comm_ops: per kind, None or a tuple of (op path, act MiB saved, replay ms)
+        for per-op select recompute (:mod:`autotune.cost.select_ops`).
     """
 
     fwd_k: np.ndarray
@@ -42,6 +45,7 @@ class ProfileArrays:
     tail: tuple[float, float, float, float, float]
     stage_const_mib: float
     p2p_ms: float
+    static_dc: np.ndarray | None = None
     select_ops: tuple = ()
     comm_ops: tuple = ()
     _prefix: dict = field(default_factory=dict, repr=False, compare=False)
@@ -64,6 +68,8 @@ class ProfileArrays:
                 fwd=cum(self.fwd_k[kind]), static=cum(self.static_k[kind]),
                 bwd0=cum(self.bwd_kc[kind, NONE]), bwd=cum(self.bwd_kc[kind].T),
                 act=cum(self.act_kc[kind].T),
+                static_d=(cum(self.static_dc[kind].T) if self.static_dc is not None
+                          and np.any(self.static_dc) else None),
                 ws=sorted(((k, c, float(self.ws_kc[k, c])) for k in range(self.ws_kc.shape[0])
                            for c in range(5) if self.ws_kc[k, c] > 0), key=lambda x: -x[2]))
         return self._prefix
@@ -80,6 +86,7 @@ class ProfileArrays:
         bwd = np.zeros((K, 5))
         act = np.zeros((K, 5))
         ws = np.zeros((K, 5))
+        sdelta = np.zeros((K, 5))
         static = np.zeros(K)
         for i, name in enumerate(names):
             kind = profile.kinds[name]
@@ -90,6 +97,7 @@ class ProfileArrays:
                 bwd[i, ci] = kind.bwd_ms + opt.extra_ms
                 act[i, ci] = opt.act_mib
                 ws[i, ci] = opt.workspace_mib
+                sdelta[i, ci] = opt.static_delta_mib
         idx = profile.kind_index_per_layer()
         onehot = np.zeros((K, idx.size), dtype=np.int64)
         onehot[idx, np.arange(idx.size)] = 1
@@ -98,7 +106,7 @@ class ProfileArrays:
         return cls(fwd, bwd, act, ws, static, prefix,
                    (h.fwd_ms, h.bwd_ms, h.act_mib, h.static_mib, h.workspace_mib),
                    (t.fwd_ms, t.bwd_ms, t.act_mib, t.static_mib, t.workspace_mib),
-                   profile.stage_const_mib, profile.p2p_ms)
+                   profile.stage_const_mib, profile.p2p_ms, sdelta)
 
 
 @dataclass(frozen=True)
@@ -217,7 +225,10 @@ def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.
                 a, b = ilo, np.where(sel_only == (cls_i == SELECT), ihi, ilo)
             present = (b > a) if single else (pa.kind_prefix[k][b] > pa.kind_prefix[k][a])
             np.maximum(ws, np.where(present, w, 0.0), out=ws)
-    static = (pre["static"][i_n] - pre["static"][i0]).sum(axis=1) + pa.stage_const_mib
+    static_vp = pre["static"][i_n] - pre["static"][i0]
+    if pre["static_d"] is not None:
+        static_vp = static_vp + by_class(pre["static_d"])
+    static = static_vp.sum(axis=1) + pa.stage_const_mib
     hf, hb, ha, hs, hw = pa.head
     tf, tb, ta, ts, tw = pa.tail
     fwd[:, hv, hp] += hf

@@ -13,7 +13,8 @@ the compute dtype):
   LM head ``V·h`` each. Per device: divided by t; routed experts also by expert_parallel.
 - **Static bytes/parameter** (cost-model reference §5.1, MindSpore working assumption): fp32 weight
   4 + fp32 accumulated gradient 4 + AdamW m, v 8 = 16; with ``enable_parallel_optimizer`` the weight
-  and optimizer state are sharded over the optimizer group d_os: ``12/d_os + 4``.
+  and optimizer state are sharded over the optimizer group d_os: ``12/d_os + 4``, plus the gathered
+  weights below (``c`` bytes per parameter when d_os > 1).
 - **Activations** (Korthikanti et al. 2022, §4 accounting, adapted to SwiGLU/GQA and flash attention,
   no dropout): attention ``c·s·b·h`` (norm input, /t with sequence parallel) + ``c·s·b·h`` (norm
   output = QKV input, gathered) + ``c·s·b·(a+2g)·d/t`` (Q, K, V) + ``c·s·b·a·d/t`` (attention output)
@@ -30,6 +31,18 @@ the compute dtype):
 - **Tail**: final norm + LM head (``2·s·b·h·V/t`` FLOPs) + loss; activation ``2·c·s·b·h`` +
   fp32 logits and their softmax ``8·s·b·V/t``. MTP modules (r1.7+ semantics) sit on the last stage
   and are added to the tail. **Head**: embedding table, activation ``c·s·b·h/t``.
+- **Optimizer-parallel gathered weights** (``enable_parallel_optimizer`` with a shard group
+  d_os > 1; MindSpore optimizer parallel gathers each sharded weight before use, reference §5.1
+  "gathered-weight transients"): a layer's gathered weights ``W_g = c·P_dev`` (P_dev = the layer's
+  per-device parameters after tensor/expert sharding, norms excluded: they stay below
+  ``parallel_optimizer_threshold``) are held once per step between its forward and backward, so
+  they are added to the layer's static memory. ``parallel_optimizer_comm_recompute: true`` replays
+  the all-gather inside fully recomputed layers instead: such a layer's static memory drops by
+  ``W_g`` (``full.static_delta_mib = −W_g``), its backward re-gathers them (``full.workspace_mib +=
+  W_g``) and pays one ring all-gather per micro-batch, ``Σ_groups W_g·(d−1)/d / allgather_gbps``
+  (``full.extra_ms``). Assumptions (no public measurement): gathered in the compute dtype, held
+  once per step rather than per micro-batch (micro-batches reuse one gather), bandwidth
+  ``allgather_gbps`` (0 = the device's p2p bandwidth).
 - **p2p**: one activation ``c·s·b·h`` (/t with sequence parallel) over the device's p2p bandwidth.
 """
 
@@ -53,6 +66,7 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
     "select_extra_frac": 0.04,      # SAPP default: select recompute adds 4 % of backward
     "comm_extra_frac": 0.125,       # SAPP default: comm recompute adds 12.5 % of backward
     "softmax_stat_bytes": 4.0,      # flash attention keeps fp32 log-sum-exp per head and token
+    "allgather_gbps": 0.0,          # optimizer-parallel all-gather bandwidth (GB/s); 0 = device p2p
 }
 
 
@@ -191,6 +205,33 @@ def param_counts(d: Any, num_layers: int, *, count_mtp: bool = False) -> dict[st
     return out
 
 
+def gathered_weights(params_tp: float, params_ep: float, *, t: int, ep: int, d_os: int,
+                     d_os_exp: int, dtype_bytes: float, allgather_gbps: float) -> tuple[float, float]:
+    """Optimizer-parallel gathered weights of one layer and the time to gather them once.
+
+    Args: ``params_tp`` whole-layer parameters sharded over tensor parallel only (attention, dense
+    or shared MLP, router), ``params_ep`` routed-expert parameters (sharded over t·ep); ``d_os`` /
+    ``d_os_exp`` the optimizer shard groups of the two (1 = no optimizer parallel);
+    ``dtype_bytes`` bytes per gathered element; ``allgather_gbps`` GB/s.
+
+    Returns: (bytes, ms): ``W_g = c·(params_tp/t·[d_os > 1] + params_ep/(t·ep)·[d_os_exp > 1])``
+    and a ring all-gather ``Σ_g W_g·(d_g − 1)/d_g / bandwidth`` (each rank receives the other
+    shards). Source: MindSpore optimizer parallel (weights sharded over the data-parallel group and
+    all-gathered before use; cost-model reference §5.1); ring all-gather volume (d−1)/d (standard
+    collective cost model). Norm weights are excluded (below ``parallel_optimizer_threshold``).
+
+    Raises:
+        ValueError: a group size below 1 or a bandwidth <= 0.
+    """
+    if min(t, ep, d_os, d_os_exp) < 1 or allgather_gbps <= 0:
+        raise ValueError(f"group sizes must be >= 1 and bandwidth > 0, got t={t}, ep={ep}, "
+                         f"d_os={d_os}, d_os_exp={d_os_exp}, {allgather_gbps} GB/s")
+    tp_b = dtype_bytes * params_tp / t if d_os > 1 else 0.0
+    ep_b = dtype_bytes * params_ep / (t * ep) if d_os_exp > 1 else 0.0
+    moved = tp_b * (d_os - 1) / d_os + ep_b * (d_os_exp - 1) / d_os_exp
+    return tp_b + ep_b, moved / (allgather_gbps * 1e9) * 1e3
+
+
 def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", *,
                      overrides: dict[str, float] | None = None) -> ModelProfile:
     """Derive a :class:`ModelProfile` from a training config's dims and parallel sizes.
@@ -262,6 +303,8 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
         d_os = d_os_exp = 1
         bpp = bpp_exp = bpp_full
 
+    ag_gbps = A["allgather_gbps"] if A["allgather_gbps"] > 0 else dev.p2p_gbps
+
     def kind(mlp_params_tp: float, mlp_params_ep: float, active_mlp: float, f_eff: float) -> LayerKind:
         static_b = (attn_p + mlp_params_tp) / t * bpp + norms_p * bpp + mlp_params_ep / (t * ep) * bpp_exp
         flops = 2 * s * b * (attn_p + active_mlp) + core_flops
@@ -282,9 +325,19 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
             # mp_comm_recompute off: the outputs of the layer's two model-parallel collectives
             # (attention and MLP output reduce) are kept instead of replayed: 2·c·s·b·h (/t with SP)
             act_full += 2 * c * sbh / sp_div
+        gathered, ag_ms = gathered_weights(attn_p + mlp_params_tp, mlp_params_ep, t=t, ep=ep,
+                                           d_os=d_os, d_os_exp=d_os_exp, dtype_bytes=c,
+                                           allgather_gbps=ag_gbps)
+        static_b += gathered
+        full_extra, full_ws, full_delta = fwd, act, 0.0
+        if cfg.parallel_optimizer_comm_recompute and gathered > 0:
+            full_extra += ag_ms
+            full_ws += gathered
+            full_delta = -gathered
         return LayerKind(
             fwd_ms=fwd, bwd_ms=bwd, act_mib=_mib(act), static_mib=_mib(static_b),
-            full=RecomputeOption(act_mib=_mib(act_full), extra_ms=fwd, workspace_mib=_mib(act)),
+            full=RecomputeOption(act_mib=_mib(act_full), extra_ms=full_extra, workspace_mib=_mib(full_ws),
+                                 static_delta_mib=_mib(full_delta)),
             select=RecomputeOption(act_mib=_mib(act_sel), extra_ms=A["select_extra_frac"] * bwd),
             comm=RecomputeOption(act_mib=_mib(act_comm), extra_ms=A["comm_extra_frac"] * bwd),
             both=RecomputeOption(act_mib=_mib(act_both),
@@ -332,6 +385,8 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
         "static_bytes_per_param": round(bpp, 4), "optimizer_shard_group": d_os,
         "model_parallel": t, "context_parallel": cp, "expert_parallel": ep,
         "sequence_parallel": sp, "compute_dtype_bytes": c,
+        "optimizer_shard_group_experts": d_os_exp, "allgather_gbps_used": ag_gbps,
+        "parallel_optimizer_comm_recompute": cfg.parallel_optimizer_comm_recompute,
     })
     return ModelProfile(
         name=f"analytic:{cfg.source}", device=dev.name, kinds=kinds, layer_kinds=runs, head=head,
@@ -340,5 +395,7 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
                  "parameters": "Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2, generalized",
                  "static_bytes": "cost-model reference §5.1 (MindSpore AdamW, optimizer parallel)",
                  "recompute_time": "SAPP defaults, cost-model reference §3.4",
+                 "gathered_weights": "MindSpore optimizer parallel (reference §5.1) + ring all-gather "
+                                     "(d-1)/d; held once per step (assumption, module docstring)",
                  "device": dev.source},
     )

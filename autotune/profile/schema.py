@@ -48,6 +48,10 @@ class RecomputeOption(BaseModel):
     act_mib: float = Field(ge=0, description="activation kept per micro-batch under this choice (MiB)")
     extra_ms: float = Field(0.0, ge=0, description="extra time replayed in backward (ms)")
     workspace_mib: float = Field(0.0, ge=0, description="transient MiB while this layer's backward runs")
+    static_delta_mib: float = Field(0.0, description=(
+        "change of the layer's static MiB under this choice, held once per step (not per "
+        "micro-batch); may be negative, e.g. parallel_optimizer_comm_recompute: a fully recomputed "
+        "layer does not keep its optimizer-parallel gathered weights"))
 
 
 class LayerKind(BaseModel):
@@ -82,7 +86,8 @@ class LayerKind(BaseModel):
             s, c = self.option("select"), self.option("comm")
             act = max(0.0, s.act_mib + c.act_mib - self.act_mib)
             return RecomputeOption(act_mib=act, extra_ms=s.extra_ms + c.extra_ms,
-                                   workspace_mib=max(s.workspace_mib, c.workspace_mib))
+                                   workspace_mib=max(s.workspace_mib, c.workspace_mib),
+                                   static_delta_mib=s.static_delta_mib + c.static_delta_mib)
         return none
 
 
