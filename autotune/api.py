@@ -29,8 +29,12 @@ from autotune.search.space import SearchSpace, load_search_space
 __all__ = ["load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult"]
 
 DEFAULT_DEVICE = "ascend-910b"
-#: Wall-clock target of one ``search`` without ``timeout`` (s).
-DEFAULT_BUDGET_S = 20.0
+#: Safety net of one ``search`` without ``timeout`` (s). The default search is bounded by work,
+#: not by the clock (``trials``, a fixed number of local-search moves, the certified-gap stop), so the
+#: same seed gives the same answer on any machine; this limit only stops pathological runs, and when
+#: it fires ``SearchResult.timed_out`` is True (the answer may then depend on machine speed).
+SAFETY_TIMEOUT_S = 300.0
+DEFAULT_BUDGET_S = SAFETY_TIMEOUT_S  # kept for callers of the old name
 
 
 def _config(config: str | Path | TrainingConfig, hbm_mib: float | None = None) -> TrainingConfig:
@@ -109,6 +113,7 @@ class SearchResult:
             equal to the optimum when the space was enumerated (``exact``).
         certified_gap: (best - lower_bound) / lower_bound, a fraction (None when nothing fits).
         exact: True when the exact oracle enumerated the whole space.
+        timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the study.
         config, profile: the inputs; study: the Optuna study (trial history).
     """
 
@@ -125,6 +130,7 @@ class SearchResult:
     lower_bound_ms: float | None = None
     certified_gap: float | None = None
     exact: bool = False
+    timed_out: bool = False
 
     def tuned_values(self) -> dict[str, Any]:
         """Canonical MindFormers values of the best config (offset, pp_interleave_num, recompute…)."""
@@ -210,7 +216,7 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
            space: SearchSpace | str | Path | None = None, trials: int = 200,
            timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
            study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
-           overrides: dict[str, float] | None = None, progress: bool = False,
+           overrides: dict[str, float] | None = None, progress: bool | str = False,
            gap: float = 0.005) -> SearchResult:
     """Tune offset, pp_interleave_num and recompute for a config.
 
@@ -219,13 +225,17 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
         profile: profile path/object; None derives the analytic one for ``device``.
         space: search space (object, YAML path, or None for ``search_spaces/default.yaml``).
         trials: Optuna trials (baselines and heuristic seeds included).
-        timeout: seconds for the Optuna phase. seed: sampler seed.
+        timeout: wall-clock limit (s) for the whole search; None (default) = bounded by work only
+            (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net. seed: sampler seed.
+        progress: False, True / "bar" (tqdm bar with best value and certified gap), or "lines"
+            (one line on stderr every few seconds, for logs).
         storage: None (in memory), a journal file path or a database URL (resumes a study).
         hbm_mib: HBM budget override (MiB); default ``context.max_device_memory``.
         gap: stop once the certified gap (best - bound) / bound is at most this fraction.
 
-    Without ``timeout`` the whole search aims at DEFAULT_BUDGET_S seconds (half for the bound
-    and the solver seeds, the rest for Optuna). Small spaces are enumerated exactly
+    Without ``timeout`` the run is deterministic: same inputs and seed, same trials and answer.
+    With ``timeout``, half of it goes to the bound and the solver seeds, the rest to Optuna (the
+    answer may then depend on machine speed). Small spaces are enumerated exactly
     (:mod:`autotune.search.exact`), so their answer is the optimum and the gap is 0.
 
     Raises:
@@ -279,17 +289,18 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     baselines["even_full_recompute"] = report(full)
     baselines["even_no_recompute"] = report(none)
     seeds += [full, none]
-    budget_s = timeout if timeout is not None else DEFAULT_BUDGET_S
     from autotune.search.solve import bound_and_seeds
 
-    bs = bound_and_seeds(problem, seeds, deadline=t0 + budget_s * 0.5)
+    bs = bound_and_seeds(problem, seeds, deadline=None if timeout is None else t0 + timeout * 0.5)
     seeds = bs.seeds
     lb = bs.bound_ms
     stop_at = lb * (1 + gap) if np.isfinite(lb) and lb > 0 else None
-    remaining = max(1.0, budget_s - (time.monotonic() - t0))
+    limit = SAFETY_TIMEOUT_S if timeout is None else timeout
+    remaining = max(1.0, limit - (time.monotonic() - t0))
     outcome = run_study(problem, seeds=seeds, n_trials=trials, timeout=remaining, seed=seed,
                         storage=storage, study_name=study_name, progress=progress, stop_at_ms=stop_at,
-                        polish_deadline=time.monotonic() + remaining)
+                        polish_deadline=None if timeout is None else time.monotonic() + remaining,
+                        bound_ms=lb if np.isfinite(lb) and lb > 0 else None)
     cert = None
     if outcome.best is not None and np.isfinite(lb) and lb > 0:
         cert = max(0.0, (outcome.best.step_ms - lb) / lb)
@@ -303,4 +314,4 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
                         config=cfg, profile=prof, study=outcome.study,
                         select_patterns=sel_p, comm_patterns=comm_p,
                         lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
-                        exact=bs.exact)
+                        exact=bs.exact, timed_out=outcome.timed_out)

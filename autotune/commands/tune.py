@@ -83,12 +83,14 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--space", default=None, type=click.Path(dir_okay=False),
               help="Search-space YAML (default: search_spaces/default.yaml).")
 @click.option("--trials", default=200, show_default=True, type=click.IntRange(1))
-@click.option("--timeout", default=None, type=click.FloatRange(0, min_open=True), help="Seconds for the Optuna phase.")
+@click.option("--timeout", default=None, type=click.FloatRange(0, min_open=True),
+              help="Wall-clock limit (s). Default: none - the search is bounded by --trials and the "
+                   "--gap stop, so --seed reproduces it exactly (a 300 s safety net still applies).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--storage", default=None, help="Journal file path or database URL (resumes a study).")
 @click.option("--study-name", default=None, help="Study name in --storage (default: autotune).")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress output (bar on a terminal, status lines on a log).")
 @click.option("--gap", default=0.005, show_default=True, type=click.FloatRange(0),
               help="Stop once the certified gap (best - lower bound) / lower bound is at most this.")
 @click.option("--dry-run", is_flag=True, help="Print the search space (size, free knobs, constraints) and exit.")
@@ -116,7 +118,8 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
     from autotune.emit.render import comparison_table, render_report
     from autotune.emit.yaml_block import dump_yaml
 
-    progress = fmt == "text" and not quiet and sys.stderr.isatty()
+    # a bar on a terminal; on a log (stderr not a TTY) one status line every few seconds
+    progress = False if quiet else ("bar" if sys.stderr.isatty() else "lines")
     result = search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
                     storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
                     overrides=_overrides(sets), progress=progress, gap=gap)

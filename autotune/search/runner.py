@@ -65,13 +65,15 @@ class StudyOutcome:
     closest: Candidate | None
     trials: int
     seconds: float
+    timed_out: bool = False
 
 
 def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
               timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
               study_name: str | None = None, progress: bool = False, local_polish: bool = True,
               on_trial: Callable[[int, float | None], None] | None = None,
-              stop_at_ms: float | None = None, polish_deadline: float | None = None) -> StudyOutcome:
+              stop_at_ms: float | None = None, polish_deadline: float | None = None,
+              bound_ms: float | None = None, progress_every_s: float = 10.0) -> StudyOutcome:
     """Run (or resume) the study and return the best memory-feasible candidate.
 
     Args:
@@ -83,11 +85,13 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         storage: None (memory), a journal file path, or a database URL; an existing study of the
             same name is resumed.
         study_name: defaults to ``autotune``.
-        progress: show a tqdm progress bar (stderr).
+        progress: False; True or "bar": a tqdm bar (stderr) with the best value and the certified
+            gap; "lines": one line on stderr every ``progress_every_s`` seconds (logs, non-TTY).
         on_trial: called after each trial with (trials done, best step so far).
         stop_at_ms: stop the study once a feasible trial reaches this step time (ms) — the
             certified-gap stop: ``bound × (1 + gap)``.
         polish_deadline: time.monotonic() limit for the final local search.
+        bound_ms: the lower bound (ms), shown as the certified gap in the progress output.
     """
     t0 = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -133,17 +137,37 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         return cand.step_ms
 
     bar = None
-    if progress:
+    if progress and progress != "lines":
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n_trials, desc="search", unit="trial", leave=False, dynamic_ncols=True)
+    last_line = [time.monotonic()]
+
+    def status(best: float | None) -> str:
+        if best is None:
+            return "no feasible trial yet"
+        txt = f"best {best:.1f} ms"
+        if bound_ms:
+            txt += f", certified gap {max(0.0, best - bound_ms) / bound_ms:.2%}"
+        return txt
+
+    feas_best: list[float] = [min((t.values[0] for t in study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if t.values and _fits(t)),
+        default=float("inf"))]
 
     def cb(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        best = _best_value(study)
+        if trial.state == optuna.trial.TrialState.COMPLETE and trial.values and _fits(trial):
+            feas_best[0] = min(feas_best[0], float(trial.values[0]))
+        best = feas_best[0] if np.isfinite(feas_best[0]) else None
         if bar is not None:
             bar.update(1)
-            if best is not None:
-                bar.set_postfix_str(f"best {best:.1f} ms")
+            bar.set_postfix_str(status(best))
+        elif progress == "lines" and time.monotonic() - last_line[0] >= progress_every_s:
+            import sys
+
+            last_line[0] = time.monotonic()
+            print(f"search: {len(study.trials)}/{n_trials} trials, {status(best)}, "
+                  f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         if on_trial is not None:
             on_trial(len(study.trials), best)
         if (stop_at_ms is not None and trial.state == optuna.trial.TrialState.COMPLETE
@@ -153,26 +177,33 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
                                                  else (trial.constraints or [])))):
             study.stop()
 
+    t_opt = time.monotonic()
+    n_before = len(study.trials)
     study.optimize(objective, n_trials=max(n_trials, queued), timeout=timeout, callbacks=[cb],
                    catch=())
+    timed_out = (timeout is not None and time.monotonic() - t_opt >= timeout
+                 and len(study.trials) - n_before < max(n_trials, queued))
     if bar is not None:
         bar.close()
     best, closest = best_and_closest(study)
     done = stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms
     if local_polish and best is not None and not done:
-        polished = local_search(problem, problem.score([best])[0], deadline=polish_deadline)
+        from autotune.search.solve import LOCAL_ITERS
+
+        polished = local_search(problem, problem.score([best])[0], max_iters=LOCAL_ITERS,
+                                deadline=polish_deadline)
         if polished.step_ms < best.step_ms - 1e-9 and representable(problem, polished):
             study.enqueue_trial(encode(problem, polished), user_attrs={"origin": "local-polish"})
             study.optimize(objective, n_trials=1)
             best, closest = best_and_closest(study)
-    return StudyOutcome(study, best, closest, len(study.trials), time.monotonic() - t0)
+    return StudyOutcome(study, best, closest, len(study.trials), time.monotonic() - t0, timed_out)
 
 
-def _best_value(study: optuna.Study) -> float | None:
-    try:
-        return float(study.best_value)
-    except ValueError:
-        return None
+def _fits(trial: optuna.trial.FrozenTrial) -> bool:
+    """True when the trial's memory constraint holds (<= 0)."""
+    cons = trial.constraints
+    vals = cons.values() if isinstance(cons, dict) else (cons or [])
+    return all(float(c) <= 0 for c in vals)
 
 
 def best_and_closest(study: optuna.Study) -> tuple[Candidate | None, Candidate | None]:

@@ -45,6 +45,12 @@ class BoundAndSeeds:
     notes: list[str] = field(default_factory=list)
 
 
+#: Local searches run from this many of the best starts (a work cap, not a clock: deterministic).
+LOCAL_STARTS = 3
+#: Moves per local search.
+LOCAL_ITERS = 60
+
+
 def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                     deadline: float | None = None) -> BoundAndSeeds:
     """Exact optimum as the seed and the bound when the space is small; otherwise solver seeds
@@ -72,11 +78,14 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     out += starts + relaxed
     # Local moves from the most promising starts, best first, until the deadline.
     pool = sorted(starts + relaxed, key=lambda c: c.rank())
+    feas_pool = [x.step_ms for x in pool if x.excess_mib <= 0]
+    inc = min(feas_pool) if feas_pool else float("inf")
+    done = 0
     for c in pool:
-        if deadline is not None and time.monotonic() > deadline:
+        if done >= LOCAL_STARTS or (deadline is not None and time.monotonic() > deadline):
             break
-        if b.per_v_ms.get(c.V, 0.0) > min(x.step_ms for x in pool if x.excess_mib <= 0) \
-                if any(x.excess_mib <= 0 for x in pool) else False:
+        if b.per_v_ms.get(c.V, 0.0) > inc:
             continue  # this V cannot beat the incumbent (its bound is above it)
-        out.append(local_search(problem, c, deadline=deadline))
+        out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
+        done += 1
     return BoundAndSeeds(out, b.bound_ms)
