@@ -36,6 +36,16 @@ class SweepOutcome:
         return 1 if self.infeasible else 0
 
 
+def _is_storage_error(exc: BaseException) -> bool:
+    import optuna
+
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:  # pragma: no cover
+        SQLAlchemyError = ()  # type: ignore[assignment,misc]  # noqa: N806
+    return isinstance(exc, (SQLAlchemyError, OSError, optuna.exceptions.StorageInternalError))
+
+
 def collect(sweep: Sweep, target: str) -> dict[str, dict[str, Any]]:
     """Scenario name -> stored record, for every finished scenario."""
     storage = open_storage(target)
@@ -82,9 +92,11 @@ def run_sweep(sweep_path: str | Path, *, storage: str | None = None, workers: in
         records = collect(sweep, target)
     except ConfigError as exc:
         raise ConfigError(redact(exc.message, target), field=exc.field, value=exc.value, rule=exc.rule) from None
-    except Exception as exc:  # noqa: BLE001 - storage/driver errors: one masked line
-        raise ConfigError(redact(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", target),
-                          field="--storage", value=mask_url(target), rule="storage") from None
+    except Exception as exc:  # noqa: BLE001 - mask the password whatever went wrong
+        msg = redact(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", target)
+        if _is_storage_error(exc):
+            raise ConfigError(msg, field="--storage", value=mask_url(target), rule="storage") from None
+        raise RuntimeError(msg) from None  # a bug: traceback, without the password
     rows = write_outputs(out_dir, sweep.name, records, baseline=prev, report=report)
     return SweepOutcome(rows=rows, infeasible=[r["scenario"] for r in rows if r["status"] == "infeasible"],
                         invalid=[r["scenario"] for r in rows if r["status"] == "invalid"],

@@ -58,10 +58,12 @@ class _Knobs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    trials: int | None = Field(None, ge=1, description="finished trials per scenario (budget)")
+    trials: int | None = Field(None, ge=1, description="most finished trials per scenario (the budget; "
+                               "fewer when the target gap or the timeout ends the search first)")
     timeout: float | None = Field(None, gt=0, description="seconds per search call (None: no limit)")
-    target_gap: float | None = Field(None, gt=0, lt=1, description="stop early once the certified gap "
-                                     "to the lower bound is at most this fraction (when reported)")
+    target_gap: float | None = Field(None, ge=0, lt=1, description="stop a scenario early once its "
+                                     "certified gap to the lower bound is at most this fraction; 0 = always "
+                                     "run the whole trial budget; None = the search's default")
     seed: int | None = None
     device: str | None = None
     profile: str | None = Field(None, description="profile YAML/JSON (None: analytic from the config)")

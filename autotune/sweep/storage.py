@@ -98,8 +98,9 @@ def open_storage(target: str, *, attempts: int = 5) -> Any:
             return optuna.storages.RDBStorage(target, engine_kwargs={"pool_pre_ping": True})
         except Exception as exc:  # noqa: BLE001 - driver errors vary; masked and re-raised below
             last = exc
-            if "No module named" in str(exc) or "Could not parse" in str(exc) or "Can't load plugin" in str(exc):
-                break
+            text = str(exc).lower()
+            if not ("already exists" in text or "duplicate" in text or "unique" in text):
+                break  # only a schema-creation race is worth retrying; bad URL/host/auth is not
             time.sleep(0.5 * (i + 1))
     msg = redact(str(last).splitlines()[0] if last and str(last) else type(last).__name__, target)
     raise ConfigError(f"cannot open the study storage {mask_url(target)}: {msg}", field="--storage",

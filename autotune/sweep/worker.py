@@ -231,28 +231,18 @@ class Worker:
         t0 = time.monotonic()
         result = None
         status, error = "done", None
-        chunk = sc.trials if sc.target_gap is None else max(10, sc.trials // 5)
         try:
-            while True:
-                remaining = max(0, sc.trials - finished)
-                ask = min(chunk, remaining)
-                result = search(sc.config, sc.profile, space=sc.space, trials=ask,
-                                timeout=sc.timeout, seed=sc.seed, storage=self.target,
-                                study_name=sc.study_name, device=sc.device)
-                before, finished = finished, finished_budget_trials(result.study.get_trials(deepcopy=False))
-                gap = getattr(result, "certified_gap", None)
-                if finished >= sc.trials or (sc.target_gap is not None and gap is not None
-                                             and gap <= sc.target_gap):
-                    break
-                if finished - before < ask:
-                    break  # the timeout, not the budget, ended this call: accept it
-                if not self._still_mine(sc, gen):
-                    log.warning("%s: lost scenario %s to another worker", self.label, sc.name)
-                    return
+            kwargs = _gap_kwargs(search, sc.target_gap)
+            result = search(sc.config, sc.profile, space=sc.space, trials=max(0, sc.trials - finished),
+                            timeout=sc.timeout, seed=sc.seed, storage=self.target,
+                            study_name=sc.study_name, device=sc.device, **kwargs)
             if result.best is None:
                 status = "infeasible"
         except AutotuneError as exc:
             status, error = "invalid", redact(str(exc), self.target)
+        if not self._still_mine(sc, gen):
+            log.warning("%s: scenario %s was taken over by another worker; not recording", self.label, sc.name)
+            return
         from autotune.sweep.summary import result_record
 
         record = result_record(sc, result, status=status, error=error,
@@ -260,6 +250,17 @@ class Worker:
         sid = self.storage.get_study_id_from_name(sc.study_name)
         self.storage.set_study_user_attr(sid, RESULT_ATTR, record)
         log.info("%s: %s %s in %.1f s", self.label, sc.name, status, time.monotonic() - t0)
+
+
+def _gap_kwargs(search: Any, target_gap: float | None) -> dict[str, Any]:
+    """``gap=`` for :func:`autotune.api.search`: the scenario's target gap; ``0`` means "use the whole
+    trial budget" (passed as a negative gap, whose stop point no trial can reach); None keeps the
+    search's default. Empty when this version of search has no ``gap`` parameter."""
+    import inspect
+
+    if target_gap is None or "gap" not in inspect.signature(search).parameters:
+        return {}
+    return {"gap": -1.0 if target_gap == 0 else float(target_gap)}
 
 
 def prepare(sweep: Sweep, target: str, *, fresh: bool = False) -> None:
@@ -293,10 +294,15 @@ def run_worker(sweep_path: str, target: str, label: str = "worker") -> list[str]
     _setup_logging()
     try:
         return Worker(load_sweep(sweep_path), target, label=label).run()
-    except ConfigError:
-        raise
+    except ConfigError as exc:
+        raise ConfigError(redact(exc.message, target), field=exc.field, value=exc.value, rule=exc.rule) from None
     except Exception as exc:  # noqa: BLE001 - keep the password out of whatever surfaces
-        raise RuntimeError(redact(f"{type(exc).__name__}: {exc}", target)) from None
+        from autotune.sweep.run import _is_storage_error
+
+        msg = redact(f"{type(exc).__name__}: {exc}", target)
+        if _is_storage_error(exc):
+            raise ConfigError(msg, field="--storage", value=None, rule="storage") from None
+        raise RuntimeError(msg) from None
 
 
 def _setup_logging() -> None:

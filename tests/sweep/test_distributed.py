@@ -1,0 +1,121 @@
+"""Many workers on one store (journal file and the machine's real PostgreSQL): every scenario done
+exactly once with its trial budget, a SIGKILLed worker's scenario taken over without losing a
+finished trial, and re-runs that do only what is missing."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.sweep.sweep_helpers import budget_count, cli, kill, snapshot, start_worker, wait_for, write_sweep
+
+
+def _worked_on(stdout: str) -> int:
+    return int(re.search(r"this run worked on (\d+)", stdout).group(1))
+
+
+def test_four_workers_each_scenario_once(store, tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", trials=12, mbs=(4, 8, 12), memories=("1GB", "0.6GB"))
+    if "://" in store:  # four "hosts" against one database
+        procs = [start_worker(str(sweep), "--storage", store, "--out", str(tmp_path / f"out{i}"),
+                              log=tmp_path / f"w{i}.log") for i in range(4)]
+        codes = [p.wait(timeout=180) for p in procs]
+        assert codes == [0, 0, 0, 0], [(tmp_path / f"w{i}.log").read_text() for i in range(4)]
+        outs = [tmp_path / f"out{i}" for i in range(4)]
+    else:  # one command, four local processes (joblib), journal file
+        res = cli("sweep", str(sweep), "--storage", store, "--workers", "4", "--out", str(tmp_path / "out0"))
+        assert res.returncode == 0, res.stderr
+        assert _worked_on(res.stdout) == 6
+        outs = [tmp_path / "out0"]
+    snap = snapshot(store, sweep)
+    assert len(snap) == 6
+    for name, s in snap.items():
+        assert s["claims"] == [s["study"] + ".claim.0"], name   # claimed once, never taken over
+        assert s["done"]["row"]["status"] == "done"
+        assert budget_count(s["trials"]) == s["budget"] == 12, (name, s["trials"])
+        assert all(t[1] != "FAIL" for t in s["trials"])
+    summaries = {(o / "summary.csv").read_text() for o in outs}
+    assert len(summaries) == 1                                  # every host writes the same summary
+    text = summaries.pop()
+    assert len(text.strip().splitlines()) == 7
+    for name in snap:
+        assert (outs[0] / name / "best.yaml").is_file()
+
+
+def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", trials=14, mbs=(4, 8), memories=("1GB", "0.6GB"))
+    procs = [start_worker(str(sweep), "--storage", store, "--out", str(tmp_path / f"out{i}"), delay=0.12,
+                          log=tmp_path / f"w{i}.log") for i in range(3)]
+    victim = procs[0]
+
+    def victim_running():
+        for name, s in snapshot(store, sweep).items():
+            if s["claim"].get("pid") == victim.pid and s["done"] is None:
+                running = [t for t in s["trials"] if t[1] == "RUNNING"]
+                if running and sum(t[1] == "COMPLETE" for t in s["trials"]) >= 3:
+                    return name
+        return None
+
+    name = wait_for(victim_running, timeout=90, every=0.05)
+    kill(victim)
+    before = snapshot(store, sweep)
+    killed_running = [t for t in before[name]["trials"] if t[1] == "RUNNING"]
+    completed_before = {(n, t[0]): t[2] for n, s in before.items() for t in s["trials"] if t[1] == "COMPLETE"}
+    assert killed_running, "the worker was killed while a trial ran"
+    for p in procs[1:]:
+        assert p.wait(timeout=180) == 0, (tmp_path / "w1.log").read_text()
+
+    after = snapshot(store, sweep)
+    # the sweep completed and the summary is complete
+    rows = (tmp_path / "out1" / "summary.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 4 and all(",done," in r for r in rows[1:])
+    # no finished trial was lost
+    for (n, number), value in completed_before.items():
+        t = next(t for t in after[n]["trials"] if t[0] == number)
+        assert t[1] == "COMPLETE" and t[2] == value
+    # the killed trial is failed, and retried
+    by_number = {t[0]: t for t in after[name]["trials"]}
+    for t in killed_running:
+        assert by_number[t[0]][1] == "FAIL"
+        retries = [r for r in after[name]["trials"] if r[4] == t[0]]
+        if t[3] != "local-polish":
+            assert retries and retries[0][1] in ("COMPLETE", "PRUNED")
+    # taken over once, budget kept
+    assert len(after[name]["claims"]) == 2
+    for n, s in after.items():
+        assert budget_count(s["trials"]) == s["budget"], (n, s["trials"])
+
+    # re-run after completion: no new work, same summary
+    res = cli("sweep", str(sweep), "--storage", store, "--out", str(tmp_path / "out1"))
+    assert res.returncode == 0, res.stderr
+    assert _worked_on(res.stdout) == 0
+    assert snapshot(store, sweep) == after
+
+
+def test_rerun_after_kill_finishes_only_what_is_missing(tmp_path, pg_url):
+    sweep = write_sweep(tmp_path / "sweep.yaml", trials=12, mbs=(4, 8), memories=("1GB", "0.6GB"))
+    proc = start_worker(str(sweep), "--storage", pg_url, "--out", str(tmp_path / "out"), delay=0.08,
+                        log=tmp_path / "w.log")
+
+    def one_done_one_running():
+        s = snapshot(pg_url, sweep)
+        done = [n for n, v in s.items() if v["done"] is not None]
+        running = [n for n, v in s.items() if v["done"] is None and any(t[1] == "COMPLETE" for t in v["trials"])]
+        return (done, s) if done and running else None
+
+    done, before = wait_for(one_done_one_running, timeout=90, every=0.05)
+    kill(proc)
+    before = snapshot(pg_url, sweep)
+    done = [n for n, v in before.items() if v["done"] is not None]
+    res = cli("sweep", str(sweep), "--storage", pg_url, "--out", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    assert _worked_on(res.stdout) == 4 - len(done)
+    after = snapshot(pg_url, sweep)
+    for n in done:  # finished scenarios untouched
+        assert after[n]["trials"] == before[n]["trials"] and after[n]["claims"] == before[n]["claims"]
+    for n, s in after.items():
+        assert s["done"] is not None and budget_count(s["trials"]) == s["budget"]
+    assert len((tmp_path / "out" / "summary.csv").read_text().strip().splitlines()) == 5
+    data = json.loads((tmp_path / "out" / done[0] / "result.json").read_text())
+    assert data["row"]["scenario"] == done[0]
