@@ -21,6 +21,12 @@ from autotune.profile.schema import RECOMPUTE_CLASSES, ModelProfile
 NONE, SELECT, COMM, BOTH, FULL = range(5)
 
 
+def _op_tuple(ops: dict | None) -> tuple | None:
+    if ops is None:
+        return None
+    return tuple((name, float(o.act_mib), float(o.extra_ms)) for name, o in ops.items())
+
+
 @dataclass(frozen=True)
 class ProfileArrays:
     """A :class:`ModelProfile` as arrays (built once per search; see module docstring for shapes).
@@ -106,7 +112,14 @@ class ProfileArrays:
         return cls(fwd, bwd, act, ws, static, prefix,
                    (h.fwd_ms, h.bwd_ms, h.act_mib, h.static_mib, h.workspace_mib),
                    (t.fwd_ms, t.bwd_ms, t.act_mib, t.static_mib, t.workspace_mib),
-                   profile.stage_const_mib, profile.p2p_ms, sdelta)
+                   profile.stage_const_mib, profile.p2p_ms, sdelta,
+                   tuple(_op_tuple(profile.kinds[nm].select_ops) for nm in names),
+                   tuple(_op_tuple(profile.kinds[nm].comm_ops) for nm in names))
+
+    @property
+    def has_op_tables(self) -> bool:
+        """True when some kind lists its operators (per-op select recompute applies)."""
+        return any(t is not None for t in self.select_ops + self.comm_ops)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from autotune.config.layout import Layout
 from autotune.cost.bubble import bubble_breakdown
 from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
+from autotune.cost.select_ops import pattern_stage_costs
 from autotune.cost.simulate import SimResult, compile_schedule, peak_activation_parts, simulate
 from autotune.profile.schema import ModelProfile
 
@@ -63,7 +64,8 @@ class CostReport:
 
     ``bubble`` holds SAPP's breakdown ``real = ideal + imbalance + recompute + comm`` (fractions of
     model compute, :mod:`autotune.cost.bubble`); ``bubble_fraction`` is the idle share of device
-    time, 1 − Σ busy / (P·step).
+    time, 1 − Σ busy / (P·step). ``warnings``: accepted pitfalls (objects with ``code``, ``field``,
+    ``message``), e.g. ``W_SELECT_NO_MATCH`` for a select pattern matching no op of the profile.
     """
 
     layout: Layout
@@ -78,6 +80,7 @@ class CostReport:
     seq_split_num: int = 1
     p2p_ms: float = 0.0
     costs: StageCosts | None = field(default=None, repr=False, compare=False)
+    warnings: list = field(default_factory=list)
 
     @property
     def peak_mib(self) -> float:
@@ -136,6 +139,7 @@ class CostReport:
             "p2p_ms": self.p2p_ms,
             "stages": [s.to_dict() for s in self.stages],
             "config": self.config_dict(),
+            "warnings": [{"code": w.code, "field": w.field, "message": w.message} for w in self.warnings],
         }
 
 
@@ -163,8 +167,13 @@ def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, mi
     cs = compile_schedule(schedule, layout.pp, layout.vpp, micro_batch_num, seq_split_num)
     pos = get_schedule(schedule).virtual_position(layout.pp, layout.vpp)
     b = lambda a: a[None]  # noqa: E731
-    costs = stage_costs(pa, b(layout.layers_vp), b(layout.recompute_vp), b(layout.select_vp),
-                        b(layout.comm_vp), pos=pos)
+    warnings: list = []
+    if (layout.select_patterns or layout.comm_patterns) and pa.has_op_tables:
+        # per-op select / comm recompute from the layout's pattern tables (autotune.cost.select_ops)
+        costs, warnings = pattern_stage_costs(pa, layout, pos=pos)
+    else:
+        costs = stage_costs(pa, b(layout.layers_vp), b(layout.recompute_vp), b(layout.select_vp),
+                            b(layout.comm_vp), pos=pos)
     hop = pa.p2p_ms if p2p_ms is None else p2p_ms
     sim = simulate(cs, costs, hop, timeline=True)
     bub = bubble_breakdown(cs, costs, sim, hop)
@@ -205,4 +214,5 @@ def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, mi
     return CostReport(layout=layout, schedule=schedule, micro_batch_num=m,
                       step_time_ms=float(sim.step_ms[0]), bubble_fraction=float(sim.bubble_fraction[0]),
                       hbm_budget_mib=hbm_mib, stages=stages, sim=sim, bubble=bub.row(0),
-                      seq_split_num=seq_split_num, p2p_ms=float(hop), costs=costs)
+                      seq_split_num=seq_split_num, p2p_ms=float(hop), costs=costs,
+                      warnings=list(warnings))

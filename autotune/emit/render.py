@@ -72,6 +72,8 @@ def render_report(report: CostReport, title: str = "") -> str:
     mem = memory_table(report)
     if mem:
         parts += ["", "peak memory by component (MiB):", mem]
+    for w in getattr(report, "warnings", None) or []:
+        parts.append(f"warning {w.code} ({w.field}): {w.message}")
     return "\n".join(parts)
 
 

@@ -53,7 +53,7 @@ from typing import Any
 from autotune.config.training import TrainingConfig, get_path
 from autotune.errors import ConfigError
 from autotune.profile.devices import Device, get_device
-from autotune.profile.schema import EndPart, LayerKind, ModelProfile, RecomputeOption
+from autotune.profile.schema import EndPart, LayerKind, ModelProfile, OpSaving, RecomputeOption
 from autotune.units import BYTES_PER_MIB
 
 DEFAULT_ASSUMPTIONS: dict[str, float] = {
@@ -205,6 +205,92 @@ def param_counts(d: Any, num_layers: int, *, count_mtp: bool = False) -> dict[st
     return out
 
 
+def op_tables(*, legacy: bool, c: float, s: float, b: float, h: int, t: int, attn_params: float,
+              out_proj_params: float, qkv_bytes: float, attn_out_bytes: float, core_flops: float,
+              f_routed: float, f_shared: float, experts: int, bwd_ms: float, select_frac: float,
+              comm_frac: float, flops_per_ms: float,
+              heads: tuple[int, int] | None = None) -> tuple[dict[str, OpSaving], dict[str, OpSaving]]:
+    """Per-op select / comm recompute savings of one decoder layer (per micro-batch, per device).
+
+    Op names follow MindFormers' cells: legacy (Llama-style) ``attention_norm.norm``,
+    ``attention.wq|wk|wv|wo.matmul`` (MLA: one ``attention.qkv_proj``),
+    ``attention.flash_attention``, ``ffn_norm.norm``, ``feed_forward.w1.matmul``,
+    ``feed_forward.w1.activation.silu``, ``feed_forward.w3.matmul``, ``feed_forward.mul``,
+    ``feed_forward.w2.matmul`` (MoE: the same names for routed + shared experts, plus
+    ``feed_forward.router``); mcore ``input_layernorm.norm``, ``self_attention.linear_qkv``,
+    ``self_attention.core_attention``, ``self_attention.linear_proj``, ``pre_mlp_layernorm.norm``,
+    ``mlp.linear_fc1`` (gate + up), ``mlp.activation_func.silu``, ``mlp.mul``, ``mlp.linear_fc2``
+    (MoE: ``mlp.router``, ``mlp.experts.linear_fc1|linear_fc2``, the routed SiLU/product under
+    ``mlp.activation_func.silu`` / ``mlp.mul``, and ``mlp.shared_experts.linear_fc1|
+    activation_func.silu|mul|linear_fc2``).
+
+    Savings (bytes -> MiB), the terms of the module docstring's activation accounting:
+    a norm frees its output ``c·s·b·h``; Q/K/V projections ``c·s·b·(a+2g)·d/t`` (split by head
+    count), flash attention its output and softmax statistics; gate and up projections
+    ``c·s·b·f/t`` each, SiLU ``c·s·b·f/t``, the product ``c·s·b·f/t``; output projections (wo, w2,
+    linear_proj, linear_fc2) 0 (their outputs feed the residual add, whose result the next norm's
+    input already counts). Replay time: matmuls their forward FLOPs ``2·s·b·params/t`` at the
+    profile's throughput, flash attention ``core_flops/t``; elementwise ops (SiLU, product, norm)
+    share SAPP's default coefficient: SiLU + product = ``select_frac·bwd`` (split by FFN width for
+    MoE), each norm ``select_frac·bwd/2``. Comm table: the two norms, output ``c·s·b·h`` each (their
+    all-gathered output) and ``comm_frac·bwd/2`` each. So the default patterns reproduce the
+    aggregate ``select`` (SiLU + product) and ``comm`` (``.*\\.norm``) options exactly.
+    """
+    def mib_op(nbytes: float, ms: float) -> OpSaving:
+        return OpSaving(act_mib=_mib(nbytes), extra_ms=ms)
+
+    mm = lambda params: 2 * s * b * params / t / flops_per_ms  # noqa: E731  (matmul replay, ms)
+    norm = c * s * b * h
+    f = f_routed + f_shared
+    ew = select_frac * bwd_ms / 2
+    qkv_params = attn_params - out_proj_params
+    sel: dict[str, OpSaving] = {}
+    if legacy:
+        n1, n2, att, ffn = "attention_norm.norm", "ffn_norm.norm", "attention", "feed_forward"
+        sel[n1] = mib_op(norm, ew)
+        if heads is None:  # MLA: the LoRA projections as one op
+            sel[f"{att}.qkv_proj"] = mib_op(qkv_bytes, mm(qkv_params))
+        else:  # Q, K, V in proportion a : g : g (bytes and parameters)
+            a_, g_ = heads
+            for name, share in (("wq", a_), ("wk", g_), ("wv", g_)):
+                w = share / (a_ + 2 * g_)
+                sel[f"{att}.{name}.matmul"] = mib_op(qkv_bytes * w, mm(qkv_params * w))
+        sel[f"{att}.flash_attention"] = mib_op(attn_out_bytes, core_flops / t / flops_per_ms)
+        sel[f"{att}.wo.matmul"] = mib_op(0.0, mm(out_proj_params))
+        sel[n2] = mib_op(norm, ew)
+        if experts:
+            sel[f"{ffn}.router"] = mib_op(0.0, mm(h * experts))
+        sel[f"{ffn}.w1.matmul"] = mib_op(c * s * b * f / t, mm(h * f))
+        sel[f"{ffn}.w1.activation.silu"] = mib_op(c * s * b * f / t, ew)
+        sel[f"{ffn}.w3.matmul"] = mib_op(c * s * b * f / t, mm(h * f))
+        sel[f"{ffn}.mul"] = mib_op(c * s * b * f / t, ew)
+        sel[f"{ffn}.w2.matmul"] = mib_op(0.0, mm(h * f))
+    else:
+        n1, n2 = "input_layernorm.norm", "pre_mlp_layernorm.norm"
+        sel[n1] = mib_op(norm, ew)
+        sel["self_attention.linear_qkv"] = mib_op(qkv_bytes, mm(qkv_params))
+        sel["self_attention.core_attention"] = mib_op(attn_out_bytes, core_flops / t / flops_per_ms)
+        sel["self_attention.linear_proj"] = mib_op(0.0, mm(out_proj_params))
+        sel[n2] = mib_op(norm, ew)
+        share_r = f_routed / f if f else 1.0
+        if experts:
+            sel["mlp.router"] = mib_op(0.0, mm(h * experts))
+            sel["mlp.experts.linear_fc1"] = mib_op(2 * c * s * b * f_routed / t, mm(2 * h * f_routed))
+        else:
+            sel["mlp.linear_fc1"] = mib_op(2 * c * s * b * f_routed / t, mm(2 * h * f_routed))
+        sel["mlp.activation_func.silu"] = mib_op(c * s * b * f_routed / t, ew * share_r)
+        sel["mlp.mul"] = mib_op(c * s * b * f_routed / t, ew * share_r)
+        sel["mlp.experts.linear_fc2" if experts else "mlp.linear_fc2"] = mib_op(0.0, mm(h * f_routed))
+        if f_shared:
+            sh = "mlp.shared_experts"
+            sel[f"{sh}.linear_fc1"] = mib_op(2 * c * s * b * f_shared / t, mm(2 * h * f_shared))
+            sel[f"{sh}.activation_func.silu"] = mib_op(c * s * b * f_shared / t, ew * (1 - share_r))
+            sel[f"{sh}.mul"] = mib_op(c * s * b * f_shared / t, ew * (1 - share_r))
+            sel[f"{sh}.linear_fc2"] = mib_op(0.0, mm(h * f_shared))
+    comm = {n1: mib_op(norm, comm_frac * bwd_ms / 2), n2: mib_op(norm, comm_frac * bwd_ms / 2)}
+    return sel, comm
+
+
 def gathered_weights(params_tp: float, params_ep: float, *, t: int, ep: int, d_os: int,
                      d_os_exp: int, dtype_bytes: float, allgather_gbps: float) -> tuple[float, float]:
     """Optimizer-parallel gathered weights of one layer and the time to gather them once.
@@ -305,7 +391,12 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
 
     ag_gbps = A["allgather_gbps"] if A["allgather_gbps"] > 0 else dev.p2p_gbps
 
-    def kind(mlp_params_tp: float, mlp_params_ep: float, active_mlp: float, f_eff: float) -> LayerKind:
+    mla = bool(d.q_lora_rank or d.kv_lora_rank)
+    out_proj_p = a * ((d.v_head_dim or hd) if mla else hd) * h
+    flops_per_ms = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
+
+    def kind(mlp_params_tp: float, mlp_params_ep: float, active_mlp: float, f_eff: float,
+             f_shared: float = 0.0, experts: int = 0) -> LayerKind:
         static_b = (attn_p + mlp_params_tp) / t * bpp + norms_p * bpp + mlp_params_ep / (t * ep) * bpp_exp
         flops = 2 * s * b * (attn_p + active_mlp) + core_flops
         fwd = flops / t / (dev.peak_tflops * 1e12 * A["efficiency"]) * 1e3
@@ -334,8 +425,15 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
             full_extra += ag_ms
             full_ws += gathered
             full_delta = -gathered
+        sel_ops, comm_ops = op_tables(
+            legacy=cfg.use_legacy, c=c, s=s, b=b, h=h, t=t, attn_params=attn_p,
+            out_proj_params=out_proj_p, qkv_bytes=qkv_act, attn_out_bytes=attn_out_act + lse,
+            core_flops=core_flops, f_routed=f_eff - f_shared, f_shared=f_shared, experts=experts,
+            bwd_ms=bwd, select_frac=A["select_extra_frac"], comm_frac=A["comm_extra_frac"],
+            flops_per_ms=flops_per_ms, heads=None if mla else (a, g))
         return LayerKind(
             fwd_ms=fwd, bwd_ms=bwd, act_mib=_mib(act), static_mib=_mib(static_b),
+            select_ops=sel_ops, comm_ops=comm_ops,
             full=RecomputeOption(act_mib=_mib(act_full), extra_ms=full_extra, workspace_mib=_mib(full_ws),
                                  static_delta_mib=_mib(full_delta)),
             select=RecomputeOption(act_mib=_mib(act_sel), extra_ms=A["select_extra_frac"] * bwd),
@@ -356,7 +454,8 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
         if dense_n:
             kinds["dense"] = kind(dense_mlp_p, 0.0, dense_mlp_p, d.intermediate_size)
             runs.append(("dense", dense_n))
-        kinds["moe"] = kind(moe_shared + h * d.num_experts, moe_routed, active + h * d.num_experts, f_moe)
+        kinds["moe"] = kind(moe_shared + h * d.num_experts, moe_routed, active + h * d.num_experts, f_moe,
+                            f_shared=d.shared_expert_num * d.moe_intermediate_size, experts=d.num_experts)
         if n - dense_n:
             runs.append(("moe", n - dense_n))
     else:

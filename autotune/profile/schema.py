@@ -54,8 +54,27 @@ class RecomputeOption(BaseModel):
         "layer does not keep its optimizer-parallel gathered weights"))
 
 
+class OpSaving(BaseModel):
+    """What recomputing one operator of a layer saves and costs, per micro-batch.
+
+    ``act_mib``: activation the layer no longer keeps (the op's output, MiB); ``extra_ms``: the
+    op's replay time in backward (ms). See :mod:`autotune.cost.select_ops` for how patterns pick ops.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    act_mib: float = Field(0.0, ge=0)
+    extra_ms: float = Field(0.0, ge=0)
+
+
 class LayerKind(BaseModel):
-    """One decoder-layer kind (per micro-batch, per device). Missing select/comm = no effect."""
+    """One decoder-layer kind (per micro-batch, per device). Missing select/comm = no effect.
+
+    Optional per-op tables (additive; None = unknown op list): ``select_ops`` maps each operator's
+    path inside the layer (names joined by ".", e.g. ``feed_forward.w1.activation.silu``) to its
+    :class:`OpSaving` under ``select_recompute``; ``comm_ops`` the same for ``select_comm_recompute``
+    (communication-carrying ops such as the norms whose output is all-gathered). The aggregate
+    ``select`` / ``comm`` options stay "the default op set"."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -68,6 +87,8 @@ class LayerKind(BaseModel):
     select: RecomputeOption | None = None
     comm: RecomputeOption | None = None
     both: RecomputeOption | None = None
+    select_ops: dict[str, OpSaving] | None = None
+    comm_ops: dict[str, OpSaving] | None = None
 
     def option(self, cls: str) -> RecomputeOption:
         """The effective option for class ``cls`` (one of RECOMPUTE_CLASSES).
