@@ -145,3 +145,24 @@ def test_analytic_op_list_hand_values():
     assert sel == pytest.approx(k.act_mib - k.select.act_mib)
     assert sum(o.act_mib for o in k.comm_ops.values()) == pytest.approx(k.act_mib - k.comm.act_mib)
     assert pa.has_op_tables
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PATS = ["feed_forward\\.w1", "feed_forward\\.mul", ".*\\.mul", "attention\\.flash_attention",
+         ".*_norm\\.norm", "feed_forward\\.w9"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(counts=st.lists(st.integers(0, 4), min_size=len(_PATS), max_size=len(_PATS)),
+       extra=st.integers(0, len(_PATS) - 1), rec=st.integers(0, 4))
+def test_more_recompute_never_keeps_more(counts, extra, rec):
+    """Raising one pattern's count never raises kept activation nor lowers backward time."""
+    base = {p: [[c]] for p, c in zip(_PATS, counts)}
+    more = dict(base)
+    more[_PATS[extra]] = [[min(4, counts[extra] + 1)]]
+    a0, b0, _, _ = _run(_layout(base, rec=rec))
+    a1, b1, _, _ = _run(_layout(more, rec=rec))
+    assert a1 <= a0 + 1e-9 and b1 >= b0 - 1e-9
+    assert 0 <= a1 <= 400.0
