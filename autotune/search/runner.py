@@ -73,7 +73,7 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
               study_name: str | None = None, progress: bool = False, local_polish: bool = True,
               on_trial: Callable[[int, float | None], None] | None = None,
               stop_at_ms: float | None = None, polish_deadline: float | None = None,
-              bound_ms: float | None = None, progress_every_s: float = 10.0) -> StudyOutcome:
+              bound_ms: float | None = None, progress_every_s: float = 30.0) -> StudyOutcome:
     """Run (or resume) the study and return the best memory-feasible candidate.
 
     Args:
