@@ -459,6 +459,56 @@ def _block_tables(problem: Problem, fr: _RecomputeFrontiers) -> tuple[np.ndarray
     return Fp, Bmin
 
 
+def _pair_cycle(cs) -> tuple[int, int, int, int, int] | None:
+    """The "ping-pong" path between the last two stages s = P-2 and L = P-1 (V = 1).
+
+    Walk stage s's ops in program order; at each forward F_s(j) jump to F_L(j) (data edge, p2p), run
+    L's ops in program order up to B_L(j), come back to B_s(j) (data edge, p2p) and go on along s.
+    Every step is an edge of the dependency graph, so its length bounds the step time. In 1F1B's
+    steady state each round trip covers two micro-batches and costs t_s + t_L + 2·p2p, i.e. the
+    p2p latency is paid once per micro-batch, which the single-stage paths cannot see.
+
+    Returns (forwards on s, backwards on s, forwards on L, backwards on L, cross hops) counted along
+    the path, or None when the path is not of that shape (first op of s not a forward or last op
+    not a backward).
+    """
+    P = cs.P
+    s, L = P - 2, P - 1
+    os_, oL = [int(x) for x in cs.order[s]], [int(x) for x in cs.order[L]]
+    if not os_ or not cs.fwd[os_[0]] or cs.fwd[os_[-1]]:
+        return None
+    pos_s = {op: i for i, op in enumerate(os_)}
+    pos_L = {op: i for i, op in enumerate(oL)}
+    fwd_on_L = {int(cs.dep[op]): op for op in oL if cs.fwd[op]}  # F_s(j) -> F_L(j)
+    bwd_on_s = {int(cs.dep[op]): op for op in os_ if not cs.fwd[op]}  # B_L(j) -> B_s(j)
+    bwd_L_of = {}
+    for op in oL:
+        if not cs.fwd[op]:
+            bwd_L_of[int(cs.mb[op])] = op
+    cF_s = cB_s = cF_L = cB_L = hops = 0
+    i = 0
+    while i < len(os_):
+        x = os_[i]
+        if cs.fwd[x]:
+            cF_s += 1
+            y = fwd_on_L.get(x)
+            z = bwd_L_of.get(int(cs.mb[x])) if y is not None else None
+            if y is not None and z is not None and z in bwd_on_s and pos_L[z] >= pos_L[y]:
+                for op in oL[pos_L[y]:pos_L[z] + 1]:
+                    cF_L += int(cs.fwd[op])
+                    cB_L += int(not cs.fwd[op])
+                back = bwd_on_s[z]
+                if pos_s[back] > i:
+                    hops += 2
+                    i = pos_s[back]
+                    continue
+                return None
+        else:
+            cB_s += 1
+        i += 1
+    return cF_s, cB_s, cF_L, cB_L, hops
+
+
 def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: float = 1e-7) -> PathDPBound:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num 1.
 
@@ -477,7 +527,10 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     max_p [prefix_p + m·(f_p + Bmin_p) + 2·p·p2p]. For a threshold T the best split is found by a DP
     over (stage, layers placed) keeping the least prefix (a smaller prefix never hurts a later
     stage), and the least feasible T by bisection (to ``rel_tol``); the value returned is the lower
-    end of the final bracket, so it is a valid bound.
+    end of the final bracket, so it is a valid bound. The last two stages must also satisfy the
+    pair path of :func:`_pair_cycle` (prefix + its length), which adds the p2p latency paid per
+    micro-batch in 1F1B's steady state; the DP stays exact because every constraint grows with the
+    prefix.
 
     Raises:
         ValueError: the problem has no pp_interleave_num 1 candidate.
@@ -495,6 +548,14 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     pathw = nF[:, None, None] * F + nB[:, None, None] * Bmin + (2 * np.arange(P) * p2p)[:, None, None]
     stepw = (F + Bmin) / k  # contribution to later prefixes
 
+    cyc = _pair_cycle(cs) if P >= 2 else None
+    if cyc is not None:
+        s_, L_ = P - 2, P - 1
+        cF_s, cB_s, cF_L, cB_L, hops = cyc
+        # pair path through stages s = P-2 (block [i, j)) and L = P-1 (block [j, N)), i, j free
+        pairw = (cF_s * F[s_] + cB_s * Bmin[s_]) / k + ((cF_L * F[L_][:, N] + cB_L * Bmin[L_][:, N]) / k)[None, :] \
+            + (2 * s_ + hops) * p2p  # [i, j]
+
     def feasible(T: float) -> tuple[bool, np.ndarray | None]:
         D = np.full(N + 1, np.inf)
         D[0] = 0.0
@@ -502,6 +563,10 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
         for p in range(P):
             ok = D[:, None] + pathw[p] <= T
             cand = np.where(ok, D[:, None] + stepw[p], np.inf)  # i, j
+            if cyc is not None and p == P - 2:
+                # only splits whose last two blocks also satisfy the pair path; D[j] then keeps
+                # the least prefix among blocks [i, j) meeting it (monotone: exact).
+                cand = np.where(D[:, None] + pairw <= T, cand, np.inf)
             back[p] = np.argmin(cand, axis=0)
             D = cand[back[p], np.arange(N + 1)]
         if not np.isfinite(D[N]):
