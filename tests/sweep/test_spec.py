@@ -78,3 +78,10 @@ def test_bad_baseline_exit_2(tmp_path):
     (tmp_path / "prev.csv").write_text("a,b\n1,2\n")
     res = cli("sweep", str(s), "--out", str(tmp_path / "out"), "--baseline", str(tmp_path / "prev.csv"))
     assert res.returncode == 2 and "[baseline] --baseline" in res.stderr
+
+
+def test_shipped_nightly_example_validates(root):
+    sw = load_sweep(root / "examples" / "nightly_sweep.yaml")
+    assert len(sw.scenarios) >= 3
+    assert {s.config.source.split(":")[-1] for s in sw.scenarios} == {
+        "telechat2_115b-mb8", "telechat2_115b-mb16", "llama3_1_70b-hbm52.5GB", "llama3_1_70b-hbm58GB"}
