@@ -24,7 +24,7 @@ from autotune.emit.yaml_block import canonical_values, deep_merge, dump_yaml, tu
 from autotune.errors import ConfigError, InfeasibleError
 from autotune.profile.analytic import analytic_profile
 from autotune.profile.schema import ModelProfile, load_profile
-from autotune.search.space import SearchSpace, load_search_space
+from autotune.tuner.space import SearchSpace, load_search_space
 
 __all__ = ["load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult"]
 
@@ -236,13 +236,13 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     Without ``timeout`` the run is deterministic: same inputs and seed, same trials and answer.
     With ``timeout``, half of it goes to the bound and the solver seeds, the rest to Optuna (the
     answer may then depend on machine speed). Small spaces are enumerated exactly
-    (:mod:`autotune.search.exact`), so their answer is the optimum and the gap is 0.
+    (:mod:`autotune.tuner.exact`), so their answer is the optimum and the gap is 0.
 
     Raises:
         ConfigError: bad config/profile/space, no budget known, or no runnable pp_interleave_num.
     """
-    from autotune.search.problem import Candidate, even_layers, problem_from_config
-    from autotune.search.runner import run_study
+    from autotune.tuner.problem import Candidate, even_layers, problem_from_config
+    from autotune.tuner.runner import run_study
 
     t0 = time.monotonic()
     cfg = _config(config, hbm_mib)
@@ -289,7 +289,7 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     baselines["even_full_recompute"] = report(full)
     baselines["even_no_recompute"] = report(none)
     seeds += [full, none]
-    from autotune.search.solve import bound_and_seeds
+    from autotune.tuner.solve import bound_and_seeds
 
     bs = bound_and_seeds(problem, seeds, deadline=None if timeout is None else t0 + timeout * 0.5)
     seeds = bs.seeds

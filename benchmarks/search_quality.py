@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.cost.inputs import ProfileArrays  # noqa: E402
 from autotune.profile.schema import ModelProfile  # noqa: E402
-from autotune.search.problem import Problem, runnable_vpp  # noqa: E402
+from autotune.tuner.problem import Problem, runnable_vpp  # noqa: E402
 
 
 def toy(N: int, kinds_runs: list, tail_ms: float = 2.0, p2p: float = 0.1) -> ProfileArrays:
@@ -84,8 +84,8 @@ def run(problem: Problem, seed: int, gap: float = 0.005) -> tuple[float, float, 
     """(found ms, bound ms, trials, wall s, exact) for one search as api.search runs it by default
     (no clock budget: 200 trials, fixed local-search work, stop at the certified gap)."""
     from autotune.api import SAFETY_TIMEOUT_S
-    from autotune.search.runner import run_study
-    from autotune.search.solve import bound_and_seeds
+    from autotune.tuner.runner import run_study
+    from autotune.tuner.solve import bound_and_seeds
 
     t0 = time.monotonic()
     bs = bound_and_seeds(problem, [])

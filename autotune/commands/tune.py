@@ -105,7 +105,7 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
     from autotune.api import search
 
     if dry_run:
-        from autotune.search.describe import describe_space
+        from autotune.tuner.describe import describe_space
 
         info = describe_space(config, profile, space=space, device=device, hbm_mib=_hbm(hbm),
                               overrides=_overrides(sets))

@@ -181,7 +181,7 @@ def load_sweep(path: str | Path) -> Sweep:
             scenario names, or a scenario whose merged config/space/profile is invalid.
     """
     from autotune.api import resolve_profile
-    from autotune.search.space import SearchSpace, load_search_space
+    from autotune.tuner.space import SearchSpace, load_search_space
 
     path = Path(path)
     data = read_yaml(path)

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from autotune.cost.inputs import ProfileArrays
 from autotune.profile.schema import ModelProfile
-from autotune.search.bounds import lower_bound, minmax_partition, path_dp_bound
-from autotune.search.exact import compositions, exact_optimum, space_size
-from autotune.search.problem import Problem
+from autotune.tuner.bounds import lower_bound, minmax_partition, path_dp_bound
+from autotune.tuner.exact import compositions, exact_optimum, space_size
+from autotune.tuner.problem import Problem
 
 CASES = Path(__file__).resolve().parents[3] / "shared" / "cases" / "validation_cases.json"
 
@@ -53,7 +53,7 @@ def test_syn2_exact_optimum(cap: int) -> None:
     assert res.best is not None
     assert res.best.step_ms == pytest.approx(e["step_time"], abs=1e-6)
     # the published layout is one optimum: it simulates to the same time and fits
-    from autotune.search.problem import Candidate
+    from autotune.tuner.problem import Candidate
     z = np.zeros((1, 4), dtype=np.int64)
     pub = problem.score([Candidate(1, np.array([e["split"]]), np.array([e["recompute"]]), z, z)])[0]
     assert pub.step_ms == pytest.approx(e["step_time"], abs=1e-6) and pub.excess_mib <= 0
@@ -86,8 +86,8 @@ def _random_problem(seed: int, N: int, P: int, V: int, kinds: tuple[str, ...], t
     pa = ProfileArrays.from_profile(prof)
     m = P * int(rng.integers(1, 3))
     loose = Problem(pa, P=P, m=m, vpp_candidates=[V], kinds=kinds, schedule=schedule, seq_split_num=split)
-    from autotune.search.heuristic import fitted
-    from autotune.search.problem import even_layers
+    from autotune.tuner.heuristic import fitted
+    from autotune.tuner.problem import even_layers
     peak = fitted(loose, V, even_layers(N, P, V)[None], "x")[0].peak_mib
     return Problem(pa, P=P, m=m, hbm_mib=peak * tight, vpp_candidates=[V], kinds=kinds,
                    schedule=schedule, seq_split_num=split)

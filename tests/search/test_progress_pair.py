@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.cost.simulate import compile_schedule
-from autotune.search.bounds import _pair_cycle
+from autotune.tuner.bounds import _pair_cycle
 from tests.search.test_exact_bounds import syn2_problem
 
 
@@ -34,8 +34,8 @@ def test_pair_cycle_bounds_a_balanced_simulation() -> None:
 
 
 def test_progress_lines_show_certified_gap(capsys) -> None:
-    from autotune.search.runner import run_study
-    from autotune.search.solve import bound_and_seeds
+    from autotune.tuner.runner import run_study
+    from autotune.tuner.solve import bound_and_seeds
 
     problem = syn2_problem(150)
     bs = bound_and_seeds(problem, [])

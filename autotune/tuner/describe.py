@@ -20,9 +20,9 @@ def describe_space(config: Any, profile: Any = None, *, space: Any = None, devic
     import math
 
     from autotune.api import _config, _schedule, resolve_profile
-    from autotune.search.problem import problem_from_config
-    from autotune.search.solve import EXACT_MAX_SPLITS, count_splits
-    from autotune.search.space import SearchSpace, load_search_space
+    from autotune.tuner.problem import problem_from_config
+    from autotune.tuner.solve import EXACT_MAX_SPLITS, count_splits
+    from autotune.tuner.space import SearchSpace, load_search_space
 
     cfg = _config(config, hbm_mib)
     prof = resolve_profile(cfg, profile, device=device, overrides=overrides)

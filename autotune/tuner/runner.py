@@ -1,9 +1,9 @@
 """The Optuna study that drives the search (the only place Optuna is used for tuning).
 
 Flow: baselines (user's config, even split + full recompute, even split + no recompute) and the
-heuristic seeds (:mod:`autotune.search.heuristic`) are enqueued first; TPE (seeded, multivariate,
+heuristic seeds (:mod:`autotune.tuner.heuristic`) are enqueued first; TPE (seeded, multivariate,
 constant liar) then proposes candidates through the valid-by-construction parameters of
-:mod:`autotune.search.params`. Each trial stores its exact layout in ``user_attrs``; memory goes to
+:mod:`autotune.tuner.params`. Each trial stores its exact layout in ``user_attrs``; memory goes to
 ``trial.set_constraint("hbm_excess_mib", peak - budget)`` and a trial whose static memory alone
 exceeds the budget is pruned before it is simulated. At the end, a local search from the best trial
 runs and its answer is recorded as one more trial, so the study's history holds the final answer.
@@ -20,9 +20,9 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
-from autotune.search.heuristic import heuristic_seeds, local_search
-from autotune.search.params import decode, encode, representable
-from autotune.search.problem import Candidate, Problem
+from autotune.tuner.heuristic import heuristic_seeds, local_search
+from autotune.tuner.params import decode, encode, representable
+from autotune.tuner.problem import Candidate, Problem
 
 CONSTRAINT_KEY = "hbm_excess_mib"
 
@@ -116,7 +116,7 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     def objective(trial: optuna.Trial) -> float:
         V = trial.suggest_categorical("pp_interleave_num", problem.vpp_candidates)
         params: dict[str, Any] = {"pp_interleave_num": V}
-        from autotune.search.params import param_names, W_MAX
+        from autotune.tuner.params import param_names, W_MAX
 
         for name in param_names(problem):
             hi = W_MAX if name.startswith("w") else 1.0
@@ -188,7 +188,7 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     best, closest = best_and_closest(study)
     done = stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms
     if local_polish and best is not None and not done:
-        from autotune.search.solve import LOCAL_ITERS
+        from autotune.tuner.solve import LOCAL_ITERS
 
         polished = local_search(problem, problem.score([best])[0], max_iters=LOCAL_ITERS,
                                 deadline=polish_deadline)

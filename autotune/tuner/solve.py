@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.search.bounds import lower_bound
-from autotune.search.exact import exact_optimum
-from autotune.search.heuristic import fitted, local_search
-from autotune.search.problem import Candidate, Problem, even_layers
+from autotune.tuner.bounds import lower_bound
+from autotune.tuner.exact import exact_optimum
+from autotune.tuner.heuristic import fitted, local_search
+from autotune.tuner.problem import Candidate, Problem, even_layers
 
 #: Spaces with at most this many layer splits (all V) are enumerated exactly (branch and bound:
 #: 20,128 splits of the 16-layer pp4 vpp1-2 benchmark take about 2 s).
@@ -55,7 +55,7 @@ LOCAL_ITERS = 60
 def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                     deadline: float | None = None) -> BoundAndSeeds:
     """Exact optimum as the seed and the bound when the space is small; otherwise solver seeds
-    and the Lagrangian path bound (:func:`autotune.search.bounds.lower_bound`).
+    and the Lagrangian path bound (:func:`autotune.tuner.bounds.lower_bound`).
 
     Args:
         problem: the tuning problem.

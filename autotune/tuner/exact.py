@@ -23,7 +23,7 @@ import numpy as np
 
 from autotune.cost.inputs import stage_costs
 from autotune.cost.simulate import compile_schedule, peak_activation
-from autotune.search.problem import Candidate, Problem
+from autotune.tuner.problem import Candidate, Problem
 
 
 def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

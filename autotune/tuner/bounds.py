@@ -34,7 +34,7 @@ import numpy as np
 
 from autotune.cost.inputs import BOTH, COMM, FULL, NONE, SELECT
 from autotune.cost.simulate import compile_schedule
-from autotune.search.problem import Problem
+from autotune.tuner.problem import Problem
 
 
 def minmax_partition(cost: list[float] | np.ndarray, P: int, *, head: float = 0.0,

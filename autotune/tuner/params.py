@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.search.problem import Candidate, Problem
+from autotune.tuner.problem import Candidate, Problem
 
 W_MAX = 4.0
 KIND_PREFIX = {"full": "full", "select": "sel", "comm": "comm"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.search.problem import Candidate, Problem, even_layers
+from autotune.tuner.problem import Candidate, Problem, even_layers
 
 _KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
 

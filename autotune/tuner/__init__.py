@@ -1,0 +1,7 @@
+"""The search layer (the only place Optuna is imported for tuning).
+
+Named ``tuner`` rather than ``search`` so that the subpackage never shadows the public function
+``autotune.search`` (importing a subpackage sets an attribute of that name on its parent).
+Modules: problem (batched scoring), params (trial <-> layout), heuristic (seeds, local search),
+bounds / exact (lower bound, exact oracle), solve, runner (the Optuna study), space, describe.
+"""
