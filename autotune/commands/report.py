@@ -6,22 +6,8 @@ import json
 
 import click
 
-from autotune.errors import ConfigError
+from autotune.commands.tune import _overrides
 from autotune.units import parse_memory_mib
-
-
-def _overrides(pairs: tuple[str, ...]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for p in pairs:
-        key, sep, val = p.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[key.strip()] = float(val)
-        except ValueError:
-            raise ConfigError(f"expected KEY=NUMBER, got {p!r}", field="--set", value=p,
-                              rule="assumption") from None
-    return out
 
 
 @click.command("report")

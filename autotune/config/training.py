@@ -56,6 +56,23 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
+    """Load a JSON file (profiler traces, SAPP layer files: too large for the YAML loader).
+
+    Raises:
+        ConfigError: missing file or not JSON (field = the file path, rule = ``rule``).
+    """
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"not {what}: {exc}", field=str(p), value=None, rule=rule) from None
+
+
 _MISSING = object()
 
 

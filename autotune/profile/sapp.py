@@ -38,11 +38,11 @@ Each imported field's provenance says whether it was read or derived (and from w
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.config.training import read_json
 from autotune.errors import ConfigError
 
 SAPP_MEMORY_KEYS = {"none": "memory_activation", "select": "memory_select_rec",
@@ -100,13 +100,7 @@ def load_sapp(path: str | Path) -> SappImport:
         ConfigError: not JSON, no ``layers_description``, an entry without ``type``/``name``, no
             BODY entry, a negative or non-numeric value (rule ``sapp``, field = the JSON path).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"not JSON: {exc}", field=str(p), value=None, rule="sapp") from None
+    data = read_json(path, rule="sapp")
     entries = data.get("layers_description") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ConfigError("expected a 'layers_description' list", field="layers_description",
@@ -176,4 +170,4 @@ def load_sapp(path: str | Path) -> SappImport:
     if not kinds:
         raise ConfigError("no BODY entry (decoder layers) in layers_description",
                           field="layers_description", value=None, rule="sapp")
-    return SappImport(fields, how, kinds, str(data.get("name", p.stem)))
+    return SappImport(fields, how, kinds, str(data.get("name", Path(path).stem)))

@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from autotune.config.training import read_json
 from autotune.errors import ConfigError
 
 DEFAULT_PATTERNS: dict[str, str] = {
@@ -114,17 +115,10 @@ def read_trace_events(path: str | Path) -> list[dict[str, Any]]:
     Raises:
         ConfigError: missing file, not JSON, or no events list.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"not a Chrome trace JSON file: {exc}", field=str(p), value=None,
-                          rule="trace") from None
+    data = read_json(path, rule="trace", what="a Chrome trace JSON file")
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
-        raise ConfigError("expected a list of events or {'traceEvents': [...]}", field=str(p),
+        raise ConfigError("expected a list of events or {'traceEvents': [...]}", field=str(path),
                           value=None, rule="trace")
     out = []
     for e in events:
