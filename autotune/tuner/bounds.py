@@ -134,22 +134,31 @@ class _Lagrangian:
         self.extra = (pa.bwd_kc[kind][:, cls] - pa.bwd_kc[kind, NONE][:, None])  # [N, C]
         self.act = pa.act_kc[kind][:, cls]  # [N, C]
         self.static = pa.static_k[kind]  # [N]
+        # static MiB change of a layer under each class (RecomputeOption.static_delta_mib)
+        self.sdelta = (pa.static_dc[kind][:, cls] if pa.static_dc is not None
+                       else np.zeros_like(self.act))  # [N, C]
+        pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
+        self.pos = pos
+        #: mini-stages (v, p) in layer order (pipeline position 0, 1, ...)
+        self.walk = [tuple(int(x) for x in np.argwhere(pos == q)[0]) for q in range(V * P)]
+        (hv, hp), (tv, tp) = self.walk[0], self.walk[-1]
         hf, hb, ha, hs, _ = pa.head
         tf, tb, ta, ts, _ = pa.tail
         self.end_f = np.zeros((V, P))
         self.end_b = np.zeros((V, P))
-        self.end_f[0, 0] += hf
-        self.end_b[0, 0] += hb
-        self.end_f[-1, -1] += tf
-        self.end_b[-1, -1] += tb
+        self.end_f[hv, hp] += hf
+        self.end_b[hv, hp] += hb
+        self.end_f[tv, tp] += tf
+        self.end_b[tv, tp] += tb
         self.head_act, self.tail_act = ha, ta
         self.const_static = np.full(P, pa.stage_const_mib)
-        self.const_static[0] += hs
-        self.const_static[-1] += ts
+        self.const_static[hp] += hs
+        self.const_static[tp] += ts
         p2p = pa.p2p_ms if P > 1 else 0.0
+        self.p2p = p2p
         self.cap = problem.hbm_mib
         cs = compile_schedule(problem.schedule, P, V, self.m, problem.seq_split_num)
-        pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
+        self.cs = cs
         CF, CB, K, owner = [], [], [], []
         for p in range(P):
             order = cs.order[p]
@@ -177,17 +186,42 @@ class _Lagrangian:
                     owner.append(p)
         # ops of a seqpipe unit last 1/k of the micro-batch time (simulate._durations)
         self.CF, self.CB, self.K = np.asarray(CF) / cs.k, np.asarray(CB) / cs.k, np.asarray(K)
+        self._keys = {self._key(a, b, c) for a, b, c in zip(self.CF, self.CB, self.K)}
         self.vecs = []
         for p in range(P):
             vs = [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])
             self.vecs.append(np.unique(np.concatenate(vs).reshape(-1, V).astype(np.float64), axis=0))
         lo, hi = problem.bounds(V)
-        self.lo, self.hi = lo.reshape(-1), hi.reshape(-1)
+        self.lo = np.asarray([lo[v, p] for v, p in self.walk])
+        self.hi = np.asarray([hi[v, p] for v, p in self.walk])
         self.nu = np.stack([vv[int(np.argmax(vv.sum(axis=1)))] for vv in self.vecs])  # [P, V]
 
     @property
     def num_paths(self) -> int:
         return int(self.K.size)
+
+    def to_vp(self, split: np.ndarray) -> np.ndarray:
+        """A split in walk (layer) order as int [V, P]."""
+        out = np.zeros((self.V, self.P), dtype=np.int64)
+        for k, (v, p) in enumerate(self.walk):
+            out[v, p] = split[k]
+        return out
+
+    @staticmethod
+    def _key(cf: np.ndarray, cb: np.ndarray, k: float) -> tuple:
+        return (np.round(cf, 9).tobytes(), np.round(cb, 9).tobytes(), round(float(k), 9))
+
+    def add_path(self, cf: np.ndarray, cb: np.ndarray, k: float) -> bool:
+        """Add one dependency-graph path (op counts [V, P] already divided by seq_split_num,
+        constant ms); False when it is already in the family."""
+        key = self._key(cf, cb, k)
+        if key in self._keys:
+            return False
+        self._keys.add(key)
+        self.CF = np.concatenate([self.CF, cf[None]])
+        self.CB = np.concatenate([self.CB, cb[None]])
+        self.K = np.append(self.K, float(k))
+        return True
 
     def solve(self, lam: np.ndarray, mu: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """min over layouts of the Lagrangian; returns (value, split [V·P], g [paths], h [P]).
@@ -197,9 +231,10 @@ class _Lagrangian:
         P, V, N = self.P, self.V, self.N
         cf = np.tensordot(lam, self.CF, axes=1)  # [V, P]
         cb = np.tensordot(lam, self.CB, axes=1)
+        (hv, hp), (tv, tp) = self.walk[0], self.walk[-1]
         const = (float(lam @ self.K) + float((cf * self.end_f + cb * self.end_b).sum())
-                 + float((mu * (self.const_static - self.cap)).sum())
-                 + mu[0] * self.nu[0, 0] * self.head_act + mu[-1] * self.nu[-1, -1] * self.tail_act)
+                 + float(np.where(mu > 0, mu * (self.const_static - self.cap), 0.0).sum())
+                 + mu[hp] * self.nu[hp, hv] * self.head_act + mu[tp] * self.nu[tp, tv] * self.tail_act)
         n_ms = V * P
         INF = np.inf
         dp = np.full(N + 1, INF)
@@ -208,8 +243,8 @@ class _Lagrangian:
         choice = np.zeros((n_ms, N), dtype=np.int64)
         size = np.arange(N + 1)[:, None] - np.arange(N + 1)[None, :]
         for k in range(n_ms):
-            v, p = divmod(k, P)
-            rc = cb[v, p] * self.extra + mu[p] * self.nu[p, v] * self.act  # [N, C]
+            v, p = self.walk[k]
+            rc = cb[v, p] * self.extra + mu[p] * (self.nu[p, v] * self.act + self.sdelta)  # [N, C]
             choice[k] = np.argmin(rc, axis=1)
             per = cf[v, p] * self.f + cb[v, p] * self.b + mu[p] * self.static + rc.min(axis=1)
             C = np.concatenate([[0.0], np.cumsum(per)])
@@ -229,22 +264,31 @@ class _Lagrangian:
         return value, split, g, h
 
     def _terms(self, split: np.ndarray, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        fm, bm, mem = self.durations(split, choice)
+        self.last_fb = (fm, bm)
+        g = (self.CF * fm).sum(axis=(1, 2)) + (self.CB * bm).sum(axis=(1, 2)) + self.K
+        return g, mem - self.cap
+
+    def durations(self, split: np.ndarray, choice: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Forward / backward ms [V, P] per micro-batch and the relaxed memory [P] (MiB) of a split
+        (walk order) with per-layer recompute classes ``choice`` [V·P, N]."""
         P, V = self.P, self.V
         start = np.concatenate([[0], np.cumsum(split)])
         fm = self.end_f.copy()
         bm = self.end_b.copy()
         mem = self.const_static.copy()
-        mem[0] += self.nu[0, 0] * self.head_act
-        mem[-1] += self.nu[-1, -1] * self.tail_act
+        (hv, hp), (tv, tp) = self.walk[0], self.walk[-1]
+        mem[hp] += self.nu[hp, hv] * self.head_act
+        mem[tp] += self.nu[tp, tv] * self.tail_act
         for k in range(V * P):
-            v, p = divmod(k, P)
+            v, p = self.walk[k]
             idx = np.arange(start[k], start[k + 1])
             c = choice[k, idx]
             fm[v, p] += self.f[idx].sum()
             bm[v, p] += self.b[idx].sum() + self.extra[idx, c].sum()
-            mem[p] += self.static[idx].sum() + self.nu[p, v] * self.act[idx, c].sum()
-        g = (self.CF * fm).sum(axis=(1, 2)) + (self.CB * bm).sum(axis=(1, 2)) + self.K
-        return g, mem - self.cap
+            mem[p] += (self.static[idx].sum() + self.nu[p, v] * self.act[idx, c].sum()
+                       + self.sdelta[idx, c].sum())
+        return fm, bm, mem
 
     def update_nu(self, split: np.ndarray) -> None:
         """Point ν of each stage at its largest live vector for this split (no recompute)."""
@@ -252,14 +296,60 @@ class _Lagrangian:
         start = np.concatenate([[0], np.cumsum(split)])
         a = np.zeros((P, V))
         for k in range(V * P):
-            v, p = divmod(k, P)
+            v, p = self.walk[k]
             a[p, v] = self.act[start[k]:start[k + 1], 0].sum()
         for p in range(P):
             self.nu[p] = self.vecs[p][int(np.argmax(self.vecs[p] @ a[p]))]
 
 
+def critical_path(cs, fwd_ms: np.ndarray, bwd_ms: np.ndarray,
+                  p2p_ms: float) -> tuple[float, np.ndarray, np.ndarray, int]:
+    """A longest path of the schedule's dependency graph for one set of mini-stage durations.
+
+    Args:
+        cs: compiled schedule; fwd_ms, bwd_ms: float [V, P] per micro-batch (ms); p2p_ms: per hop.
+
+    Returns (length ms, forward op counts [V, P], backward op counts [V, P], cross-stage hops).
+    Counts are divided by ``seq_split_num`` so that the path's length for *any* durations is
+    ``Σ cf·f + Σ cb·b + hops·p2p``: the path is a chain of ops each starting after its predecessor
+    (data edge, + p2p across stages, or program order), so every layout's step time is >= that
+    length (the simulation is a max-plus system; this is its longest path for these durations).
+    """
+    topo, dep, prev, cross = cs._scalar
+    n = cs.num_ops
+    d = np.where(cs.fwd, fwd_ms[cs.chunk, cs.stage], bwd_ms[cs.chunk, cs.stage]) / cs.k
+    dl = d.tolist()
+    end = [0.0] * (n + 1)
+    pred = [-1] * (n + 1)
+    for i, dp_, pr, c in zip(topo, dep, prev, cross):
+        a = end[dp_] + c * p2p_ms
+        b = end[pr]
+        if a >= b:
+            end[i] = a + dl[i]
+            pred[i] = dp_ if dp_ < n else -1
+        else:
+            end[i] = b + dl[i]
+            pred[i] = pr if pr < n else -1
+    i = int(np.argmax(end[:n]))
+    length = end[i]
+    cf = np.zeros((cs.V, cs.P))
+    cb = np.zeros((cs.V, cs.P))
+    hops = 0
+    while i >= 0:
+        if cs.fwd[i]:
+            cf[cs.chunk[i], cs.stage[i]] += 1.0
+        else:
+            cb[cs.chunk[i], cs.stage[i]] += 1.0
+        j = pred[i]
+        if j >= 0 and j == cs.dep[i] and cs.cross[i]:
+            hops += 1
+        i = j
+    return float(length), cf / cs.k, cb / cs.k, hops
+
+
 def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int = 300,
-                tol: float = 1e-4) -> BoundResult:
+                tol: float = 1e-4, layouts: list | None = None,
+                gen_every: int = 10, patience: int = 5) -> BoundResult:
     """Lower bound on the step time (ms) of any layout in ``problem`` that fits its HBM budget.
 
     Args:
@@ -268,9 +358,17 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
             early once the bound for a V reaches it (that V then cannot beat the incumbent).
         iters: subgradient iterations per V.
         tol: stop a V when its bound is within ``tol`` (fraction) of ``upper_ms``.
+        layouts: known layouts (:class:`~autotune.tuner.problem.Candidate`); the critical path of
+            each one with its V joins that V's path family (V > 1).
+        gen_every: every this many iterations the critical path of the relaxed minimiser's
+            durations joins the family (column generation; 0 = never).
 
     With V = 1 the exact path DP of :func:`path_dp_bound` is used (much tighter); with V > 1 the
-    Lagrangian path relaxation of the module docstring.
+    Lagrangian path relaxation of the module docstring over a growing family of dependency-graph
+    paths: the per-stage entry/exit paths, plus the longest path (:func:`critical_path`) of every
+    given layout and of the relaxed problem's minimisers. Every member is a path of the graph, so
+    any convex weighting of the family stays a valid bound (weak duality), and adding the
+    minimiser's own critical path cuts exactly the layouts the current weights under-price.
 
     Returns:
         :class:`BoundResult` (``bound_ms`` may be +inf when no layout can fit).
@@ -284,52 +382,89 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
             if dp.split is not None:
                 res.layers_v[1] = dp.split
             continue
-        lag = _Lagrangian(problem, V)
-        P = problem.P
-        # Price of one MiB in ms (full recompute of the stage's layers), so that the memory
-        # multipliers move on the same scale as the stage weights.
-        saved = np.maximum(lag.act[:, :1] - lag.act, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(saved > 0, problem.m * lag.extra / saved, np.nan)
-        kappa = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else 1.0
-        lam = np.full(lag.num_paths, 1.0 / lag.num_paths)
-        nu_mu = np.zeros(P)  # μ / kappa
-        best, best_split = -np.inf, None
-        delta = None
-        stall = 0
-        for it in range(iters):
-            res.iterations += 1
-            val, split, g, h = lag.solve(lam, kappa * nu_mu)
-            if best_split is None or val > best + 1e-9 * abs(best):
-                best, best_split, stall = val, split, 0
-            else:
-                stall += 1
-            if delta is None:
-                delta = max(abs(val) * 0.05, 1e-6)
-            if upper_ms is not None and best >= upper_ms * (1 - tol):
-                break
-            if stall >= 5:
-                delta *= 0.5
-                stall = 0
-                if delta < abs(best) * tol * 0.1:
-                    break
-            lag.update_nu(split)
-            gl = g - g.mean()
-            hs = kappa * h
-            hm = np.where((nu_mu > 0) | (hs > 0), hs, 0.0)
-            norm2 = float(gl @ gl + hm @ hm)
-            if norm2 <= 1e-18:
-                break  # a stationary point of the dual: the bound cannot rise further
-            goal = best + delta
-            if upper_ms is not None:
-                goal = min(goal, upper_ms)
-            step = max(goal - val, 0.0) / norm2
-            lam = _simplex(lam + step * g)
-            nu_mu = np.maximum(0.0, nu_mu + step * hs)
-        res.per_v_ms[V] = float(best)
-        res.layers_v[V] = best_split.reshape(V, P)
+        val, split, its = _vpp_bound(problem, V, upper_ms=upper_ms, iters=iters, tol=tol,
+                                     layouts=[c for c in (layouts or []) if c.V == V],
+                                     gen_every=gen_every, patience=patience)
+        res.iterations += its
+        res.per_v_ms[V] = val
+        res.layers_v[V] = split
     res.bound_ms = min(res.per_v_ms.values()) if res.per_v_ms else float("inf")
     return res
+
+
+def _vpp_bound(problem: Problem, V: int, *, upper_ms: float | None, iters: int, tol: float,
+               layouts: list, gen_every: int, patience: int = 5) -> tuple[float, np.ndarray, int]:
+    """(bound ms, relaxed split int [V, P], iterations) of the Lagrangian for one V > 1."""
+    from autotune.cost.inputs import stage_costs
+    from autotune.cost.schedules import get_schedule
+
+    lag = _Lagrangian(problem, V)
+    P = problem.P
+    for c in layouts:
+        costs = stage_costs(problem.pa, c.layers[None], c.rec[None], c.sel[None], c.com[None],
+                            pos=lag.pos if get_schedule(problem.schedule).name == "zero_bubble_v" else None)
+        _, cf, cb, hops = critical_path(lag.cs, costs.fwd_ms[0], costs.bwd_ms[0], lag.p2p)
+        lag.add_path(cf, cb, hops * lag.p2p)
+    # Price of one MiB in ms (full recompute of the stage's layers), so that the memory
+    # multipliers move on the same scale as the stage weights.
+    saved = np.maximum(lag.act[:, :1] - lag.act, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(saved > 0, problem.m * lag.extra / saved, np.nan)
+    kappa = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else 1.0
+    lam = np.full(lag.num_paths, 1.0 / lag.num_paths)
+    nu_mu = np.zeros(P)  # μ / kappa
+    best, best_split = -np.inf, None
+    delta = None
+    stall = 0
+    it = 0
+    for it in range(1, iters + 1):
+        val, split, g, h = lag.solve(lam, kappa * nu_mu)
+        if best_split is None or val > best + 1e-9 * abs(best):
+            best, best_split, stall = val, split, 0
+        else:
+            stall += 1
+        if delta is None:
+            delta = max(abs(val) * 0.05, 1e-6)
+        if upper_ms is not None and best >= upper_ms * (1 - tol):
+            break
+        if gen_every and (it == 1 or it % gen_every == 0):
+            fm, bm = lag.last_fb
+            _, cf, cb, hops = critical_path(lag.cs, fm, bm, lag.p2p)
+            if lag.add_path(cf, cb, hops * lag.p2p):
+                lam = np.append(lam, 0.0)
+                g = np.append(g, float((cf * fm).sum() + (cb * bm).sum() + hops * lag.p2p))
+                stall = 0
+        if stall >= patience:
+            delta *= 0.5
+            stall = 0
+            if delta < abs(best) * tol * 0.1:
+                break
+        lag.update_nu(split)
+        gl = g - g.mean()
+        hs = kappa * h if np.isfinite(lag.cap) else np.zeros(P)
+        hm = np.where((nu_mu > 0) | (hs > 0), hs, 0.0)
+        norm2 = float(gl @ gl + hm @ hm)
+        if norm2 <= 1e-18:
+            break  # a stationary point of the dual: the bound cannot rise further
+        goal = best + delta
+        if upper_ms is not None:
+            goal = min(goal, upper_ms)
+        step = max(goal - val, 0.0) / norm2
+        if EG:
+            # exponentiated gradient on the path weights (mirror ascent on the simplex)
+            spread = max(float(g.max() - g.min()), 1e-12)
+            eta = EG * delta / max(abs(best), 1e-12) * abs(best) / spread
+            z = np.log(np.maximum(lam, 1e-300)) + eta * (g - g.max()) / spread * 10
+            z -= z.max()
+            lam = np.exp(z)
+            lam = np.maximum(lam, 1e-12)
+            lam /= lam.sum()
+        else:
+            lam = _simplex(lam + step * g)
+        nu_mu = np.maximum(0.0, nu_mu + step * hs)
+    return float(best), lag.to_vp(best_split), it
+
+EG = 0.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,11 +85,22 @@ def split_count(problem: Problem) -> int:
 
 @dataclass
 class ExactResult:
-    """Exact optimum: ``best`` (None when nothing fits), layouts simulated, splits enumerated."""
+    """Exact optimum: ``best`` (None when nothing fits), layouts simulated, splits enumerated,
+    ``work`` = recompute combinations built + layouts simulated (the unit of ``max_work``)."""
 
     best: Candidate | None
     evaluated: int
     splits: int
+    work: int = 0
+
+
+class ExactBudgetExceeded(ValueError):
+    """:func:`exact_optimum` stopped: its work budget or deadline would be exceeded (the answer
+    would not be proven optimal). ``work`` = units done when it stopped."""
+
+    def __init__(self, msg: str, work: int) -> None:
+        super().__init__(msg)
+        self.work = work
 
 
 def _pareto_min(b: np.ndarray) -> np.ndarray:
@@ -102,17 +113,39 @@ def _pareto_min(b: np.ndarray) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
-def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 512) -> ExactResult:
+def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 512,
+                  max_work: int | None = None, deadline: float | None = None) -> ExactResult:
     """The memory-feasible layout with the least simulated step time (see module docstring).
+
+    Args:
+        max_splits: refuse problems with more layer splits than this.
+        batch: layouts simulated per numpy batch.
+        max_work: deterministic work budget: recompute combinations built (per stage and split,
+            before the Pareto filter) plus layouts simulated; None = unlimited. A stage whose
+            combination count alone exceeds the budget stops the run before building it.
+        deadline: ``time.monotonic()`` limit, checked between batches; None = none.
 
     Raises:
         ValueError: more than ``max_splits`` splits to enumerate (use :func:`lower_bound` instead).
+        ExactBudgetExceeded: ``max_work`` or ``deadline`` reached before the optimum was proven.
     """
+    import time
+
     if split_count(problem) > max_splits:
         raise ValueError(f"{split_count(problem)} splits exceed max_splits={max_splits}")
     P = problem.P
     best: Candidate | None = None
     evaluated = splits_done = 0
+    work = 0
+
+    def charge(units: int) -> None:
+        nonlocal work
+        work += units
+        if max_work is not None and work > max_work:
+            raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={max_work} units",
+                                      work)
+        if deadline is not None and time.monotonic() > deadline:
+            raise ExactBudgetExceeded("exact enumeration reached its deadline", work)
     for V in problem.vpp_candidates:
         lo, hi = problem.bounds(V)
         splits = compositions(problem.N, lo.reshape(-1), hi.reshape(-1)).reshape(-1, V, P)
@@ -127,6 +160,7 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 5
             if key in cache:
                 return cache[key]
             opts = [_chunk_options(int(split[v, p]), problem.kinds) for v in range(V)]
+            charge(int(np.prod([len(o) for o in opts], dtype=np.float64)))
             combos = np.asarray(list(itertools.product(*opts)), dtype=np.int64)  # k, V, 3
             k = combos.shape[0]
             L = np.broadcast_to(split, (k, V, P)).copy()
@@ -154,6 +188,7 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 5
             L = np.stack([x[0] for x in pend])
             T = np.stack([x[1] for x in pend])  # B, 3, V, P
             pend.clear()
+            charge(L.shape[0])
             s = problem.evaluate(V, L, T[:, 0], T[:, 1], T[:, 2])
             evaluated += L.shape[0]
             i = int(np.argmin(s.step_ms))
@@ -166,6 +201,7 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 5
         # bound for every recompute choice on it (durations only grow), so splits are visited in
         # that order and the scan stops once the bound reaches the incumbent. Exact, much faster.
         z = np.zeros_like(splits)
+        charge(len(splits))
         lb0 = problem.evaluate(V, splits, z, z, z).step_ms
         for si in np.argsort(lb0, kind="stable"):
             if best is not None and lb0[si] >= best.step_ms - 1e-9:
@@ -183,4 +219,4 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 5
                 if len(pend) >= batch:
                     flush()
         flush()
-    return ExactResult(best, evaluated, splits_done)
+    return ExactResult(best, evaluated, splits_done, work)

@@ -120,6 +120,44 @@ def _moves(problem: Problem, cand: Candidate) -> np.ndarray:
     return np.asarray(out, dtype=np.int64).reshape(-1, V, P)
 
 
+def _refit_touched(problem: Problem, base: Candidate, splits: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Recompute [B, V, P] for moves ``splits`` of ``base``: untouched stages keep ``base``'s, each
+    touched stage is re-fitted from zero by :func:`fit_recompute`.
+
+    A stage's peak and the greedy's choices depend only on that stage's column (its layer counts
+    and first-layer indices), so each distinct touched column is fitted once and shared by every
+    move that produces it — the same result as fitting every move, with far fewer simulations
+    (V·P distinct decremented / incremented columns instead of (V·P)² moves).
+    """
+    from autotune.cost.inputs import _starts
+
+    B, V, P = splits.shape
+    changed = (splits != base.layers[None]).any(axis=1)  # B P: stages touched
+    keep = ~changed[:, None, :]
+    rec = np.where(keep, base.rec[None], 0)
+    sel = np.where(keep, base.sel[None], 0)
+    com = np.where(keep, base.com[None], 0)
+    starts = _starts(splits, None)
+    reps: dict[tuple, int] = {}
+    uses: list[tuple[int, int, int]] = []  # (move, stage, representative index)
+    for b, p in zip(*np.nonzero(changed)):
+        key = (int(p), splits[b, :, p].tobytes(), starts[b, :, p].tobytes())
+        if key not in reps:
+            reps[key] = len(reps)
+            uses.append((int(b), int(p), -1))
+        uses.append((int(b), int(p), reps[key]))
+    if not reps:
+        return rec, sel, com
+    rep_rows = np.asarray([b for b, p, r in uses if r < 0])
+    L = splits[rep_rows]
+    z = np.zeros_like(L)
+    fr, fs, fc, _ = fit_recompute(problem, L, z, z, z)
+    for b, p, r in uses:
+        if r >= 0:
+            rec[b, :, p], sel[b, :, p], com[b, :, p] = fr[r, :, p], fs[r, :, p], fc[r, :, p]
+    return rec, sel, com
+
+
 def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
                  deadline: float | None = None) -> Candidate:
     """Steepest descent from ``start`` over single-layer moves with re-fitted recompute.
@@ -138,12 +176,7 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         splits = _moves(problem, best)
         if splits.size == 0:
             break
-        changed = (splits != best.layers[None]).any(axis=1)  # B P: stages touched
-        keep = ~changed[:, None, :]
-        rec = np.where(keep, best.rec[None], 0)
-        sel = np.where(keep, best.sel[None], 0)
-        com = np.where(keep, best.com[None], 0)
-        rec, sel, com, _ = fit_recompute(problem, splits, rec, sel, com)
+        rec, sel, com = _refit_touched(problem, best, splits)
         s = problem.evaluate(best.V, splits, rec, sel, com)
         excess = np.maximum(0.0, s.peak_mib.max(axis=1) - problem.hbm_mib)
         order = np.lexsort((s.step_ms, excess))
