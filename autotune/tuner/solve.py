@@ -55,6 +55,9 @@ class BoundAndSeeds:
 LOCAL_STARTS = 3
 #: Moves per local search.
 LOCAL_ITERS = 60
+#: Subgradient iterations (and stall patience) of the second bound pass for V > 1 (a work cap).
+REFINE_ITERS = 1500
+REFINE_PATIENCE = 30
 
 
 def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
@@ -87,10 +90,11 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.layers_v.items()
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
     out += starts + relaxed
-    # Local moves from the most promising starts, best first, until the deadline.
+    # Local moves from the most promising starts, best first; a V whose bound is above the
+    # incumbent cannot hold the optimum and is skipped (per-V pruning).
     pool = sorted(starts + relaxed, key=lambda c: c.rank())
     feas_pool = [x.step_ms for x in pool if x.excess_mib <= 0]
-    inc = min(feas_pool) if feas_pool else float("inf")
+    inc = min(feas_pool + ([ub] if ub is not None else [])) if feas_pool or ub is not None else float("inf")
     done = 0
     for c in pool:
         if done >= LOCAL_STARTS or (deadline is not None and time.monotonic() > deadline):
@@ -99,4 +103,18 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
             continue  # this V cannot beat the incumbent (its bound is above it)
         out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
         done += 1
+    # Second bound pass for V > 1: the critical paths of every layout found join the path family
+    # (column generation), with the incumbent as the Polyak target.
+    problem.score([c for c in out if not np.isfinite(c.step_ms)])
+    feas = [c.step_ms for c in out if c.excess_mib <= 0]
+    ub2 = min(feas) if feas else None
+    vs = [V for V in problem.vpp_candidates if V > 1 and (ub2 is None or b.per_v_ms.get(V, 0.0) < ub2)]
+    if vs:
+        from dataclasses import replace
+
+        b2 = lower_bound(replace(problem, vpp_candidates=vs), upper_ms=ub2, iters=REFINE_ITERS,
+                         patience=REFINE_PATIENCE, layouts=[c for c in out if c.V in vs])
+        for V in vs:
+            b.per_v_ms[V] = max(b.per_v_ms[V], b2.per_v_ms[V])
+        b.bound_ms = min(b.per_v_ms.values())
     return BoundAndSeeds(out, b.bound_ms, notes=notes)
