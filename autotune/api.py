@@ -214,10 +214,10 @@ def _patterns(layout: Layout | None) -> tuple[list[str] | None, list[str] | None
 
 def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
            space: SearchSpace | str | Path | None = None, trials: int = 200,
-           timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
+           timeout: float | None = None, seed: int | None = 0, storage: Any = None,
            study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
            overrides: dict[str, float] | None = None, progress: bool | str = False,
-           gap: float = 0.005) -> SearchResult:
+           gap: float | None = 0.005) -> SearchResult:
     """Tune offset, pp_interleave_num and recompute for a config.
 
     Args:
@@ -229,9 +229,12 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
             (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net. seed: sampler seed.
         progress: False, True / "bar" (tqdm bar with best value and certified gap), or "lines"
             (one line on stderr every few seconds, for logs).
-        storage: None (in memory), a journal file path or a database URL (resumes a study).
+        storage: None (in memory), a journal file path, a database URL (PostgreSQL: heartbeats,
+            a trial whose worker died is failed and retried by Optuna) or an Optuna storage object
+            (e.g. one ``RDBStorage`` reused for many searches); an existing study is resumed.
         hbm_mib: HBM budget override (MiB); default ``context.max_device_memory``.
-        gap: stop once the certified gap (best - bound) / bound is at most this fraction.
+        gap: stop once the certified gap (best - bound) / bound is at most this fraction (>= 0);
+            None runs the whole trial budget (no early stop).
 
     Without ``timeout`` the run is deterministic: same inputs and seed, same trials and answer.
     With ``timeout``, half of it goes to the bound and the solver seeds, the rest to Optuna (the
@@ -245,6 +248,9 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     from autotune.tuner.runner import run_study
 
     t0 = time.monotonic()
+    if gap is not None and not gap >= 0:
+        raise ConfigError(f"gap must be a fraction >= 0 or None (no early stop), got {gap}", field="gap",
+                          value=gap, rule="range")
     cfg = _config(config, hbm_mib)
     if cfg.hbm_mib is None:
         raise ConfigError("no HBM budget: set context.max_device_memory or pass --hbm",
@@ -294,7 +300,7 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     bs = bound_and_seeds(problem, seeds, deadline=None if timeout is None else t0 + timeout * 0.5)
     seeds = bs.seeds
     lb = bs.bound_ms
-    stop_at = lb * (1 + gap) if np.isfinite(lb) and lb > 0 else None
+    stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
     limit = SAFETY_TIMEOUT_S if timeout is None else timeout
     remaining = max(1.0, limit - (time.monotonic() - t0))
     outcome = run_study(problem, seeds=seeds, n_trials=trials, timeout=remaining, seed=seed,

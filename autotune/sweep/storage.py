@@ -74,12 +74,17 @@ def resolve_target(storage: str | None, out_dir: str | Path) -> str:
 
 
 def open_storage(target: str, *, attempts: int = 5) -> Any:
-    """An Optuna storage object for ``target`` (RDB for a URL, journal file otherwise).
+    """An Optuna storage object for ``target``: for a URL the search's
+    :func:`autotune.tuner.runner.make_rdb_storage` (on PostgreSQL: a heartbeat per running trial, and
+    a trial whose worker died is failed and re-queued by Optuna), a journal file otherwise. A worker
+    opens it once and passes the object to every search it runs (one connection pool per worker).
 
     Several hosts may open a fresh database at once; schema creation can race, so opening is
     retried a few times. Failures become a :class:`ConfigError` with the password masked.
     """
     import optuna
+
+    from autotune.tuner.runner import make_rdb_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if not is_url(target):
@@ -95,7 +100,7 @@ def open_storage(target: str, *, attempts: int = 5) -> Any:
     last: Exception | None = None
     for i in range(attempts):
         try:
-            return optuna.storages.RDBStorage(target, engine_kwargs={"pool_pre_ping": True})
+            return make_rdb_storage(target)
         except Exception as exc:  # noqa: BLE001 - driver errors vary; masked and re-raised below
             last = exc
             text = str(exc).lower()

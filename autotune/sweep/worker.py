@@ -38,7 +38,7 @@ log = logging.getLogger("autotune.sweep")
 
 RESULT_ATTR = "autotune_sweep"
 CLAIM_SEP = ".claim."
-POLISH_ORIGIN = "local-polish"
+POLISH_ORIGIN = "local-polish"  # = autotune.tuner.runner.POLISH_ORIGIN (not imported: no Optuna at import)
 
 
 def claim_name(study_name: str, gen: int) -> str:
@@ -105,13 +105,16 @@ def finished_budget_trials(trials: list[Any]) -> int:
 
 
 class _Heartbeat(threading.Thread):
-    def __init__(self, target: str, claim_study_id: int, interval: float) -> None:
+    """Bumps the claim's ``beat`` through the worker's own storage object (Optuna's RDB and journal
+    storages are thread-safe), so a scenario opens no new connection."""
+
+    def __init__(self, storage: Any, target: str, claim_study_id: int, interval: float) -> None:
         super().__init__(daemon=True, name="autotune-sweep-heartbeat")
-        self.target, self.claim_study_id, self.interval = target, claim_study_id, interval
+        self.storage, self.target, self.claim_study_id, self.interval = storage, target, claim_study_id, interval
         self.halt = threading.Event()
 
     def run(self) -> None:
-        storage = open_storage(self.target)
+        storage = self.storage
         beat = 0
         while not self.halt.wait(self.interval):
             beat += 1
@@ -187,7 +190,7 @@ class Worker:
                 time.sleep(self.poll_s)
                 continue
             sc, gen, sid = claimed
-            beat = _Heartbeat(self.target, sid, max(0.2, self.sweep.lease_seconds / 4))
+            beat = _Heartbeat(self.storage, self.target, sid, max(0.2, self.sweep.lease_seconds / 4))
             beat.start()
             try:
                 log.info("%s: %s scenario %s (study %s)", self.label, "took over" if gen else "claimed",
@@ -199,29 +202,56 @@ class Worker:
                 beat.join(timeout=5)
 
     def _recover(self, sc: Scenario) -> tuple[int, int]:
-        """Fail orphaned RUNNING trials and enqueue them again; returns (failed, finished)."""
+        """Fail the RUNNING trials of the scenario's dead owner and re-queue them; returns
+        (failed, finished budget trials).
+
+        On an RDB storage with heartbeats Optuna does it: :func:`optuna.storages.fail_stale_trials`
+        fails every trial whose heartbeat is older than the grace period and its retry callback
+        (:class:`autotune.tuner.runner.RetryStaleTrial`) enqueues the same parameters again; this
+        waits at most ``grace_period + 2·heartbeat_interval`` s for the dead trials to go stale. Trials
+        still RUNNING then (journal files have no heartbeats; a trial killed before its first beat)
+        are failed here and re-queued by the same callback. Retried trials carry
+        ``system_attrs['failed_trial']`` (the original's number); the final ``local-polish`` trial
+        is not retried (it is outside the budget).
+        """
+        import warnings
+
         import optuna
         from optuna.trial import TrialState
 
+        from autotune.tuner.runner import MAX_RETRY, RetryStaleTrial
+
         sid = self.storage.get_study_id_from_name(sc.study_name)
+        running = {t._trial_id: t for t in self.storage.get_all_trials(sid, deepcopy=False)
+                   if t.state == TrialState.RUNNING}
+        if running:
+            study = optuna.load_study(study_name=sc.study_name, storage=self.storage)
+            interval = (self.storage.get_heartbeat_interval()
+                        if isinstance(self.storage, optuna.storages.RDBStorage) else None)
+            if interval:
+                grace = self.storage.grace_period or 2 * interval
+                deadline = time.monotonic() + grace + 2 * interval
+                while running:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                        optuna.storages.fail_stale_trials(study)
+                    running = {i: t for i, t in running.items()
+                               if self.storage.get_trial(i).state == TrialState.RUNNING}
+                    if not running or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.25)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                retry = RetryStaleTrial(max_retry=MAX_RETRY)
+            for tid, t in running.items():
+                self.storage.set_trial_user_attr(tid, "failed_reason", "worker died")
+                self.storage.set_trial_state_values(tid, TrialState.FAIL)
+                retry(study, t)
         trials = self.storage.get_all_trials(sid, deepcopy=False)
-        failed = 0
-        study = None
-        for t in trials:
-            if t.state != TrialState.RUNNING:
-                continue
-            self.storage.set_trial_user_attr(t._trial_id, "failed_reason", "worker died")
-            self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            failed += 1
-            origin = t.user_attrs.get("origin")
-            if origin != POLISH_ORIGIN and t.params and len(t.params) == len(t.distributions):
-                if study is None:
-                    study = optuna.load_study(study_name=sc.study_name, storage=self.storage)
-                study.enqueue_trial(dict(t.params), user_attrs={"origin": "retry", "retry_of": t.number})
+        failed = sum(1 for t in trials if t.state == TrialState.FAIL)
         if failed:
             log.info("%s: %s: %d trial(s) of a dead worker marked FAIL and re-queued", self.label, sc.name,
                      failed)
-        trials = self.storage.get_all_trials(sid, deepcopy=False)
         return failed, finished_budget_trials(trials)
 
     def _run_scenario(self, sc: Scenario, gen: int, claim_sid: int) -> None:
@@ -234,7 +264,7 @@ class Worker:
         try:
             kwargs = _gap_kwargs(search, sc.target_gap)
             result = search(sc.config, sc.profile, space=sc.space, trials=max(0, sc.trials - finished),
-                            timeout=sc.timeout, seed=sc.seed, storage=self.target,
+                            timeout=sc.timeout, seed=sc.seed, storage=self.storage,
                             study_name=sc.study_name, device=sc.device, **kwargs)
             if result.best is None:
                 status = "infeasible"
@@ -254,13 +284,10 @@ class Worker:
 
 def _gap_kwargs(search: Any, target_gap: float | None) -> dict[str, Any]:
     """``gap=`` for :func:`autotune.api.search`: the scenario's target gap; ``0`` means "use the whole
-    trial budget" (passed as a negative gap, whose stop point no trial can reach); None keeps the
-    search's default. Empty when this version of search has no ``gap`` parameter."""
-    import inspect
-
-    if target_gap is None or "gap" not in inspect.signature(search).parameters:
+    trial budget" (``gap=None``: no certified-gap stop); None keeps the search's default."""
+    if target_gap is None:
         return {}
-    return {"gap": -1.0 if target_gap == 0 else float(target_gap)}
+    return {"gap": None if target_gap == 0 else float(target_gap)}
 
 
 def prepare(sweep: Sweep, target: str, *, fresh: bool = False) -> None:

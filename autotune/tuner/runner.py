@@ -27,12 +27,87 @@ from autotune.tuner.problem import Candidate, Problem
 CONSTRAINT_KEY = "hbm_excess_mib"
 
 
-def open_storage(storage: str | None) -> Any:
-    """``None`` -> in-memory; a URL with ``://`` -> Optuna's RDB storage; else a journal file path."""
-    if storage is None:
-        return None
-    if "://" in storage:
-        return optuna.storages.RDBStorage(storage)
+#: Seconds between the heartbeats a running trial writes to an RDB storage (Optuna's own thread).
+HEARTBEAT_INTERVAL_S = 1
+#: A RUNNING trial whose last heartbeat is older than this (s) is failed by Optuna and retried.
+GRACE_PERIOD_S = 3
+#: How many times one trial is retried after its worker died (then it stays FAIL).
+MAX_RETRY = 3
+#: ``origin`` user attribute of the search's final local-search trial: never retried (the next run
+#: derives it again from the study's best trial).
+POLISH_ORIGIN = "local-polish"
+
+
+class RetryStaleTrial(optuna.storages.RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a heartbeat-stale trial (re-queued WAITING with the same parameters and
+    user attributes; ``system_attrs['failed_trial']`` names the original), except the final
+    ``local-polish`` trial, which is not part of the trial budget."""
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.user_attrs.get("origin") == POLISH_ORIGIN:
+            return
+        super().__call__(study, trial)
+
+
+def is_url(storage: str) -> bool:
+    """True for a database URL (``scheme://...``), False for a journal file path."""
+    return "://" in storage
+
+
+def make_rdb_storage(url: str, *, heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
+                     grace_period: int | None = GRACE_PERIOD_S, max_retry: int | None = MAX_RETRY,
+                     engine_kwargs: dict[str, Any] | None = None) -> Any:
+    """``optuna.storages.RDBStorage`` for a SQLAlchemy URL, with heartbeats on server databases.
+
+    On PostgreSQL / MySQL URLs a running trial writes a heartbeat every ``heartbeat_interval`` s
+    (Optuna's thread); a trial silent for ``grace_period`` s (its worker died) is failed by Optuna
+    at the next ``optimize`` of the study, or by :func:`optuna.storages.fail_stale_trials`, and
+    re-queued by :class:`RetryStaleTrial` (at most ``max_retry`` times). SQLite URLs get no
+    heartbeat (a single host; a dead process leaves its trial RUNNING, as Optuna does).
+    ``heartbeat_interval=None`` turns heartbeats off.
+
+    Optuna 5 deprecates ``failed_trial_callback=RetryFailedTrialCallback(...)`` (warning, removal
+    in 6.0); the same retry is passed as ``heartbeat_stale_trial_callback``.
+
+    Raises:
+        whatever SQLAlchemy / the driver raises for a bad URL or an unreachable server (callers
+        mask the password before showing it).
+    """
+    import warnings
+
+    kwargs: dict[str, Any] = {"engine_kwargs": {"pool_pre_ping": True, **(engine_kwargs or {})}}
+    with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5: no warning per open
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if heartbeat_interval is not None and not url.startswith("sqlite"):
+            kwargs.update(heartbeat_interval=int(heartbeat_interval),
+                          grace_period=int(grace_period) if grace_period is not None else None,
+                          heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=max_retry))
+        return optuna.storages.RDBStorage(url, **kwargs)
+
+
+def open_storage(storage: Any) -> Any:
+    """The Optuna storage for ``storage``.
+
+    Args:
+        storage: ``None`` -> in memory; an Optuna storage object (``BaseStorage``, e.g. one
+            ``RDBStorage`` shared by many studies so the database is connected once) -> itself; a
+            string with ``://`` -> :func:`make_rdb_storage` (heartbeats and retry of dead workers'
+            trials on PostgreSQL); any other string or path -> a journal file
+            (``JournalStorage(JournalFileBackend(path))``, parent folders created).
+
+    Raises:
+        ConfigError: ``storage`` is neither of these (rule ``storage``).
+    """
+    from autotune.errors import ConfigError
+
+    if storage is None or isinstance(storage, optuna.storages.BaseStorage):
+        return storage
+    if not isinstance(storage, (str, Path)):
+        raise ConfigError(f"expected None, a journal file path, a database URL or an Optuna storage "
+                          f"object, got {type(storage).__name__}", field="storage",
+                          value=type(storage).__name__, rule="storage")
+    if isinstance(storage, str) and is_url(storage):
+        return make_rdb_storage(storage)
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +144,7 @@ class StudyOutcome:
 
 
 def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
-              timeout: float | None = None, seed: int | None = 0, storage: str | None = None,
+              timeout: float | None = None, seed: int | None = 0, storage: Any = None,
               study_name: str | None = None, progress: bool = False, local_polish: bool = True,
               on_trial: Callable[[int, float | None], None] | None = None,
               stop_at_ms: float | None = None, polish_deadline: float | None = None,
@@ -82,8 +157,8 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         n_trials: trials to run in this call (enqueued ones included).
         timeout: wall-clock limit in seconds for the TPE phase.
         seed: sampler seed (same seed and inputs -> same answer when no timeout cuts the run).
-        storage: None (memory), a journal file path, or a database URL; an existing study of the
-            same name is resumed.
+        storage: None (memory), a journal file path, a database URL or an Optuna storage object
+            (see :func:`open_storage`); an existing study of the same name is resumed.
         study_name: defaults to ``autotune``.
         progress: False; True or "bar": a tqdm bar (stderr) with the best value and the certified
             gap; "lines": one line on stderr every ``progress_every_s`` seconds (logs, non-TTY).
@@ -193,7 +268,7 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         polished = local_search(problem, problem.score([best])[0], max_iters=LOCAL_ITERS,
                                 deadline=polish_deadline)
         if polished.step_ms < best.step_ms - 1e-9 and representable(problem, polished):
-            study.enqueue_trial(encode(problem, polished), user_attrs={"origin": "local-polish"})
+            study.enqueue_trial(encode(problem, polished), user_attrs={"origin": POLISH_ORIGIN})
             study.optimize(objective, n_trials=1)
             best, closest = best_and_closest(study)
     return StudyOutcome(study, best, closest, len(study.trials), time.monotonic() - t0, timed_out)

@@ -74,7 +74,8 @@ def kill(proc: subprocess.Popen) -> None:
 
 
 def snapshot(target: str, sweep_file: Path) -> dict[str, Any]:
-    """Per scenario: record, claims, and trials as (number, state, value, origin, retry_of)."""
+    """Per scenario: record, claims, and trials as (number, state, value, origin, retry_of), where
+    retry_of is the number of the failed trial a retry re-runs (Optuna's ``failed_trial``)."""
     from autotune.sweep.spec import load_sweep
     from autotune.sweep.storage import open_storage
     from autotune.sweep.worker import CLAIM_SEP, read_states
@@ -92,7 +93,7 @@ def snapshot(target: str, sweep_file: Path) -> dict[str, Any]:
             "claims": sorted(n for n in studies if n.startswith(sc.study_name + CLAIM_SEP)),
             "claim": states[sc.study_name].claim,
             "trials": [(t.number, t.state.name, t.values[0] if t.values else None, t.user_attrs.get("origin"),
-                        t.user_attrs.get("retry_of")) for t in trials],
+                        t.system_attrs.get("failed_trial")) for t in trials],
         }
     return out
 
