@@ -38,7 +38,9 @@ class ProfileArrays:
         head_* / tail_* scalars, stage_const_mib, p2p_ms; static_dc [K, C] (static MiB change per
         layer under each class, once per step: ``RecomputeOption.static_delta_mib``, None = 0);
         select_ops / comm_ops: per kind, None or a tuple of (op path, act MiB saved, replay ms)
-        for per-op select recompute (:mod:`autotune.cost.select_ops`).
+        for per-op select recompute (:mod:`autotune.cost.select_ops`); bwd_w_k [K] (ms, the
+        weight-gradient part W of the backward without recompute, ``bwd_w_frac · bwd_ms``; None =
+        half of it), head_w_ms / tail_w_ms (the same for head and tail).
     """
 
     fwd_k: np.ndarray
@@ -54,6 +56,9 @@ class ProfileArrays:
     static_dc: np.ndarray | None = None
     select_ops: tuple = ()
     comm_ops: tuple = ()
+    bwd_w_k: np.ndarray | None = None
+    head_w_ms: float | None = None
+    tail_w_ms: float | None = None
     _prefix: dict = field(default_factory=dict, repr=False, compare=False)
 
     def prefix(self) -> dict[str, np.ndarray]:
@@ -73,12 +78,17 @@ class ProfileArrays:
             self._prefix.update(
                 fwd=cum(self.fwd_k[kind]), static=cum(self.static_k[kind]),
                 bwd0=cum(self.bwd_kc[kind, NONE]), bwd=cum(self.bwd_kc[kind].T),
+                bwd_w=cum(self.w_k()[kind]),
                 act=cum(self.act_kc[kind].T),
                 static_d=(cum(self.static_dc[kind].T) if self.static_dc is not None
                           and np.any(self.static_dc) else None),
                 ws=sorted(((k, c, float(self.ws_kc[k, c])) for k in range(self.ws_kc.shape[0])
                            for c in range(5) if self.ws_kc[k, c] > 0), key=lambda x: -x[2]))
         return self._prefix
+
+    def w_k(self) -> np.ndarray:
+        """[K] weight-gradient ms per layer of each kind (``bwd_w_k``, default half the backward)."""
+        return self.bwd_w_k if self.bwd_w_k is not None else 0.5 * self.bwd_kc[:, NONE]
 
     @property
     def num_layers(self) -> int:
@@ -94,8 +104,10 @@ class ProfileArrays:
         ws = np.zeros((K, 5))
         sdelta = np.zeros((K, 5))
         static = np.zeros(K)
+        bwd_w = np.zeros(K)
         for i, name in enumerate(names):
             kind = profile.kinds[name]
+            bwd_w[i] = kind.w_frac * kind.bwd_ms
             fwd[i] = kind.fwd_ms
             static[i] = kind.static_mib
             for ci, cname in enumerate(RECOMPUTE_CLASSES):
@@ -114,7 +126,8 @@ class ProfileArrays:
                    (t.fwd_ms, t.bwd_ms, t.act_mib, t.static_mib, t.workspace_mib),
                    profile.stage_const_mib, profile.p2p_ms, sdelta,
                    tuple(_op_tuple(profile.kinds[nm].select_ops) for nm in names),
-                   tuple(_op_tuple(profile.kinds[nm].comm_ops) for nm in names))
+                   tuple(_op_tuple(profile.kinds[nm].comm_ops) for nm in names),
+                   bwd_w, h.w_frac * h.bwd_ms, t.w_frac * t.bwd_ms)
 
     @property
     def has_op_tables(self) -> bool:
@@ -130,7 +143,9 @@ class StageCosts:
         fwd_ms, bwd_ms, act_mib, ws_mib: [B, V, P] forward time, backward time incl. recompute
             replay, activation kept per micro-batch, transient MiB during a backward;
         static_mib: [B, P] weights + grads + optimizer + head/tail + stage constant per device;
-        recompute_ms: [B, V, P] the replay part of bwd_ms (for reports).
+        recompute_ms: [B, V, P] the replay part of bwd_ms (for reports);
+        bwd_w_ms: [B, V, P] the weight-gradient part W of bwd_ms (never replay), used by schedules
+            that split the backward; None = half of ``bwd_ms − recompute_ms``.
     """
 
     fwd_ms: np.ndarray
@@ -139,6 +154,7 @@ class StageCosts:
     ws_mib: np.ndarray
     static_mib: np.ndarray
     recompute_ms: np.ndarray
+    bwd_w_ms: np.ndarray | None = None
 
 
 def _starts(layers: np.ndarray, pos: np.ndarray | None) -> np.ndarray:
@@ -218,6 +234,7 @@ def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.
     i0, ir, ilo, ihi, i_n = st, st + r, st + lo, st + hi, st + n
     fwd = pre["fwd"][i_n] - pre["fwd"][i0]
     base_bwd = pre["bwd0"][i_n] - pre["bwd0"][i0]
+    bwd_w = pre["bwd_w"][i_n] - pre["bwd_w"][i0]
     sel_only = s_ > c_
 
     def by_class(tab: np.ndarray) -> np.ndarray:
@@ -256,4 +273,6 @@ def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.
     ws[:, tv, tp] = np.maximum(ws[:, tv, tp], tw)
     static[:, hp] += hs
     static[:, tp] += ts
-    return StageCosts(fwd, bwd, act, ws, static, bwd - base_bwd)
+    bwd_w[:, hv, hp] += 0.5 * hb if pa.head_w_ms is None else pa.head_w_ms
+    bwd_w[:, tv, tp] += 0.5 * tb if pa.tail_w_ms is None else pa.tail_w_ms
+    return StageCosts(fwd, bwd, act, ws, static, bwd - base_bwd, bwd_w)

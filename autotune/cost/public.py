@@ -31,7 +31,8 @@ class ScheduleResult:
         peak_mib: per stage, static + peak live activations (MiB) [P].
         max_inflight: per stage, the most chunk-units alive at once [P].
         ops: the op timeline, one dict per op: ``stage``, ``chunk``, ``micro_batch``, ``seq_chunk``,
-            ``kind`` ("F"/"B"), ``start_ms``, ``end_ms``; sorted by stage then start.
+            ``kind`` ("F"/"B", and "W" for the weight-gradient ops of a schedule that splits the
+            backward, zero_bubble_v), ``start_ms``, ``end_ms``; sorted by stage then start.
         memory_timeline: per stage, a list of (time_ms, MiB) steps (static + live activations).
     """
 
@@ -68,7 +69,8 @@ def _grid(name: str, value: Any, shape: tuple[int, int] | None) -> np.ndarray:
 
 def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedule: str = "1f1b",
                       recompute_ms: Any = None, p2p_ms: float = 0.0, act_mib: Any = None,
-                      static_mib: Any = None, seq_split_num: int = 1) -> ScheduleResult:
+                      static_mib: Any = None, seq_split_num: int = 1,
+                      bwd_w_frac: Any = 0.5) -> ScheduleResult:
     """Simulate one pipeline step from per-mini-stage times (SAPP's simulator inputs).
 
     Args:
@@ -83,6 +85,9 @@ def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedul
         act_mib: activation one micro-batch keeps in each mini-stage, [V][P] MiB (default 0).
         static_mib: per-stage static memory [P] MiB (default 0).
         seq_split_num: sequence chunks per micro-batch (seqpipe).
+        bwd_w_frac: share of ``bwd_ms`` that is the weight gradient W, a number or [V][P] in
+            [0, 1] (default 0.5: T_B = T_W; used only by zero_bubble_v, which splits the
+            backward; recompute replay always belongs to B).
 
     Returns:
         :class:`ScheduleResult` (step time, bubble breakdown, peak MiB per stage, op timeline).
@@ -103,6 +108,10 @@ def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedul
     if p2p_ms < 0:
         raise ConfigError(f"p2p_ms must be >= 0, got {p2p_ms}", field="p2p_ms", value=p2p_ms,
                           rule="schedule_input")
+    wf = _grid("bwd_w_frac", bwd_w_frac if np.ndim(bwd_w_frac) else [[bwd_w_frac] * P] * V, (V, P))
+    if np.any(wf > 1):
+        raise ConfigError("bwd_w_frac must be in [0, 1]", field="bwd_w_frac", value=bwd_w_frac,
+                          rule="schedule_input")
     if schedule not in registered():
         raise ConfigError(f"unknown schedule {schedule!r}; registered: {', '.join(registered())}",
                           field="schedule", value=schedule, rule="scheduler")
@@ -112,7 +121,8 @@ def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedul
         raise ConfigError(str(exc), field="micro_batch_num", value=micro_batch_num,
                           rule="R_MICRO_BATCH_MIN") from None
     costs = StageCosts(fwd_ms=f[None], bwd_ms=(b + r)[None], act_mib=a[None],
-                       ws_mib=np.zeros((1, V, P)), static_mib=s[None], recompute_ms=r[None])
+                       ws_mib=np.zeros((1, V, P)), static_mib=s[None], recompute_ms=r[None],
+                       bwd_w_ms=(wf * b)[None])
     sim = simulate(cs, costs, float(p2p_ms), timeline=True)
     bub = bubble_breakdown(cs, costs, sim, float(p2p_ms))
     start, end = sim.start_ms[:, 0], sim.end_ms[:, 0]
@@ -122,7 +132,7 @@ def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedul
         for i in cs.order[p]:
             u = int(cs.mb[i])
             ops.append({"stage": p, "chunk": int(cs.chunk[i]), "micro_batch": u // k,
-                        "seq_chunk": u % k, "kind": "F" if cs.fwd[i] else "B",
+                        "seq_chunk": u % k, "kind": "FBW"[int(cs.kind[i])],
                         "start_ms": float(start[i]), "end_ms": float(end[i])})
     mem = live_memory_timeline(cs, a, np.zeros((V, P)), start, end)
     timeline = [[(float(t), float(x + s[p])) for t, x in mem[p]] for p in range(P)]

@@ -5,7 +5,14 @@ another stage) and its own stage has finished the previous op in its order; it t
 mini-stage's forward or backward time (divided by k = ``seq_split_num`` for seqpipe units).
 Dependencies: the forward of pipeline position q needs the forward of position q-1 for the same
 unit; the backward of position q needs the backward of position q+1; the backward of the last
-position needs its own forward. Step time = the last op's end. This is exact for the given order
+position needs its own forward. Step time = the last op's end.
+
+Schedules that split the backward (``splits_backward``, zero_bubble_v) have a third op kind: B
+(input gradient) runs ``bwd_ms − bwd_w_ms`` (the replay of recompute included: it rebuilds the
+activations B needs) and W (weight gradient) ``bwd_w_ms``; W needs its own B on the same device
+(no p2p), and the backward chain runs through the B ops only (Qi et al., ICLR 2024 §2).
+``StageCosts.bwd_w_ms`` None means half of the backward without replay (the profile's default
+``bwd_w_frac`` 0.5). This is exact for the given order
 (the closed form Σt + (m-1)·max t is only an upper bound; cost-model reference §6.1).
 
 The table is compiled once per (schedule, P, V, m, k) into *waves*: ops whose dependencies all lie
@@ -15,7 +22,9 @@ paths agree exactly, tested).
 
 Peak memory per stage = static + max over the stage's op order of live activations (the sum of the
 activation of every chunk-unit whose forward ran and whose backward has not finished), where a
-backward also holds its mini-stage's workspace. The live set depends only on the order, not on the
+backward also holds its mini-stage's workspace. With a split backward a unit stays alive until
+its W ends, and its workspace is held from the start of its B to the end of its W (W needs the
+re-materialized inputs too): the live state is then a vector of 2·V counts (``mem_split``). The live set depends only on the order, not on the
 times, so the candidate-dependent part is a max of dot products over a few "live count" vectors.
 
 Timeline of the ``1f1b`` order for P = 2, m = 3, f = 1, b = 2 (step 11)::
@@ -32,7 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from autotune.cost.inputs import StageCosts
-from autotune.cost.schedules import get_schedule
+from autotune.cost.schedules import W, get_schedule
 
 
 @dataclass(frozen=True)
@@ -43,12 +52,17 @@ class CompiledSchedule:
         name, P, V, m: schedule and sizes; k: ``seq_split_num`` (units per micro-batch).
         stage, chunk, mb: int [n] (mb is the *unit* index, = micro_batch·k + seq_chunk);
         fwd: bool [n] (True for a forward).
+        kind: int8 [n], 0 = forward, 1 = backward (B when split), 2 = W (weight gradient).
+        split_bw: the schedule splits backward into B and W (then ``mem_split`` is set).
         dep, prev: int [n], the data dependency and the previous op on the same stage (n = none).
         cross: float [n], 1.0 when the dependency ran on another stage (p2p applies).
         waves: list of int arrays of op ids.
         order: list over stages of int arrays of op ids in execution order.
         mem_fwd: list over stages of int [K, V] live-count vectors right after a forward.
         mem_bwd: list over stages of (int [J, V] live counts during a backward, int [J] its chunk).
+        mem_split: split schedules only, list over stages of int [J, 2·V]: (live units per chunk,
+            units per chunk holding their workspace, i.e. between B start and W end) at each
+            candidate peak (after a forward, at the start of a B); None otherwise.
         max_inflight: int [P], the largest total live count on each stage (chunk-units).
         fwd_before_bwd: int [P], forwards each stage runs before its first backward (Megatron's
             ``num_warmup_microbatches`` is this minus one: the steady phase opens with a forward).
@@ -74,6 +88,9 @@ class CompiledSchedule:
     k: int = 1
     fwd_before_bwd: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     topo: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    split_bw: bool = False
+    mem_split: list[np.ndarray] | None = None
     _scalar: tuple = field(default=(), repr=False)
     _wave_plan: tuple = field(default=(), repr=False)
 
@@ -95,6 +112,41 @@ def _pareto(vectors: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
     return keep
 
 
+def _split_memory(order: np.ndarray, chunk_l: list[int], kind: np.ndarray, V: int):
+    """Live-state vectors of one stage of a split-backward schedule (module docstring).
+
+    Returns (Pareto live vectors [V] after each forward; (live vector at a B start, its chunk)
+    pairs, Pareto per chunk; the largest live count; Pareto 2·V vectors (live, workspace holders)
+    at every candidate peak).
+    """
+    live = [0] * V
+    hold = [0] * V
+    fset: set[tuple[int, ...]] = set()
+    bset: set[tuple[tuple[int, ...], int]] = set()
+    sset: set[tuple[int, ...]] = set()
+    top = 0
+    for i in order:
+        v = chunk_l[i]
+        kd = int(kind[i])
+        if kd == 0:
+            live[v] += 1
+            fset.add(tuple(live))
+            sset.add(tuple(live) + tuple(hold))
+        elif kd == 1:
+            hold[v] += 1
+            bset.add((tuple(live), v))
+            sset.add(tuple(live) + tuple(hold))
+        else:
+            live[v] -= 1
+            hold[v] -= 1
+        top = max(top, sum(live))
+    bpairs: list[tuple[tuple[int, ...], int]] = []
+    for v in range(V):
+        for vec in _pareto({vec for vec, c in bset if c == v}):
+            bpairs.append((vec, v))
+    return _pareto(fset), bpairs, top, _pareto(sset)
+
+
 @lru_cache(maxsize=256)
 def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) -> CompiledSchedule:
     """Compile a registered schedule for (P, V, m, k = seq_split_num); cached.
@@ -111,6 +163,8 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
     sched.check(P, V, m, k_split)
     table = sched.units_order(P, V, m, k_split)
     U = m * k_split
+    split = bool(getattr(sched, "splits_backward", False))
+    per_stage = (3 if split else 2) * U * V
     pos = sched.virtual_position(P, V)
     at_pos = {int(pos[v, p]): (v, p) for v in range(V) for p in range(P)}
     last = V * P - 1
@@ -119,16 +173,19 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
     order: list[np.ndarray] = []
     warmup = []
     for p, ops in enumerate(table):
-        if len(ops) != 2 * U * V:
-            raise ValueError(f"schedule {name} gives stage {p} {len(ops)} ops, expected {2 * U * V}")
+        if len(ops) != per_stage:
+            raise ValueError(f"schedule {name} gives stage {p} {len(ops)} ops, expected {per_stage}")
         prev = -1
         row = []
-        w = next((q for q, op in enumerate(ops) if not op[2]), len(ops))
+        w = next((q for q, op in enumerate(ops) if op[2] is not True), len(ops))
         warmup.append(w)
         for v, j, f in ops:
             i = len(stage_l)
+            f = f if f == W else bool(f)
             if (v, p, j, f) in ids:
                 raise ValueError(f"schedule {name} runs op {(v, j, f)} twice on stage {p}")
+            if f == W and not split:
+                raise ValueError(f"schedule {name} has a W op but does not split the backward")
             ids[(v, p, j, f)] = i
             stage_l.append(p)
             chunk_l.append(v)
@@ -143,6 +200,9 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
     cross = np.zeros(n)
     for (v, p, j, f), i in ids.items():
         q = int(pos[v, p])
+        if f == W:
+            dep[i] = ids[(v, p, j, False)]  # its own B, same device
+            continue
         if f and q > 0:
             dv, dp = at_pos[q - 1]
             dep[i] = ids[(dv, dp, j, True)]
@@ -185,8 +245,19 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
                          f"micro_batch_num={m}, seq_split_num={k_split}")
     waves = [np.flatnonzero(level == lv) for lv in range(int(level.max()) + 1)]
     topo = np.concatenate(waves)
+    kind_a = np.asarray([2 if f == W else (0 if f else 1) for f in fwd_l], dtype=np.int8)
+    fwd_l = [f is True for f in fwd_l]
     mem_fwd, mem_bwd, max_inflight = [], [], []
+    mem_split: list[np.ndarray] | None = [] if split else None
     for p in range(P):
+        if split:
+            fv, bpairs, top, sv = _split_memory(order[p], chunk_l, kind_a, V)
+            mem_fwd.append(np.asarray(fv, dtype=np.int64).reshape(-1, V))
+            mem_bwd.append((np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
+                            np.asarray([c for _, c in bpairs], dtype=np.int64)))
+            mem_split.append(np.asarray(sv, dtype=np.int64).reshape(-1, 2 * V))
+            max_inflight.append(top)
+            continue
         live = [0] * V
         fset: set[tuple[int, ...]] = set()
         bset: set[tuple[tuple[int, ...], int]] = set()
@@ -216,13 +287,14 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
     inv[n] = n
     bounds = np.concatenate([[0], np.cumsum([w.size for w in waves])]).tolist()
     wave_plan = _make_wave_plan(inv[dep[topo]], inv[prev_arr[topo]], cross[topo], bounds,
-                                np.where(np.asarray(fwd_l, dtype=bool), 0, V * P)[topo]
+                                (kind_a.astype(np.int64) * (V * P))[topo]
                                 + (chunk_a[topo] * P + stage_a[topo]),
                                 [int(inv[o[-1]]) for o in order])
     return CompiledSchedule(name, P, V, m, stage_a, chunk_a, np.asarray(mb_l),
                             np.asarray(fwd_l, dtype=bool), dep, prev_arr, cross, waves, order,
                             mem_fwd, mem_bwd, np.asarray(max_inflight, dtype=np.int64), k_split,
-                            np.asarray(warmup, dtype=np.int64), topo, scalar, wave_plan)
+                            np.asarray(warmup, dtype=np.int64), topo, kind_a, split, mem_split,
+                            scalar, wave_plan)
 
 
 @dataclass(frozen=True)
@@ -305,6 +377,11 @@ def peak_activation(cs: CompiledSchedule, act_mib: np.ndarray, ws_mib: np.ndarra
     B = act_mib.shape[0]
     out = np.zeros((B, cs.P))
     scale = 1.0 / cs.k
+    if cs.mem_split is not None:
+        for p in range(cs.P):
+            a = np.concatenate([act_mib[:, :, p] * scale, ws_mib[:, :, p]], axis=1)  # B 2V
+            out[:, p] = (a @ cs.mem_split[p].T).max(axis=1)
+        return out
     for p in range(cs.P):
         a = act_mib[:, :, p] * scale if cs.k != 1 else act_mib[:, :, p]  # B V
         best = (a @ cs.mem_fwd[p].T).max(axis=1) if cs.mem_fwd[p].size else np.zeros(B)
@@ -321,6 +398,15 @@ def peak_activation_parts(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.nd
     peak, two float [P] arrays whose sum is :func:`peak_activation`'s value."""
     act_out = np.zeros(cs.P)
     ws_out = np.zeros(cs.P)
+    if cs.mem_split is not None:
+        V = cs.V
+        for p in range(cs.P):
+            vecs = cs.mem_split[p]
+            live = vecs[:, :V] @ (act_vp[:, p] / cs.k)
+            w = vecs[:, V:] @ ws_vp[:, p]
+            q = int((live + w).argmax())
+            act_out[p], ws_out[p] = float(live[q]), float(w[q])
+        return act_out, ws_out
     for p in range(cs.P):
         a = act_vp[:, p] / cs.k
         best, best_a, best_w = -1.0, 0.0, 0.0
@@ -339,8 +425,38 @@ def peak_activation_parts(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.nd
     return act_out, ws_out
 
 
+def bwd_w_ms(costs: StageCosts) -> np.ndarray:
+    """[B, V, P] weight-gradient part of the backward (ms): ``costs.bwd_w_ms``, else half of the
+    backward without recompute replay (``bwd_w_frac`` 0.5, :mod:`autotune.profile.schema`)."""
+    if costs.bwd_w_ms is not None:
+        return costs.bwd_w_ms
+    return 0.5 * (costs.bwd_ms - costs.recompute_ms)
+
+
+def duration_table(cs: CompiledSchedule, costs: StageCosts) -> np.ndarray:
+    """[R, B] per-(kind, chunk, stage) op durations (ms), row kind·V·P + v·P + p: forwards, then
+    backwards (B = backward − W when split), then W (split schedules only); /k for seqpipe units."""
+    fwd = costs.fwd_ms
+    B = fwd.shape[0]
+    VP = cs.V * cs.P
+    table = np.empty(((3 if cs.split_bw else 2) * VP, B))
+    table[:VP] = fwd.reshape(B, VP).T
+    if cs.split_bw:
+        w = bwd_w_ms(costs).reshape(B, VP).T
+        table[VP:2 * VP] = costs.bwd_ms.reshape(B, VP).T - w
+        table[2 * VP:] = w
+    else:
+        table[VP:] = costs.bwd_ms.reshape(B, VP).T
+    if cs.k != 1:
+        table /= cs.k
+    return table
+
+
 def _durations(cs: CompiledSchedule, costs: StageCosts) -> np.ndarray:
     """[n, B] duration of every op (ms)."""
+    if cs.split_bw:
+        return duration_table(cs, costs)[cs.kind.astype(np.int64) * (cs.V * cs.P)
+                                         + cs.chunk * cs.P + cs.stage]
     d = np.where(cs.fwd[:, None], costs.fwd_ms[:, cs.chunk, cs.stage].T,
                  costs.bwd_ms[:, cs.chunk, cs.stage].T)
     return d / cs.k if cs.k != 1 else d
@@ -390,9 +506,12 @@ def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
         if B != 1:
             raise ValueError("the scalar simulation path takes one candidate")
         k = cs.k
-        d = np.where(cs.fwd, fwd[0, cs.chunk, cs.stage], costs.bwd_ms[0, cs.chunk, cs.stage])
-        if k != 1:
-            d = d / k
+        if cs.split_bw:
+            d = _durations(cs, costs)[:, 0]
+        else:
+            d = np.where(cs.fwd, fwd[0, cs.chunk, cs.stage], costs.bwd_ms[0, cs.chunk, cs.stage])
+            if k != 1:
+                d = d / k
         end_l, start_l = _scalar_times(cs, d[cs.topo].tolist(), float(p2p_ms), timeline)
         step = np.asarray([max(end_l[:n])])
         start = np.asarray(start_l)[:, None] if timeline else None
@@ -400,12 +519,7 @@ def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
         return SimResult(step, busy, peak_act, costs.static_mib + peak_act, start, end_out)
     # Work in topological coordinates: wave w is the contiguous row slice rows[w] of `end`.
     plan: _WavePlan = cs._wave_plan
-    VP = cs.V * cs.P
-    table = np.empty((2 * VP, B))
-    table[:VP] = fwd.reshape(B, VP).T
-    table[VP:] = costs.bwd_ms.reshape(B, VP).T
-    if cs.k != 1:
-        table /= cs.k
+    table = duration_table(cs, costs)
     step = np.empty(B)
     start = np.empty((n, B)) if timeline else None
     e_all = np.empty((n, B)) if timeline else None
@@ -451,9 +565,11 @@ def live_memory_timeline(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.nda
 
     Args: act_vp, ws_vp [V, P] MiB; start_ms, end_ms [n] op times of that candidate.
 
-    Returns: per stage a float [2·ops+1, 2] array of (time_ms, live MiB) steps: a forward adds its
+    Returns: per stage a float [K, 2] array of (time_ms, live MiB) steps: a forward adds its
     chunk-unit's activation at its start; a backward holds its workspace while it runs and frees
-    its unit's activation at its end (the same accounting as :func:`peak_activation`).
+    its unit's activation at its end (the same accounting as :func:`peak_activation`). With a
+    split backward, B adds its workspace at its start and W frees the activation and the
+    workspace at its end.
     """
     out = []
     for p in range(cs.P):
@@ -461,6 +577,15 @@ def live_memory_timeline(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.nda
         live = 0.0
         for i in cs.order[p]:
             a = act_vp[cs.chunk[i], p] / cs.k
+            if cs.split_bw and not cs.fwd[i]:
+                w = ws_vp[cs.chunk[i], p]
+                if cs.kind[i] == 1:
+                    live += w
+                    pts.append((float(start_ms[i]), live))
+                else:
+                    live -= a + w
+                    pts.append((float(end_ms[i]), live))
+                continue
             if cs.fwd[i]:
                 live += a
                 pts.append((float(start_ms[i]), live))

@@ -43,11 +43,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from autotune.profile.schema import ModelProfile
 
 #: Segment kinds, in drawing order.
-KINDS = ("fwd", "bwd", "recompute", "p2p")
+KINDS = ("fwd", "bwd", "recompute", "p2p", "wgrad")
 
 #: Base colours (colour-blind-safe picks from the Okabe-Ito palette); interleave chunks get
 #: lighter shades of the same hue (chunk 0 darkest).
-COLORS = {"fwd": "#0072B2", "bwd": "#E69F00", "recompute": "#CC3311", "p2p": "#555555"}
+COLORS = {"fwd": "#0072B2", "bwd": "#E69F00", "recompute": "#CC3311", "p2p": "#555555",
+          "wgrad": "#009E73"}  # wgrad: W ops (weight gradient) of a split backward (zero_bubble_v)
 BUDGET_COLOR = "#CC3311"
 PEAK_COLOR = "#000000"
 STATIC_COLOR = "#9E9E9E"
@@ -67,8 +68,9 @@ class Segment:
     Attributes:
         stage: pipeline stage (row); chunk: interleave chunk v; mb: micro-batch id; seq: sequence
             chunk within the micro-batch (seqpipe, else 0);
-        kind: ``fwd``, ``bwd`` (backward without replay), ``recompute`` (replay before the
-            backward), or ``p2p`` (a hop arriving at ``stage``);
+        kind: ``fwd``, ``bwd`` (backward without replay; B when the schedule splits the
+            backward), ``recompute`` (replay before the backward), ``p2p`` (a hop arriving at
+            ``stage``) or ``wgrad`` (a W op, weight gradient, of a split backward);
         start_ms, end_ms: times within the step (ms).
     """
 
@@ -186,6 +188,8 @@ def timeline_segments(report: CostReport, profile: Any = None) -> list[Segment]:
         s, e = float(start[i]), float(end[i])
         if cs.fwd[i]:
             segs.append(Segment(p, v, j, "fwd", s, e, q))
+        elif int(getattr(cs, "kind", cs.fwd)[i]) == 2:
+            segs.append(Segment(p, v, j, "wgrad", s, e, q))
         else:
             r = float(rec_vp[v, p]) / k if rec_vp is not None else float(rec_frac[p]) * (e - s)
             r = min(max(r, 0.0), e - s)
@@ -232,6 +236,18 @@ def memory_series(report: CostReport, profile: Any = None) -> list[tuple[np.ndar
                 t += [s, e]
                 y += [level, level + act[v, p]]
                 level += act[v, p]
+            elif getattr(cs, "split_bw", False):
+                # split backward: B takes its workspace at its start, W frees it and the unit's
+                # activation at its end (autotune.cost.simulate)
+                w = ws[v, p]
+                if int(cs.kind[i]) == 1:
+                    t += [s, s]
+                    y += [level, level + w]
+                    level += w
+                else:
+                    t += [e, e]
+                    y += [level, level - act[v, p] - w]
+                    level -= act[v, p] + w
             else:
                 w = ws[v, p]
                 t += [s, s, e, e]
@@ -276,7 +292,7 @@ def _mix(color: str, white: float) -> tuple[float, float, float]:
 
 def chunk_color(kind: str, chunk: int, num_chunks: int) -> tuple[float, float, float]:
     """RGB of a segment: the kind's hue, lighter for later interleave chunks (up to 55 % white)."""
-    if kind in ("fwd", "bwd") and num_chunks > 1:
+    if kind in ("fwd", "bwd", "wgrad") and num_chunks > 1:
         return _mix(COLORS[kind], 0.55 * chunk / (num_chunks - 1))
     return _mix(COLORS[kind], 0.0)
 
@@ -351,7 +367,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
     bar_h, strip_h = 0.72, 0.12
     groups: dict[tuple[str, int], list[Segment]] = {}
     for g in segs:
-        groups.setdefault((g.kind, g.chunk if g.kind in ("fwd", "bwd") else 0), []).append(g)
+        groups.setdefault((g.kind, g.chunk if g.kind in ("fwd", "bwd", "wgrad") else 0), []).append(g)
     for (kind, v), gs in sorted(groups.items(), key=lambda kv: KINDS.index(kv[0][0])):
         color = chunk_color(kind, v, V)
         rows: dict[int, list[tuple[float, float]]] = {}
@@ -370,7 +386,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
         px_per_ms = (right - left) * w_in * DPI / (step * 1.002)
         fontsize = 7
         for g in segs:
-            if g.kind not in ("fwd", "bwd"):
+            if g.kind not in ("fwd", "bwd", "wgrad"):
                 continue
             s, e = g.start_ms, g.end_ms
             text = f"{g.mb}.{g.seq}" if k > 1 else str(g.mb)
@@ -391,6 +407,10 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
         for v in range(V):
             suffix = f" chunk {v}" if V > 1 else ""
             handles.append(Patch(facecolor=chunk_color(kind, v, V), label=f"{name}{suffix}"))
+    if any(g.kind == "wgrad" for g in segs):
+        for v in range(V):
+            suffix = f" chunk {v}" if V > 1 else ""
+            handles.append(Patch(facecolor=chunk_color("wgrad", v, V), label=f"weight gradient (W){suffix}"))
     handles.append(Patch(facecolor=COLORS["recompute"], label="recompute replay"))
     handles.append(Patch(facecolor=COLORS["p2p"], label="p2p hop (arriving)"))
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))

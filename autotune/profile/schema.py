@@ -7,7 +7,10 @@ A profile describes, per **layer kind** (e.g. ``dense``, ``moe``), per micro-bat
 - ``static_mib``: weights + gradients + optimizer state per device after sharding (MiB);
 - per recompute choice (``full``, ``select``, ``comm``, ``both`` = select + comm) the activation
   kept instead (``act_mib``), the extra time replayed in backward (``extra_ms``) and the transient
-  working set while that layer's backward runs (``workspace_mib``).
+  working set while that layer's backward runs (``workspace_mib``);
+- ``bwd_w_frac`` (optional): the share of ``bwd_ms`` that is the weight gradient (W) rather than
+  the input gradient (B), used by schedules that split the backward (zero_bubble_v). None = 0.5
+  (:data:`DEFAULT_BWD_W_FRAC`).
 
 plus the **head** (embedding part, stage 0, chunk 0), the **tail** (final norm + LM head + loss,
 last stage, last chunk), a per-stage constant (``stage_const_mib``) and the p2p time of one stage
@@ -35,6 +38,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotune.errors import ConfigError
+
+#: Share of a backward that is the weight gradient W when a profile does not say. Source: a
+#: transformer layer's backward is two GEMMs per forward GEMM, dX = dY·Wᵀ (B) and dW = Xᵀ·dY (W),
+#: of equal FLOPs (Narayanan et al. 2021 §3.2, backward = 2× forward), and Qi et al. (ICLR 2024)
+#: take T_B = T_W; attention's core (no weights) is all B, so analytic profiles compute it from
+#: FLOPs instead (``autotune.profile.analytic``).
+DEFAULT_BWD_W_FRAC = 0.5
 
 #: Recompute classes of one layer, in the index order the cost model uses.
 RECOMPUTE_CLASSES = ("none", "select", "comm", "both", "full")
@@ -89,6 +99,14 @@ class LayerKind(BaseModel):
     both: RecomputeOption | None = None
     select_ops: dict[str, OpSaving] | None = None
     comm_ops: dict[str, OpSaving] | None = None
+    bwd_w_frac: float | None = Field(None, ge=0, le=1, description=(
+        "share of bwd_ms that is the weight gradient W (zero_bubble_v splits B and W); "
+        "None = DEFAULT_BWD_W_FRAC 0.5. Recompute replay is never part of W"))
+
+    @property
+    def w_frac(self) -> float:
+        """``bwd_w_frac``, or :data:`DEFAULT_BWD_W_FRAC` when unset."""
+        return DEFAULT_BWD_W_FRAC if self.bwd_w_frac is None else float(self.bwd_w_frac)
 
     def option(self, cls: str) -> RecomputeOption:
         """The effective option for class ``cls`` (one of RECOMPUTE_CLASSES).
@@ -122,6 +140,13 @@ class EndPart(BaseModel):
     act_mib: float = Field(0.0, ge=0)
     static_mib: float = Field(0.0, ge=0)
     workspace_mib: float = Field(0.0, ge=0)
+    bwd_w_frac: float | None = Field(None, ge=0, le=1, description=(
+        "share of bwd_ms that is the weight gradient W; None = DEFAULT_BWD_W_FRAC 0.5"))
+
+    @property
+    def w_frac(self) -> float:
+        """``bwd_w_frac``, or :data:`DEFAULT_BWD_W_FRAC` when unset."""
+        return DEFAULT_BWD_W_FRAC if self.bwd_w_frac is None else float(self.bwd_w_frac)
 
 
 class ModelProfile(BaseModel):

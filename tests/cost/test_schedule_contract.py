@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune.cost import compile_schedule, simulate_schedule
-from autotune.cost.schedules import get_schedule, registered
+from autotune.cost.schedules import W, get_schedule, registered
 
 # (P, V, m, k) sizes each schedule can run
 SIZES = {
@@ -30,15 +30,19 @@ def test_ops_and_forward_before_backward(name, P, V, m, k):
     sched = get_schedule(name)
     table = sched.units_order(P, V, m, k)
     assert len(table) == P
+    kinds = 3 if sched.splits_backward else 2  # F, B (+ W when the backward is split)
     for ops in table:
-        assert len(ops) == 2 * m * k * V
+        assert len(ops) == kinds * m * k * V
         assert len(set(ops)) == len(ops)
-        seen_f = set()
+        seen_f, seen_b = set(), set()
         for v, u, f in ops:
-            if f:
+            if f == W:
+                assert sched.splits_backward and (v, u) in seen_b, "W before its B"
+            elif f:
                 seen_f.add((v, u))
             else:
                 assert (v, u) in seen_f, "backward before its forward"
+                seen_b.add((v, u))
 
 
 @pytest.mark.parametrize("name,P,V,m,k", CASES)
@@ -55,8 +59,9 @@ def test_simulated_order_respects_dependencies(name, P, V, m, k):
     r = simulate_schedule(f, 2 * f, micro_batch_num=m, schedule=name, seq_split_num=k, p2p_ms=0.05)
     by = {(o["stage"], o["chunk"], o["micro_batch"], o["seq_chunk"], o["kind"]): o for o in r.ops}
     for o in r.ops:
-        if o["kind"] == "B":
-            fo = by[(o["stage"], o["chunk"], o["micro_batch"], o["seq_chunk"], "F")]
+        if o["kind"] in "BW":
+            prior = "F" if o["kind"] == "B" else "B"
+            fo = by[(o["stage"], o["chunk"], o["micro_batch"], o["seq_chunk"], prior)]
             assert fo["end_ms"] <= o["start_ms"] + 1e-9
     for p in range(P):
         ops = [o for o in r.ops if o["stage"] == p]
@@ -68,12 +73,17 @@ def test_simulated_order_respects_dependencies(name, P, V, m, k):
 @pytest.mark.parametrize("name,P,V,m,k", CASES)
 def test_uniform_stages_closed_form(name, P, V, m, k):
     """Balanced stages, no comm: the 1F1B family (incl. seqpipe and GPipe) gives exactly the closed
-    form (P − 1)/(V·m·k); zero_bubble_v (B/W not split) is only checked to be no better than it."""
+    form (P − 1)/(V·m·k); zero_bubble_v with T_F = T_B = T_W (bwd 2, bwd_w_frac 0.5) only the
+    pipeline fill, (P − 1)/(6m): step 6·m + P − 1, the last stage busy from P − 1 to the end."""
     r = simulate_schedule(np.ones((V, P)), 2 * np.ones((V, P)), micro_batch_num=m, schedule=name,
                           seq_split_num=k)
     ideal = get_schedule(name).ideal_bubble(P, V, m, k)
     if name == "zero_bubble_v":
-        assert r.bubble["real"] >= ideal - 1e-9
+        assert r.bubble["real"] == pytest.approx(ideal, abs=1e-12)
+        assert r.bubble["real"] == pytest.approx((P - 1) / (6 * m), abs=1e-12)
+        assert r.step_ms == 6 * m + P - 1
+        last = [o for o in r.ops if o["stage"] == P - 1]
+        assert last[0]["start_ms"] == P - 1 and last[-1]["end_ms"] == r.step_ms  # no gap after the fill
     else:
         assert r.bubble["real"] == pytest.approx(ideal, abs=1e-9)
         assert r.bubble["real"] == pytest.approx((P - 1) / (V * m * k), abs=1e-9)

@@ -215,8 +215,25 @@ def test_zb_ideal_table():
         assert rates[k] == pytest.approx(v, abs=tol)
     assert zero_bubble_peak_inflight(i["p"])["ZB-H2"] == e["ZB-H2_peak_inflight"]
     # 1F1B entry by simulation: T_F = T_B = T_W = 1, backward = B + W = 2
-    r = simulate_schedule([1.0] * i["p"], [2.0] * i["p"], micro_batch_num=i["m"])
+    p, m = i["p"], i["m"]
+    r = simulate_schedule([1.0] * p, [2.0] * p, micro_batch_num=m, act_mib=[1.0] * p)
     assert r.bubble["real"] == pytest.approx(e["bubble_rate"]["1F1B"], abs=tol)
+    # ZBV entry by simulation: the same model in two half chunks per stage (T_F = T_B = T_W = 1/2
+    # per chunk). The README's 0 overlaps the pipeline fill with the neighbouring steps; one step
+    # keeps exactly that fill, (p − 1) chunk forwards: step 6m·½ + (p − 1)·½ = 75.5, bubble
+    # (p − 1)/(6m) = 7/144 (vs 7/24 for 1F1B), and no other idle time.
+    h = np.full((2, p), 0.5)
+    z = simulate_schedule(h, 2 * h, micro_batch_num=m, schedule="zero_bubble_v", act_mib=h)
+    assert z.step_ms == pytest.approx(75.5)
+    assert z.bubble["real"] == pytest.approx(7 / 144, abs=tol)
+    assert z.bubble["real"] - z.bubble["ideal"] == pytest.approx(e["bubble_rate"]["ZBV"], abs=tol)
+    # activation 1× of 1F1B: a stage holds at most 2p half-chunks = p micro-batches (1F1B stage 0)
+    assert max(z.peak_mib) / max(r.peak_mib) == pytest.approx(e["activation_memory_vs_1F1B"]["ZBV"])
+    assert max(z.max_inflight) == 2 * p
+    # p2p volume 2× of 1F1B: 2(p − 1) cross-device hops per micro-batch and direction (the turn on
+    # stage p − 1 is free) vs p − 1
+    hops = lambda name, V: int(compile_schedule(name, p, V, m).cross.sum())  # noqa: E731
+    assert hops("zero_bubble_v", 2) / hops("1f1b", 1) == e["p2p_volume_vs_1F1B"]["ZBV"]
 
 
 def test_syn1_minmax():

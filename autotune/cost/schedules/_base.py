@@ -3,8 +3,13 @@
 A schedule answers, for (P stages, V chunks per stage, m micro-batches, k = ``seq_split_num``):
 
 1. ``units_order(P, V, m, k)``: for every stage, the list of ops it runs in order, each op
-   ``(chunk, unit, is_forward)``; a *unit* is one micro-batch (k = 1) or one sequence chunk of one
-   micro-batch (unit = micro_batch·k + seq_chunk, seqpipe); every stage runs 2·m·k·V ops.
+   ``(chunk, unit, kind)``; a *unit* is one micro-batch (k = 1) or one sequence chunk of one
+   micro-batch (unit = micro_batch·k + seq_chunk, seqpipe). ``kind`` is ``True`` for a forward,
+   ``False`` for a backward and :data:`W` (the string ``"W"``) for a weight-gradient op. A schedule
+   with ``splits_backward = False`` runs the whole backward as one op (``False``): 2·m·k·V ops per
+   stage. With ``splits_backward = True`` (Zero Bubble, Qi et al. ICLR 2024) ``False`` is B, the
+   input-gradient part, and ``W`` the weight-gradient part of the same (chunk, unit), which needs
+   only that B and may run later to fill a bubble: 3·m·k·V ops per stage.
    Schedules that do not split sequences implement ``order(P, V, m)`` and reject k > 1.
 2. ``virtual_position(P, V)``: int [V][P], the position of mini-stage (chunk v, stage p) in the
    model's layer order (0 = holds the first layers). Forward of a unit flows through positions
@@ -27,7 +32,9 @@ from typing import Callable
 
 import numpy as np
 
-Op = tuple[int, int, bool]  # (chunk, unit, is_forward)
+#: Kind of a weight-gradient op in an op tuple (see module docstring, point 1).
+W = "W"
+Op = tuple[int, int, "bool | str"]  # (chunk, unit, kind): True = F, False = B (or whole backward), W
 OrderFn = Callable[[int, int, int], list[list[Op]]]
 
 
@@ -39,6 +46,8 @@ class Schedule:
     description: str = ""
     #: Whether the schedule splits micro-batches along the sequence (``seq_split_num``).
     splits_sequence: bool = False
+    #: Whether the backward is split into B (input gradient) and W (weight gradient) ops.
+    splits_backward: bool = False
 
     def order(self, P: int, V: int, m: int) -> list[list[Op]]:  # pragma: no cover - abstract
         raise NotImplementedError
