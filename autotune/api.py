@@ -114,7 +114,17 @@ class SearchResult:
         certified_gap: (best - lower_bound) / lower_bound, a fraction (None when nothing fits).
         exact: True when the exact oracle enumerated the whole space.
         timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the study.
-        config, profile: the inputs; study: the Optuna study (trial history).
+        config, profile: the inputs (with the sub-problem knobs of the best answer applied: free
+            boolean recompute knobs, micro_batch_num/batch_size, scheduler); study: the Optuna study of
+            the best answer's sub-problem (trial history).
+        settings: YAML path -> value of the free space knobs the answer changed (written to
+            ``recompute_config`` / ``parallel_config`` / ``runner_config`` / ``parallel.pipeline_config``).
+        pareto: with ``objective="time,memory"``, the front of step time vs worst-stage peak among
+            feasible configs, fastest first: dicts {step_time_ms, peak_mib, margin_mib, config,
+            settings, select_patterns, comm_patterns}; None otherwise. pareto_exact: True when
+            every sub-problem's front was computed exactly.
+        subproblems: number of sub-problems searched (scheduler × knobs × micro_batch_num × pattern
+            sets; 1 for the default space).
     """
 
     best: CostReport | None
@@ -131,6 +141,10 @@ class SearchResult:
     certified_gap: float | None = None
     exact: bool = False
     timed_out: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)
+    pareto: list[dict[str, Any]] | None = None
+    pareto_exact: bool = False
+    subproblems: int = 1
 
     def tuned_values(self) -> dict[str, Any]:
         """Canonical MindFormers values of the best config (offset, pp_interleave_num, recompute…)."""
@@ -143,7 +157,8 @@ class SearchResult:
     def tuned_block(self) -> dict[str, Any]:
         """Nested mapping of only the tuned MindFormers keys (to paste)."""
         report = self.best or self.closest
-        return tuned_block(self.tuned_values(), scheduler=report.schedule if report else "1f1b")
+        block = tuned_block(self.tuned_values(), scheduler=report.schedule if report else "1f1b")
+        return deep_merge(block, _nested(self.settings)) if self.settings else block
 
     def to_yaml(self, *, full: bool = True) -> str:
         """The tuned config as YAML: the user's whole config with the tuned keys written over it
@@ -157,7 +172,8 @@ class SearchResult:
         if user is not None and report is not None:
             head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {user.fits}")
         head.append("tuned keys: model.model_config.{offset, pp_interleave_num}, parallel.pipeline_config, "
-                    "recompute_config.{recompute, select_recompute, select_comm_recompute}")
+                    "recompute_config.{recompute, select_recompute, select_comm_recompute}"
+                    + "".join(f", {k}" for k in self.settings))
         block = self.tuned_block()
         data = deep_merge(self.config.raw, block) if full else block
         return dump_yaml(data, header="\n".join(head))
@@ -176,7 +192,9 @@ class SearchResult:
                 "baselines": {k: d(v) for k, v in self.baselines.items()},
                 "trials": self.trials, "seconds": self.seconds,
                 "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
-                "exact": self.exact}
+                "exact": self.exact, "settings": dict(self.settings), "subproblems": self.subproblems,
+                **({"pareto": self.pareto, "pareto_exact": self.pareto_exact}
+                   if self.pareto is not None else {})}
 
     def _repr_html_(self) -> str:
         from autotune.emit.notebook import search_result_html
@@ -206,10 +224,25 @@ class SearchResult:
         return self.study.trials_dataframe()
 
 
+def _nested(settings: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b.c": v} -> {"a": {"b": {"c": v}}}."""
+    out: dict[str, Any] = {}
+    for path, v in settings.items():
+        node = out
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = v
+    return out
+
+
 def _patterns(layout: Layout | None) -> tuple[list[str] | None, list[str] | None]:
     if layout is None:
         return None, None
     return (list(layout.select_patterns) or None, list(layout.comm_patterns) or None)
+
+
+OBJECTIVES = ("time", "time,memory")
 
 
 def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
@@ -217,14 +250,14 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
            timeout: float | None = None, seed: int | None = 0, storage: Any = None,
            study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
            overrides: dict[str, float] | None = None, progress: bool | str = False,
-           gap: float | None = 0.005) -> SearchResult:
-    """Tune offset, pp_interleave_num and recompute for a config.
+           gap: float | None = 0.005, objective: str = "time") -> SearchResult:
+    """Tune offset, pp_interleave_num and recompute (and the space's other free knobs) for a config.
 
     Args:
         config: YAML path or :class:`TrainingConfig`.
         profile: profile path/object; None derives the analytic one for ``device``.
         space: search space (object, YAML path, or None for ``search_spaces/default.yaml``).
-        trials: Optuna trials (baselines and heuristic seeds included).
+        trials: Optuna trials per sub-problem (baselines and heuristic seeds included).
         timeout: wall-clock limit (s) for the whole search; None (default) = bounded by work only
             (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net. seed: sampler seed.
         progress: False, True / "bar" (tqdm bar with best value and certified gap), or "lines"
@@ -235,89 +268,180 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
         hbm_mib: HBM budget override (MiB); default ``context.max_device_memory``.
         gap: stop once the certified gap (best - bound) / bound is at most this fraction (>= 0);
             None runs the whole trial budget (no early stop).
+        objective: ``"time"`` (default: the fastest feasible config) or ``"time,memory"``: also
+            the Pareto front of step time vs worst-stage peak MiB (``SearchResult.pareto``; exact
+            on enumerable spaces, see :mod:`autotune.tuner.pareto`; every sub-problem is searched).
 
     Without ``timeout`` the run is deterministic: same inputs and seed, same trials and answer.
     With ``timeout``, half of it goes to the bound and the solver seeds, the rest to Optuna (the
     answer may then depend on machine speed). Small spaces are enumerated exactly
-    (:mod:`autotune.tuner.exact`), so their answer is the optimum and the gap is 0.
+    (:mod:`autotune.tuner.exact`), so their answer is the optimum and the gap is 0. A space with
+    sub-problem knobs (:func:`autotune.tuner.space.expand_space`) searches each sub-problem (in
+    order of its lower bound; one whose bound cannot beat the best found is skipped) in its own
+    study ``<study_name>-<i>``; the bound is the least over all sub-problems.
 
     Raises:
-        ConfigError: bad config/profile/space, no budget known, or no runnable pp_interleave_num.
+        ConfigError: bad config/profile/space/gap/objective, no budget known, or no runnable
+            pp_interleave_num.
     """
-    from autotune.tuner.problem import Candidate, even_layers, problem_from_config
+    from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
     from autotune.tuner.runner import run_study
+    from autotune.tuner.solve import bound_and_seeds
+    from autotune.tuner.space import expand_space
 
     t0 = time.monotonic()
     if gap is not None and not gap >= 0:
         raise ConfigError(f"gap must be a fraction >= 0 or None (no early stop), got {gap}", field="gap",
                           value=gap, rule="range")
+    objective = objective.replace(" ", "")
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}",
+                          field="objective", value=objective, rule="choice")
     cfg = _config(config, hbm_mib)
     if cfg.hbm_mib is None:
         raise ConfigError("no HBM budget: set context.max_device_memory or pass --hbm",
                           field="context.max_device_memory", value=None, rule="missing_key")
-    prof = resolve_profile(cfg, profile, device=device, overrides=overrides)
     sp = space if isinstance(space, SearchSpace) else load_search_space(space)
-    sched = _schedule(cfg) if sp.pipeline_scheduler == "keep" else sp.pipeline_scheduler
-    P, m, N = cfg.pipeline_stage, cfg.micro_batch_num, cfg.num_layers
-    problem = problem_from_config(cfg, prof, sp)
-    pa = problem.pa
-    cands_v = problem.vpp_candidates
-    if not cands_v:
+    if sp.pipeline_scheduler == "keep":
+        _schedule(cfg)
+    variants = expand_space(cfg, sp, profile, device=device, overrides=overrides)
+    P, N = cfg.pipeline_stage, cfg.num_layers
+    subs: list[tuple[Any, Problem]] = []
+    for var in variants:
+        c = var.cfg
+        vs = runnable_vpp(N, P, c.micro_batch_num, var.schedule, sp.pp_interleave_num, c.seq_split_num)
+        if not vs:
+            continue
+        problem = Problem(var.pa, P=P, m=c.micro_batch_num, schedule=var.schedule, hbm_mib=float(cfg.hbm_mib),
+                          vpp_candidates=vs, kinds=tuple(sp.recompute_kinds), max_abs_offset=sp.max_abs_offset,
+                          seq_split_num=c.seq_split_num)
+        problem.recompute_granularity = sp.recompute_granularity  # read by autotune.tuner.params
+        subs.append((var, problem))
+    if not subs:
+        v0 = variants[0]
         raise ConfigError(f"no pp_interleave_num in {sp.pp_interleave_num} can run with num_layers={N}, "
-                          f"pipeline_stage={P}, micro_batch_num={m} ({sched})",
+                          f"pipeline_stage={P}, micro_batch_num={v0.cfg.micro_batch_num} ({v0.schedule})",
                           field="pp_interleave_num", value=sp.pp_interleave_num, rule="search_space")
 
-    def report(c: Candidate | None) -> CostReport | None:
+    def report(var: Any, c: Candidate | None) -> CostReport | None:
         if c is None:
             return None
-        return evaluate_layout(pa, c.layout(), micro_batch_num=m, schedule=sched, hbm_mib=cfg.hbm_mib,
-                             seq_split_num=cfg.seq_split_num)
+        return evaluate_layout(var.pa, c.layout(), micro_batch_num=var.cfg.micro_batch_num, schedule=var.schedule,
+                               hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
 
     try:
         user_layout: Layout | None = layout_from_config(cfg)
     except ConfigError:
         user_layout = None
-    seeds: list[Candidate] = []
+    # Baselines on the first sub-problem (the config's own knobs; the first scheduler candidate).
+    var0, prob0 = subs[0]
     baselines: dict[str, CostReport | None] = {"user": None}
-    if user_layout is not None:
-        try:
-            _check_runnable(cfg, user_layout.vpp, sched)
-            baselines["user"] = evaluate_layout(pa, user_layout, micro_batch_num=m, schedule=sched,
-                                                hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)
+    prepared = []
+    for k, (var, problem) in enumerate(subs):
+        seeds: list[Candidate] = []
+        if user_layout is not None and user_layout.vpp in problem.vpp_candidates:
             seeds.append(Candidate.from_layout(user_layout, origin="user"))
-        except ConfigError:
-            pass
-    V0 = cfg.pp_interleave_num if cfg.pp_interleave_num in cands_v else cands_v[0]
-    even = even_layers(N, P, V0)
-    z = np.zeros_like(even)
-    full = Candidate(V0, even, even.copy(), z, z, origin="even_full_recompute")
-    none = Candidate(V0, even, z, z, z, origin="even_no_recompute")
-    baselines["even_full_recompute"] = report(full)
-    baselines["even_no_recompute"] = report(none)
-    seeds += [full, none]
-    from autotune.tuner.solve import bound_and_seeds
-
-    bs = bound_and_seeds(problem, seeds, deadline=None if timeout is None else t0 + timeout * 0.5)
-    seeds = bs.seeds
-    lb = bs.bound_ms
+            if k == 0:
+                baselines["user"] = report(var, seeds[0])
+        V0 = cfg.pp_interleave_num if cfg.pp_interleave_num in problem.vpp_candidates else problem.vpp_candidates[0]
+        even = even_layers(N, P, V0)
+        z = np.zeros_like(even)
+        full = Candidate(V0, even, even.copy(), z, z, origin="even_full_recompute")
+        none = Candidate(V0, even, z, z, z, origin="even_no_recompute")
+        if k == 0:
+            baselines["even_full_recompute"] = report(var, full)
+            baselines["even_no_recompute"] = report(var, none)
+        seeds += [full, none]
+        share = None if timeout is None else t0 + timeout * 0.5 * (k + 1) / len(subs)
+        prepared.append((var, problem, bound_and_seeds(problem, seeds, deadline=share)))
+    bounds = [bs.bound_ms for _, _, bs in prepared]
+    lb = min(bounds)
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
     limit = SAFETY_TIMEOUT_S if timeout is None else timeout
-    remaining = max(1.0, limit - (time.monotonic() - t0))
-    outcome = run_study(problem, seeds=seeds, n_trials=trials, timeout=remaining, seed=seed,
-                        storage=storage, study_name=study_name, progress=progress, stop_at_ms=stop_at,
-                        polish_deadline=None if timeout is None else time.monotonic() + remaining,
-                        bound_ms=lb if np.isfinite(lb) and lb > 0 else None)
+    order = sorted(range(len(prepared)), key=lambda i: (bounds[i], i))
+    best: tuple[Any, Candidate] | None = None
+    closest: tuple[Any, Candidate] | None = None
+    study = None
+    n_trials = 0
+    timed_out = False
+    all_exact = all(bs.exact for _, _, bs in prepared)
+    pareto_pool: list[tuple[Any, Candidate]] = []
+    pareto_exact = True
+    for rank, i in enumerate(order):
+        var, problem, bs = prepared[i]
+        pareto = objective == "time,memory"
+        if not pareto and best is not None and (bounds[i] >= best[1].step_ms - 1e-9
+                                                or (stop_at is not None and best[1].step_ms <= stop_at)):
+            continue  # cannot beat the best found, or the gap target is met
+        remaining = max(1.0, limit - (time.monotonic() - t0))
+        name = study_name if len(prepared) == 1 else f"{study_name or 'autotune'}-{i}"
+        outcome = run_study(problem, seeds=bs.seeds, n_trials=trials, timeout=remaining, seed=seed,
+                            storage=storage, study_name=name, progress=progress, stop_at_ms=stop_at,
+                            polish_deadline=None if timeout is None else time.monotonic() + remaining,
+                            bound_ms=lb if np.isfinite(lb) and lb > 0 else None)
+        n_trials += outcome.trials
+        timed_out = timed_out or outcome.timed_out
+        if study is None:
+            study = outcome.study
+        if outcome.best is not None and (best is None or outcome.best.step_ms < best[1].step_ms - 1e-9):
+            best, study = (var, outcome.best), outcome.study
+        cl = outcome.closest
+        if outcome.best is None and cl is None:
+            cl = min(problem.score(list(bs.seeds)), key=lambda c: c.excess_mib)
+        if cl is not None and (closest is None or cl.excess_mib < closest[1].excess_mib):
+            closest = (var, cl)
+        if pareto:
+            pareto_pool += _front_of(problem, var, outcome, bs, sp)
+            pareto_exact = pareto_exact and bs.exact and (sp.recompute_granularity == "mini_stage"
+                                                          or problem.vpp_candidates == [1])
     cert = None
-    if outcome.best is not None and np.isfinite(lb) and lb > 0:
-        cert = max(0.0, (outcome.best.step_ms - lb) / lb)
+    if best is not None and np.isfinite(lb) and lb > 0:
+        cert = max(0.0, (best[1].step_ms - lb) / lb)
+    chosen = best or closest
+    var = chosen[0] if chosen else var0
     sel_p, comm_p = _patterns(user_layout)
-    closest = outcome.closest
-    if outcome.best is None and closest is None:
-        # Every trial was pruned (static memory alone over budget): the seeds are the closest.
-        closest = min(problem.score(seeds), key=lambda c: c.excess_mib)
-    return SearchResult(best=report(outcome.best), closest=report(closest) if outcome.best is None else None,
-                        baselines=baselines, trials=outcome.trials, seconds=time.monotonic() - t0,
-                        config=cfg, profile=prof, study=outcome.study,
+    if var.select_patterns is not None:
+        sel_p = var.select_patterns
+    if var.comm_patterns is not None:
+        comm_p = var.comm_patterns
+    front = None
+    if objective == "time,memory":
+        from autotune.tuner.pareto import non_dominated
+
+        front = []
+        for v, c in non_dominated(pareto_pool, step=lambda x: x[1].step_ms, peak=lambda x: x[1].peak_mib):
+            sp_v = v.select_patterns if v.select_patterns is not None else _patterns(user_layout)[0]
+            cp_v = v.comm_patterns if v.comm_patterns is not None else _patterns(user_layout)[1]
+            front.append({"step_time_ms": c.step_ms, "peak_mib": c.peak_mib,
+                          "margin_mib": float(cfg.hbm_mib) - c.peak_mib,
+                          "config": canonical_values(c.layout(), use_legacy=cfg.use_legacy,
+                                                     select_patterns=sp_v, comm_patterns=cp_v),
+                          "settings": dict(v.settings), "schedule": v.schedule, "origin": c.origin})
+    return SearchResult(best=report(var, best[1]) if best else None,
+                        closest=report(var, closest[1]) if best is None and closest else None,
+                        baselines=baselines, trials=n_trials, seconds=time.monotonic() - t0,
+                        config=var.cfg, profile=var.profile, study=study,
                         select_patterns=sel_p, comm_patterns=comm_p,
                         lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
-                        exact=bs.exact, timed_out=outcome.timed_out)
+                        exact=all_exact, timed_out=timed_out, settings=dict(var.settings),
+                        pareto=front, pareto_exact=bool(front is not None and pareto_exact),
+                        subproblems=len(prepared))
+
+
+def _front_of(problem: Any, var: Any, outcome: Any, bs: Any, sp: SearchSpace) -> list[tuple[Any, Any]]:
+    """Front candidates of one sub-problem: exact when it was enumerated (mini-stage granularity),
+    else the heuristic budget ladder merged with every feasible trial and seed."""
+    from autotune.tuner.pareto import exact_front, heuristic_front
+    from autotune.tuner.runner import candidate_from_trial
+
+    evaluated = []
+    for t in outcome.study.get_trials(deepcopy=False):
+        c = candidate_from_trial(t)
+        if c is not None and t.values:
+            evaluated.append(c)
+    evaluated = problem.score(evaluated + [c for c in bs.seeds]) if evaluated or bs.seeds else []
+    if bs.exact and (sp.recompute_granularity == "mini_stage" or problem.vpp_candidates == [1]):
+        pts = exact_front(problem)
+    else:
+        pts = heuristic_front(problem, evaluated)
+    return [(var, c) for c in pts + [c for c in evaluated if c.excess_mib <= 0]]

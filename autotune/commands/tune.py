@@ -93,13 +93,17 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--quiet", is_flag=True, help="No progress output (bar on a terminal, status lines on a log).")
 @click.option("--gap", default=0.005, show_default=True, type=click.FloatRange(0),
               help="Stop once the certified gap (best - lower bound) / lower bound is at most this.")
+@click.option("--objective", default="time", show_default=True,
+              type=click.Choice(["time", "time,memory"]),
+              help="time: the fastest config that fits. time,memory: also the Pareto front of step time "
+                   "vs worst-stage peak MiB (pick a safety margin from it).")
 @click.option("--dry-run", is_flag=True, help="Print the search space (size, free knobs, constraints) and exit.")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Also write report.html, report.md and the pictures (timeline, memory, stages, study) here.")
 def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, sets: tuple[str, ...],
                out: str | None, force: bool, space: str | None, trials: int, timeout: float | None,
                seed: int, storage: str | None, study_name: str | None, fmt: str, quiet: bool,
-               gap: float, dry_run: bool, report_dir: str | None) -> None:
+               gap: float, objective: str, dry_run: bool, report_dir: str | None) -> None:
     """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table, the lower
     bound and certified gap, and write the tuned YAML to --out."""
     from autotune.api import search
@@ -122,7 +126,7 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
     progress = False if quiet else ("bar" if sys.stderr.isatty() else "lines")
     result = search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
                     storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
-                    overrides=_overrides(sets), progress=progress, gap=gap)
+                    overrides=_overrides(sets), progress=progress, gap=gap, objective=objective)
     if out:
         _write(out, result.to_yaml(full=True), force)
     if report_dir:
@@ -146,6 +150,10 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
             click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
                        f"{result.trials} trials | {result.seconds:.1f} s")
         click.echo(comparison_table(result.best, result.baselines))
+        if result.settings:
+            click.echo("\nother settings chosen: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
+        if result.pareto is not None:
+            click.echo("\n" + pareto_table(result.pareto, exact=result.pareto_exact))
         click.echo("\nMindFormers keys to paste:")
         click.echo(dump_yaml(result.tuned_block()).rstrip())
         if out:
@@ -157,6 +165,22 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
                           f"found peaks at {r.peak_mib:.0f} MiB (exceeds by {r.excess_mib:.0f} MiB on its worst "
                           f"stage): raise the budget or add pipeline stages", field=field,
                           value=hbm if hbm is not None else r.hbm_budget_mib, rule="R_HBM_INFEASIBLE")
+
+
+def pareto_table(front: list[dict], *, exact: bool = False) -> str:
+    """The Pareto front (fastest first) as a text table: step ms, worst-stage peak MiB, margin to the
+    budget MiB, pp_interleave_num, offset, recompute counts, other settings."""
+    head = (f"Pareto front, step time vs worst-stage peak ({len(front)} configs, "
+            f"{'exact' if exact else 'best found'}): pick the fastest whose margin you accept")
+    rows = [("step ms", "peak MiB", "margin MiB", "vpp", "offset", "recompute", "other")]
+    for f in front:
+        c = f["config"]
+        other = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.get("settings", {}).items())
+        rows.append((f"{f['step_time_ms']:.1f}", f"{f['peak_mib']:.0f}", f"{f['margin_mib']:.0f}",
+                     str(c["pp_interleave_num"]), json.dumps(c["offset"]), json.dumps(c["recompute"]), other or "-"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [head] + ["  ".join(x.ljust(w[i]) for i, x in enumerate(r)).rstrip() for r in rows]
+    return "\n".join(lines)
 
 
 COMMANDS = [search_cmd, evaluate_cmd]

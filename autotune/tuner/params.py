@@ -7,7 +7,9 @@ Parameters (all present in every trial, so multivariate TPE models them jointly)
   are apportioned in proportion to the first V·P weights, rounded to whole layers within the
   validity bounds (first/last mini-stage >= 0 layers, others >= 1) — always a valid offset;
 - ``{kind}{i}`` for kind in full/select/comm: float in [0, 1], the fraction of mini-stage i's
-  layers with that recompute; count = round(fraction × layers).
+  layers with that recompute; count = round(fraction × layers). With the space's
+  ``recompute_granularity: stage`` (``problem.recompute_granularity``) there is one fraction per
+  pipeline stage (i < P), shared by the stage's chunks: count[v, p] = round(fraction_p × layers[v, p]).
 
 Encoding a layout gives parameters that decode back to exactly the same layout (seeds).
 """
@@ -43,12 +45,18 @@ def apportion(N: int, weights: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np
     return x
 
 
+def granularity(problem: Problem) -> str:
+    """``mini_stage`` (default) or ``stage``: how many recompute fractions a trial has."""
+    return getattr(problem, "recompute_granularity", "mini_stage")
+
+
 def param_names(problem: Problem) -> list[str]:
     """All float parameter names, in a fixed order."""
     n = max(problem.vpp_candidates) * problem.P
     names = [f"w{i}" for i in range(n)]
+    nr = problem.P if granularity(problem) == "stage" else n
     for k in problem.kinds:
-        names += [f"{KIND_PREFIX[k]}{i}" for i in range(n)]
+        names += [f"{KIND_PREFIX[k]}{i}" for i in range(nr)]
     return names
 
 
@@ -63,7 +71,10 @@ def decode(problem: Problem, params: dict[str, Any]) -> Candidate:
     tables = {}
     for k in ("full", "select", "comm"):
         if k in problem.kinds:
-            f = np.array([params[f"{KIND_PREFIX[k]}{i}"] for i in range(n)]).reshape(V, P)
+            if granularity(problem) == "stage":
+                f = np.broadcast_to(np.array([params[f"{KIND_PREFIX[k]}{i}"] for i in range(P)]), (V, P))
+            else:
+                f = np.array([params[f"{KIND_PREFIX[k]}{i}"] for i in range(n)]).reshape(V, P)
             tables[k] = np.minimum(np.rint(f * layers).astype(np.int64), layers)
         else:
             tables[k] = np.zeros((V, P), dtype=np.int64)
@@ -81,6 +92,11 @@ def encode(problem: Problem, cand: Candidate) -> dict[str, Any]:
         params[f"w{i}"] = float(min(W_MAX, flat[i] / mean)) if i < flat.size else 1.0
     for k, table in (("full", cand.rec), ("select", cand.sel), ("comm", cand.com)):
         if k not in problem.kinds:
+            continue
+        if granularity(problem) == "stage":
+            tot_l, tot_t = cand.layers.sum(axis=0), table.sum(axis=0)
+            for i in range(P):
+                params[f"{KIND_PREFIX[k]}{i}"] = float(tot_t[i] / tot_l[i]) if tot_l[i] > 0 else 0.0
             continue
         t = table.reshape(-1)
         for i in range(nmax):
