@@ -28,6 +28,12 @@ the compute dtype):
   divided by t; backward = 2 × forward (Narayanan et al. 2021, 6·N rule); time = FLOPs / (device
   peak × ``efficiency``). Recompute extra time: full = one forward; select = 0.04 × backward and
   comm = 0.125 × backward (SAPP's default coefficients, cost-model reference §3.4).
+- **B/W split** (``bwd_w_frac``, for zero_bubble_v; Qi et al. ICLR 2024 §2): every weight GEMM
+  Y = X·W of the forward has two backward GEMMs of the same FLOPs, dX = dY·Wᵀ (B, input gradient)
+  and dW = Xᵀ·dY (W, weight gradient); attention's core (QKᵀ, softmax, AV) has no weights and is
+  all B. So W = ``2·s·b·P_active/t`` FLOPs and ``bwd_w_frac = 2·s·b·P_active / (2·(2·s·b·P_active
+  + core))`` (< 0.5, backward = 2 × forward as above). Tail: the LM head GEMM splits evenly (0.5);
+  MTP modules add their layer's W. Recompute replay is never W.
 - **Tail**: final norm + LM head (``2·s·b·h·V/t`` FLOPs) + loss; activation ``2·c·s·b·h`` +
   fp32 logits and their softmax ``8·s·b·V/t``. MTP modules (r1.7+ semantics) sit on the last stage
   and are added to the tail. **Head**: embedding table, activation ``c·s·b·h/t``.
@@ -431,8 +437,10 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
             core_flops=core_flops, f_routed=f_eff - f_shared, f_shared=f_shared, experts=experts,
             bwd_ms=bwd, select_frac=A["select_extra_frac"], comm_frac=A["comm_extra_frac"],
             flops_per_ms=flops_per_ms, heads=None if mla else (a, g))
+        gemm = 2 * s * b * (attn_p + active_mlp)
+        w_frac = gemm / (2 * (gemm + core_flops)) if gemm + core_flops > 0 else 0.5
         return LayerKind(
-            fwd_ms=fwd, bwd_ms=bwd, act_mib=_mib(act), static_mib=_mib(static_b),
+            fwd_ms=fwd, bwd_ms=bwd, act_mib=_mib(act), static_mib=_mib(static_b), bwd_w_frac=w_frac,
             select_ops=sel_ops, comm_ops=comm_ops,
             full=RecomputeOption(act_mib=_mib(act_full), extra_ms=full_extra, workspace_mib=_mib(full_ws),
                                  static_delta_mib=_mib(full_delta)),
@@ -469,14 +477,19 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
     tail_static = (emb_p + h) * bpp
     tail_act = 2 * c * sbh / sp_div + 8 * s * b * V / t
     tail_bwd = 2 * tail_fwd
+    mtp_w = 0.0
     if d.mtp_num_layers:
         last = kinds[runs[-1][0]]
         tail_static += d.mtp_num_layers * (last.static_mib * BYTES_PER_MIB + 2 * h * h / t * bpp)
         tail_fwd += d.mtp_num_layers * (last.fwd_ms + tail_fwd)
         tail_bwd += d.mtp_num_layers * (last.bwd_ms + 2 * tail_fwd)
         tail_act += d.mtp_num_layers * last.act_mib * BYTES_PER_MIB
+        mtp_w = d.mtp_num_layers * last.bwd_ms * (last.w_frac - 0.5)
+    # W of the tail: half of its GEMM backward (LM head, MTP projections), the MTP layers' own W
+    tail_w_frac = (0.5 * tail_bwd + mtp_w) / tail_bwd if tail_bwd > 0 else 0.5
     tail = EndPart(fwd_ms=tail_fwd, bwd_ms=tail_bwd, static_mib=_mib(tail_static),
-                   act_mib=_mib(tail_act), workspace_mib=_mib(8 * s * b * V / t))
+                   act_mib=_mib(tail_act), workspace_mib=_mib(8 * s * b * V / t),
+                   bwd_w_frac=tail_w_frac)
     p2p = c * sbh / sp_div / (dev.p2p_gbps * 1e9) * 1e3 + dev.p2p_latency_ms
     assumptions: dict[str, Any] = dict(A)
     assumptions.update({
@@ -494,6 +507,8 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
                  "parameters": "Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2, generalized",
                  "static_bytes": "cost-model reference §5.1 (MindSpore AdamW, optimizer parallel)",
                  "recompute_time": "SAPP defaults, cost-model reference §3.4",
+                 "bwd_w_frac": "weight-gradient GEMMs / backward FLOPs (Qi et al. ICLR 2024 §2 B/W "
+                               "split; module docstring)",
                  "gathered_weights": "MindSpore optimizer parallel (reference §5.1) + ring all-gather "
                                      "(d-1)/d; held once per step (assumption, module docstring)",
                  "device": dev.source},
