@@ -19,8 +19,16 @@ Why it holds (cost-model reference §6.1, the critical-path bound generalised to
    feasible layout satisfies T >= Σ_p λ_p (A_p + m·W_p) + Σ_p μ_p (mem_p - cap). The right side is a
    sum over layers (each layer contributes to one mini-stage) once the "first r layers" recompute
    rule is relaxed to a free per-layer recompute class, so its minimum over all layouts is a DP
-   over mini-stages in layer order: O(V·P·N²). Any (λ, μ) gives a valid bound; a projected
-   subgradient ascent (Polyak steps towards the best known step time) raises it.
+   over mini-stages in layer order (pipeline positions, so V-shaped placements too): O(V·P·N²).
+   Any (λ, μ) gives a valid bound; a projected subgradient ascent (Polyak steps towards the best
+   known step time) raises it. Static MiB changes per recompute class (``static_delta_mib``) are
+   part of the memory term.
+4. Column generation (V > 1). The path family starts with the per-stage entry/exit paths of step 1
+   and grows with the longest path (:func:`critical_path`) of the relaxed minimiser's durations
+   every few iterations and of every layout the search found. Each added member is a chain of the
+   dependency graph, so step 3's argument holds for the enlarged family unchanged; a minimiser
+   that dodged the old paths (e.g. tiny chunk-0 mini-stages that shorten the ramp of step 1) is
+   priced by its own critical path at the next solve.
 
 The bound of a problem is the minimum over its pp_interleave_num candidates. For pure partition
 problems, :func:`minmax_partition` is the exact min-max DP of §6.2 (checked on SYN-1).
