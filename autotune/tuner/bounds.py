@@ -408,6 +408,10 @@ def _vpp_bound(problem: Problem, V: int, *, upper_ms: float | None, iters: int, 
 
     lag = _Lagrangian(problem, V)
     P = problem.P
+    if getattr(lag.cs, "split_bw", False):
+        # B/W-split schedules (zero_bubble_v): critical_path prices ops as whole forwards /
+        # backwards, so no generated paths there (the base family only).
+        layouts, gen_every = [], 0
     for c in layouts:
         costs = stage_costs(problem.pa, c.layers[None], c.rec[None], c.sel[None], c.com[None],
                             pos=lag.pos if get_schedule(problem.schedule).name == "zero_bubble_v" else None)
