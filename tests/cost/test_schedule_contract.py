@@ -17,6 +17,7 @@ SIZES = {
     "gpipe": [(4, 1, 8, 1), (3, 2, 4, 1)],
     "seqpipe": [(4, 1, 8, 1), (4, 1, 8, 4), (3, 1, 3, 2)],
     "zero_bubble_v": [(4, 2, 8, 1), (2, 2, 4, 1), (3, 2, 12, 1)],
+    "seqvpp": [(4, 2, 4, 2), (2, 2, 2, 2), (3, 3, 6, 2), (4, 2, 2, 4), (4, 1, 8, 2)],
 }
 CASES = [(name, *size) for name in registered() for size in SIZES[name]]
 
@@ -156,3 +157,42 @@ def test_simulation_between_bounds(P, m, name, seed):
     assert r.step_ms >= ideal_step_ms(f, b, m) - 1e-9
     if name == "1f1b":
         assert r.step_ms <= sum_plus_max_ms(f, b, m) + 1e-9
+
+
+def test_seqvpp_docstring_table_and_rules():
+    """seqvpp (modelled, see its module): P = 2, V = 2, m = 2, k = 2, groups of G = 2 units."""
+    t = get_schedule("seqvpp").units_order(2, 2, 2, 2)
+    text = [" ".join(("F" if f else "B") + f"{v}.{u // 2}{'ab'[u % 2]}" for v, u, f in ops) for ops in t]
+    assert text == [
+        "F0.0a F0.0b F1.0a F1.0b F0.1a F0.1b B1.0b F1.1a B1.0a F1.1b B0.0b B0.0a B1.1b B1.1a B0.1b B0.1a",
+        "F0.0a F0.0b F1.0a F1.0b B1.0b F0.1a B1.0a F0.1b B0.0b F1.1a B0.0a F1.1b B1.1b B1.1a B0.1b B0.1a",
+    ]
+    # in flight: warm-up + 1 = 2(P − i − 1) + (V − 1)·G + k, attained (P = 4, k = 2: G = 4)
+    assert compile_schedule("seqvpp", 4, 2, 4, 2).max_inflight.tolist() == [12, 10, 8, 6]
+    # P = 4, k = 4: G = 4, one micro-batch per group
+    assert compile_schedule("seqvpp", 4, 2, 2, 4).max_inflight.tolist() == [14, 12, 10, 8]
+    # V = 1 is seqpipe
+    assert get_schedule("seqvpp").units_order(4, 1, 8, 2) == get_schedule("seqpipe").units_order(4, 1, 8, 2)
+    # a unit keeps 1/k of the activation: stage 0 of (4, 2, 4, 2) holds 12 half micro-batch chunks
+    r = simulate_schedule(np.ones((2, 4)), 2 * np.ones((2, 4)), micro_batch_num=4, schedule="seqvpp",
+                          seq_split_num=2, act_mib=np.full((2, 4), 2.0))
+    assert r.peak_mib == [12.0, 10.0, 8.0, 6.0]
+    # interleaving over units beats seqpipe (same k) and interleaved 1F1B (same V) when balanced
+    sp = simulate_schedule(np.ones(4) * 2, np.ones(4) * 4, micro_batch_num=4, schedule="seqpipe", seq_split_num=2)
+    il = simulate_schedule(np.ones((2, 4)), 2 * np.ones((2, 4)), micro_batch_num=4)
+    # per stage 24 ms of compute; bubbles (P − 1)/(V·m·k) = 3/16 vs 3/8 for both others
+    assert r.step_ms == pytest.approx(24 * (1 + 3 / 16)) and r.step_ms == 28.5
+    assert sp.step_ms == il.step_ms == 24 * (1 + 3 / 8)
+    for bad in [(4, 2, 4, 1), (4, 1, 8, 1), (3, 2, 3, 2)]:  # k must be > 1; m % ceil(P/k) == 0
+        with pytest.raises(ValueError):
+            compile_schedule("seqvpp", *bad)
+
+
+def test_seqsmartvpp_is_not_modelled():
+    """No public op order for seqsmartvpp: it stays unregistered (evaluate says rule scheduler)."""
+    from autotune.errors import ConfigError
+
+    assert "seqsmartvpp" not in registered()
+    with pytest.raises(ConfigError) as e:
+        simulate_schedule([1, 1], [2, 2], micro_batch_num=4, schedule="seqsmartvpp", seq_split_num=2)
+    assert e.value.rule == "scheduler"

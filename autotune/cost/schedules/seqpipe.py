@@ -48,7 +48,7 @@ class SeqPipe(Schedule):
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
         if V != 1:
             raise ValueError(f"seqpipe runs without interleaving (pp_interleave_num = 1), got {V}; "
-                             "seqvpp is not modelled")
+                             "use pipeline_scheduler seqvpp")
         if k < 1:
             raise ValueError(f"seq_split_num must be >= 1, got {k}")
 
