@@ -5,6 +5,9 @@
 2. batch, pp 16, vpp 1, 32 micro-batches: many candidate layouts at once through
    ``stage_costs`` + ``simulate`` (what ``Problem.evaluate`` runs), configs per second.
 
+For information (not issue-7 targets), the same two measurements under ``zero_bubble_v``
+(pp 16, 2 chunks, backward split into B and W: 1.5× the ops of 1F1B).
+
 Run: ``.venv/bin/python benchmarks/speed.py``
 """
 
@@ -86,12 +89,35 @@ def main() -> None:
 
     t_batch = timeit(batch, 2.0)
     c_batch = timeit(batch, 2.0, clock=time.process_time)
+    # zero_bubble_v (information): one config pp16 vpp2 m64, batch pp16 vpp2 m32
+    pa96 = profile(96)
+    pos = np.array([np.arange(16), 31 - np.arange(16)])
+    cs_z1 = compile_schedule("zero_bubble_v", 16, 2, 64)
+    lay_z = np.full((1, 2, 16), 3)
+    rec_z = rng.integers(0, 3, (1, 2, 16))
+    zz = np.zeros_like(lay_z)
+
+    def zbv_one() -> None:
+        simulate(cs_z1, stage_costs(pa96, lay_z, rec_z, zz, zz, pos=pos), pa96.p2p_ms)
+
+    cs_z = compile_schedule("zero_bubble_v", 16, 2, 32)
+    base_z = np.full((B, 2, 16), 2)
+    rec_z_b = np.minimum(rng.integers(0, 3, (B, 2, 16)), base_z)
+    zbz = np.zeros_like(base_z)
+
+    def zbv_batch() -> None:
+        simulate(cs_z, stage_costs(pa, base_z, rec_z_b, zbz, zbz, pos=pos), pa.p2p_ms)
+
+    c_zone = timeit(zbv_one, clock=time.process_time)
+    c_zbatch = timeit(zbv_batch, 2.0, clock=time.process_time)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"cores: {cores}, load average (1 min): {load:.2f}")
     print(f"one config  pp16 vpp3 m64: {t_one * 1e3:.3f} ms wall, {c_one * 1e3:.3f} ms CPU "
           f"(stage_costs + simulate); full evaluate_layout report {t_report * 1e3:.2f} ms wall")
     print(f"batch       pp16 vpp1 m32: {B / t_batch:,.0f} configs/s wall, {B / c_batch:,.0f} configs/s CPU "
           f"(batch of {B})")
+    print(f"zero_bubble_v (information): one config pp16 vpp2 m64 {c_zone * 1e3:.3f} ms CPU; "
+          f"batch pp16 vpp2 m32 {B / c_zbatch:,.0f} configs/s CPU")
 
 
 if __name__ == "__main__":
