@@ -37,6 +37,7 @@ problems, :func:`minmax_partition` is the exact min-max DP of §6.2 (checked on 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -167,34 +168,63 @@ class _Lagrangian:
         self.cap = problem.hbm_mib
         cs = compile_schedule(problem.schedule, P, V, self.m, problem.seq_split_num)
         self.cs = cs
-        CF, CB, K, owner = [], [], [], []
+        #: B/W-split schedule (zero_bubble_v): a backward op is B (bwd - W) and W is its own op
+        self.split = bool(cs.split_bw)
+        self.wl = pa.w_k()[kind]  # [N] weight-gradient ms per layer (no replay)
+        hw = pa.head_w_ms if pa.head_w_ms is not None else 0.5 * hb
+        tw = pa.tail_w_ms if pa.tail_w_ms is not None else 0.5 * tb
+        self.end_w = np.zeros((V, P))
+        self.end_w[hv, hp] += hw
+        self.end_w[tv, tp] += tw
+        # cross-stage hops on the chain position 0 -> q (a V-shaped turn stays on one device)
+        st_at = np.asarray([p_ for _, p_ in self.walk])
+        self.hops_to = np.concatenate([[0], np.cumsum(st_at[1:] != st_at[:-1])]).astype(np.int64)
+        kind_op = cs.kind.astype(np.int64)
+        CF, CB, CW, K = [], [], [], []
+
+        def seg(p: int, k0: int, k1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            order = cs.order[p][k0:k1 + 1]
+            ch, kd = cs.chunk[order], kind_op[order]
+            cf = np.zeros((V, P))
+            cb = np.zeros((V, P))
+            cw = np.zeros((V, P))
+            cf[:, p] = np.bincount(ch[kd == 0], minlength=V)
+            cb[:, p] = np.bincount(ch[kd == 1], minlength=V)
+            cw[:, p] = np.bincount(ch[kd == 2], minlength=V)
+            return cf, cb, cw
+
         for p in range(P):
             order = cs.order[p]
-            ch, fw = cs.chunk[order], cs.fwd[order]
+            ch, kd = cs.chunk[order], kind_op[order]
             for u in range(V):
-                first = np.flatnonzero(fw & (ch == u))
+                first = np.flatnonzero((kd == 0) & (ch == u))
                 if first.size == 0:
                     continue
                 k0 = int(first[0])
+                ends = []
                 for w in range(V):
-                    last = np.flatnonzero(~fw & (ch == w))
-                    if last.size == 0 or int(last[-1]) < k0:
-                        continue
-                    k1 = int(last[-1])
-                    cf = np.zeros((V, P))
-                    cb = np.zeros((V, P))
+                    last = np.flatnonzero((kd == 1) & (ch == w))
+                    if last.size and int(last[-1]) >= k0:
+                        ends.append((int(last[-1]), w))
+                if self.split:
+                    ends.append((len(order) - 1, None))  # up to the stage's last op, no exit
+                for k1, w in ends:
+                    cf, cb, cw = seg(p, k0, k1)
                     cf[pos < pos[u, p]] += 1.0
-                    cb[pos < pos[w, p]] += 1.0
-                    seg_c, seg_f = ch[k0:k1 + 1], fw[k0:k1 + 1]
-                    cf[:, p] += np.bincount(seg_c[seg_f], minlength=V)
-                    cb[:, p] += np.bincount(seg_c[~seg_f], minlength=V)
+                    hops = int(self.hops_to[pos[u, p]])
+                    if w is not None:
+                        cb[pos < pos[w, p]] += 1.0
+                        hops += int(self.hops_to[pos[w, p]])
+                        if self.split:
+                            cw[hv, hp] += 1.0  # W of position 0 after its B (same device)
                     CF.append(cf)
                     CB.append(cb)
-                    K.append((int(pos[u, p]) + int(pos[w, p])) * p2p)
-                    owner.append(p)
+                    CW.append(cw)
+                    K.append(hops * p2p)
         # ops of a seqpipe unit last 1/k of the micro-batch time (simulate._durations)
         self.CF, self.CB, self.K = np.asarray(CF) / cs.k, np.asarray(CB) / cs.k, np.asarray(K)
-        self._keys = {self._key(a, b, c) for a, b, c in zip(self.CF, self.CB, self.K)}
+        self.CW = np.asarray(CW) / cs.k
+        self._keys = {self._key(a, b, c, w) for a, b, c, w in zip(self.CF, self.CB, self.K, self.CW)}
         self.vecs = []
         for p in range(P):
             vs = [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])
@@ -216,20 +246,30 @@ class _Lagrangian:
         return out
 
     @staticmethod
-    def _key(cf: np.ndarray, cb: np.ndarray, k: float) -> tuple:
-        return (np.round(cf, 9).tobytes(), np.round(cb, 9).tobytes(), round(float(k), 9))
+    def _key(cf: np.ndarray, cb: np.ndarray, k: float, cw: np.ndarray) -> tuple:
+        return (np.round(cf, 9).tobytes(), np.round(cb, 9).tobytes(), round(float(k), 9),
+                np.round(cw, 9).tobytes())
 
-    def add_path(self, cf: np.ndarray, cb: np.ndarray, k: float) -> bool:
-        """Add one dependency-graph path (op counts [V, P] already divided by seq_split_num,
-        constant ms); False when it is already in the family."""
-        key = self._key(cf, cb, k)
+    def add_path(self, cf: np.ndarray, cb: np.ndarray, k: float, cw: np.ndarray | None = None) -> bool:
+        """Add one dependency-graph path (op counts [V, P] of forwards, backwards (B ops when
+        split) and W ops, already divided by seq_split_num; constant ms); False when it is
+        already in the family."""
+        cw = np.zeros_like(cf) if cw is None else cw
+        key = self._key(cf, cb, k, cw)
         if key in self._keys:
             return False
         self._keys.add(key)
         self.CF = np.concatenate([self.CF, cf[None]])
         self.CB = np.concatenate([self.CB, cb[None]])
+        self.CW = np.concatenate([self.CW, cw[None]])
         self.K = np.append(self.K, float(k))
         return True
+
+    def wcoef(self, cb: np.ndarray, cw: np.ndarray) -> np.ndarray:
+        """Coefficient of the W ms of each mini-stage in a path's length: a path's length is
+        Σ cf·F + Σ cb·(Bwd − W) + Σ cw·W = Σ cf·F + Σ cb·Bwd + Σ (cw − cb)·W when the schedule
+        splits the backward (B ops run bwd − W), and Σ cf·F + Σ cb·Bwd otherwise."""
+        return (cw - cb) if self.split else np.zeros_like(cb)
 
     def solve(self, lam: np.ndarray, mu: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """min over layouts of the Lagrangian; returns (value, split [V·P], g [paths], h [P]).
@@ -239,8 +279,9 @@ class _Lagrangian:
         P, V, N = self.P, self.V, self.N
         cf = np.tensordot(lam, self.CF, axes=1)  # [V, P]
         cb = np.tensordot(lam, self.CB, axes=1)
+        cwd = self.wcoef(cb, np.tensordot(lam, self.CW, axes=1))
         (hv, hp), (tv, tp) = self.walk[0], self.walk[-1]
-        const = (float(lam @ self.K) + float((cf * self.end_f + cb * self.end_b).sum())
+        const = (float(lam @ self.K) + float((cf * self.end_f + cb * self.end_b + cwd * self.end_w).sum())
                  + float(np.where(mu > 0, mu * (self.const_static - self.cap), 0.0).sum())
                  + mu[hp] * self.nu[hp, hv] * self.head_act + mu[tp] * self.nu[tp, tv] * self.tail_act)
         n_ms = V * P
@@ -254,7 +295,8 @@ class _Lagrangian:
             v, p = self.walk[k]
             rc = cb[v, p] * self.extra + mu[p] * (self.nu[p, v] * self.act + self.sdelta)  # [N, C]
             choice[k] = np.argmin(rc, axis=1)
-            per = cf[v, p] * self.f + cb[v, p] * self.b + mu[p] * self.static + rc.min(axis=1)
+            per = (cf[v, p] * self.f + cb[v, p] * self.b + cwd[v, p] * self.wl + mu[p] * self.static
+                   + rc.min(axis=1))
             C = np.concatenate([[0.0], np.cumsum(per)])
             ok = (size >= self.lo[k]) & (size <= self.hi[k])
             cand = np.where(ok, dp[None, :] - C[None, :], INF)
@@ -273,9 +315,26 @@ class _Lagrangian:
 
     def _terms(self, split: np.ndarray, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         fm, bm, mem = self.durations(split, choice)
-        self.last_fb = (fm, bm)
-        g = (self.CF * fm).sum(axis=(1, 2)) + (self.CB * bm).sum(axis=(1, 2)) + self.K
+        wm = self.w_durations(split)
+        self.last_fb = (fm, bm, wm)
+        g = self.lengths(fm, bm, wm)
         return g, mem - self.cap
+
+    def lengths(self, fm: np.ndarray, bm: np.ndarray, wm: np.ndarray) -> np.ndarray:
+        """Length (ms) of every path of the family for mini-stage durations [V, P] (forward,
+        backward incl. replay, W part of the backward)."""
+        g = (self.CF * fm).sum(axis=(1, 2)) + (self.CB * bm).sum(axis=(1, 2)) + self.K
+        if self.split:
+            g = g + ((self.CW - self.CB) * wm).sum(axis=(1, 2))
+        return g
+
+    def w_durations(self, split: np.ndarray) -> np.ndarray:
+        """W ms [V, P] per micro-batch of a split in walk order (recompute never changes it)."""
+        start = np.concatenate([[0], np.cumsum(split)])
+        wm = self.end_w.copy()
+        for k, (v, p) in enumerate(self.walk):
+            wm[v, p] += self.wl[start[k]:start[k + 1]].sum()
+        return wm
 
     def durations(self, split: np.ndarray, choice: np.ndarray) -> tuple[np.ndarray, ...]:
         """Forward / backward ms [V, P] per micro-batch and the relaxed memory [P] (MiB) of a split
@@ -310,22 +369,41 @@ class _Lagrangian:
             self.nu[p] = self.vecs[p][int(np.argmax(self.vecs[p] @ a[p]))]
 
 
-def critical_path(cs, fwd_ms: np.ndarray, bwd_ms: np.ndarray,
-                  p2p_ms: float) -> tuple[float, np.ndarray, np.ndarray, int]:
+class CriticalPath(NamedTuple):
+    """A longest path: its length (ms), forward / backward (B when split) / W op counts [V, P]
+    (divided by ``seq_split_num``) and its cross-stage hops."""
+
+    length: float
+    cf: np.ndarray
+    cb: np.ndarray
+    hops: int
+    cw: np.ndarray
+
+
+def critical_path(cs, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p2p_ms: float,
+                  w_ms: np.ndarray | None = None) -> CriticalPath:
     """A longest path of the schedule's dependency graph for one set of mini-stage durations.
 
     Args:
-        cs: compiled schedule; fwd_ms, bwd_ms: float [V, P] per micro-batch (ms); p2p_ms: per hop.
+        cs: compiled schedule; fwd_ms, bwd_ms: float [V, P] per micro-batch (ms, backward incl.
+            replay); p2p_ms: per hop; w_ms: float [V, P] W part of the backward (ms), used when the
+            schedule splits the backward (B ops then run ``bwd − w``, W ops ``w``, as in
+            :func:`autotune.cost.simulate.duration_table`; None = half of ``bwd_ms``).
 
-    Returns (length ms, forward op counts [V, P], backward op counts [V, P], cross-stage hops).
-    Counts are divided by ``seq_split_num`` so that the path's length for *any* durations is
-    ``Σ cf·f + Σ cb·b + hops·p2p``: the path is a chain of ops each starting after its predecessor
-    (data edge, + p2p across stages, or program order), so every layout's step time is >= that
-    length (the simulation is a max-plus system; this is its longest path for these durations).
+    Returns :class:`CriticalPath`. Counts are divided by ``seq_split_num`` so that the path's
+    length for *any* durations is ``Σ cf·f + Σ cb·b + hops·p2p`` (+ ``Σ cw·w − Σ cb·w`` when split):
+    the path is a chain of ops each starting after its predecessor (data edge, + p2p across
+    stages, or program order), so every layout's step time is >= that length (the simulation is
+    a max-plus system; this is its longest path for these durations).
     """
     topo, dep, prev, cross = cs._scalar
     n = cs.num_ops
-    d = np.where(cs.fwd, fwd_ms[cs.chunk, cs.stage], bwd_ms[cs.chunk, cs.stage]) / cs.k
+    if cs.split_bw:
+        w = 0.5 * bwd_ms if w_ms is None else w_ms
+        table = np.stack([fwd_ms, bwd_ms - w, w])  # [3, V, P] by op kind
+        d = table[cs.kind.astype(np.int64), cs.chunk, cs.stage] / cs.k
+    else:
+        d = np.where(cs.fwd, fwd_ms[cs.chunk, cs.stage], bwd_ms[cs.chunk, cs.stage]) / cs.k
     dl = d.tolist()
     end = [0.0] * (n + 1)
     pred = [-1] * (n + 1)
@@ -340,19 +418,15 @@ def critical_path(cs, fwd_ms: np.ndarray, bwd_ms: np.ndarray,
             pred[i] = pr if pr < n else -1
     i = int(np.argmax(end[:n]))
     length = end[i]
-    cf = np.zeros((cs.V, cs.P))
-    cb = np.zeros((cs.V, cs.P))
+    cnt = np.zeros((3, cs.V, cs.P))
     hops = 0
     while i >= 0:
-        if cs.fwd[i]:
-            cf[cs.chunk[i], cs.stage[i]] += 1.0
-        else:
-            cb[cs.chunk[i], cs.stage[i]] += 1.0
+        cnt[int(cs.kind[i]), cs.chunk[i], cs.stage[i]] += 1.0
         j = pred[i]
         if j >= 0 and j == cs.dep[i] and cs.cross[i]:
             hops += 1
         i = j
-    return float(length), cf / cs.k, cb / cs.k, hops
+    return CriticalPath(float(length), cnt[0] / cs.k, cnt[1] / cs.k, hops, cnt[2] / cs.k)
 
 
 def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int = 300,
@@ -408,15 +482,11 @@ def _vpp_bound(problem: Problem, V: int, *, upper_ms: float | None, iters: int, 
 
     lag = _Lagrangian(problem, V)
     P = problem.P
-    if getattr(lag.cs, "split_bw", False):
-        # B/W-split schedules (zero_bubble_v): critical_path prices ops as whole forwards /
-        # backwards, so no generated paths there (the base family only).
-        layouts, gen_every = [], 0
     for c in layouts:
         costs = stage_costs(problem.pa, c.layers[None], c.rec[None], c.sel[None], c.com[None],
                             pos=lag.pos if get_schedule(problem.schedule).name == "zero_bubble_v" else None)
-        _, cf, cb, hops = critical_path(lag.cs, costs.fwd_ms[0], costs.bwd_ms[0], lag.p2p)
-        lag.add_path(cf, cb, hops * lag.p2p)
+        cp = critical_path(lag.cs, costs.fwd_ms[0], costs.bwd_ms[0], lag.p2p, costs.bwd_w_ms[0])
+        lag.add_path(cp.cf, cp.cb, cp.hops * lag.p2p, cp.cw)
     # Price of one MiB in ms (full recompute of the stage's layers), so that the memory
     # multipliers move on the same scale as the stage weights.
     saved = np.maximum(lag.act[:, :1] - lag.act, 0.0)
@@ -440,11 +510,11 @@ def _vpp_bound(problem: Problem, V: int, *, upper_ms: float | None, iters: int, 
         if upper_ms is not None and best >= upper_ms * (1 - tol):
             break
         if gen_every and (it == 1 or it % gen_every == 0):
-            fm, bm = lag.last_fb
-            _, cf, cb, hops = critical_path(lag.cs, fm, bm, lag.p2p)
-            if lag.add_path(cf, cb, hops * lag.p2p):
+            fm, bm, wm = lag.last_fb
+            cp = critical_path(lag.cs, fm, bm, lag.p2p, wm)
+            if lag.add_path(cp.cf, cp.cb, cp.hops * lag.p2p, cp.cw):
                 lam = np.append(lam, 0.0)
-                g = np.append(g, float((cf * fm).sum() + (cb * bm).sum() + hops * lag.p2p))
+                g = np.append(g, float(lag.lengths(fm, bm, wm)[-1]))
                 stall = 0
         if stall >= patience:
             delta *= 0.5
@@ -517,14 +587,20 @@ class _RecomputeFrontiers:
 
     Relaxation of MindFormers' "first r layers" rule: every layer picks any allowed recompute class
     freely, so ``min_extra(counts, A)`` is <= the replay of every real recompute choice whose kept
-    activation is <= A. Per kind, the Pareto frontier of (Σ act, Σ extra) over n layers is built by
+    activation is <= A. With ``nu`` given the memory coordinate of a choice is its whole share of
+    the stage peak, ``nu·act + static_delta_mib`` (MiB; static deltas may be negative, e.g.
+    parallel_optimizer_comm_recompute), so the budget is then in MiB of the stage. Per kind, the Pareto frontier of (Σ act, Σ extra) over n layers is built by
     a DP over n; kinds combine by Pareto Minkowski sums (cached per count tuple).
     """
 
-    def __init__(self, pa, kinds: tuple[str, ...], max_n: int) -> None:
+    def __init__(self, pa, kinds: tuple[str, ...], max_n: int, nu: float | None = None) -> None:
         cls = allowed_classes(kinds)
         self.K = pa.fwd_k.size
-        self.opts = [np.stack([pa.act_kc[k, cls], pa.bwd_kc[k, cls] - pa.bwd_kc[k, NONE]], axis=1)
+        sd = pa.static_dc if pa.static_dc is not None else np.zeros_like(pa.act_kc)
+        # memory coordinate of one layer's choice: act (MiB per micro-batch) or, with a live count
+        # nu, its whole contribution to the stage peak nu·act + static_delta (MiB)
+        coord = pa.act_kc[:, cls] if nu is None else nu * pa.act_kc[:, cls] + sd[:, cls]
+        self.opts = [np.stack([coord[k], pa.bwd_kc[k, cls] - pa.bwd_kc[k, NONE]], axis=1)
                      for k in range(self.K)]
         self.per_kind: list[list[np.ndarray]] = []
         for k in range(self.K):
@@ -561,12 +637,26 @@ class PathDPBound:
     evaluations: int
 
 
-def _block_tables(problem: Problem, fr: _RecomputeFrontiers) -> tuple[np.ndarray, np.ndarray]:
+def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     """F[i, j] (fwd ms of layers i..j-1, per micro-batch) and Bmin[p, i, j] (the least backward +
     replay ms of that block on stage p among recompute choices whose kept activation fits; inf when
     none fits, or when the block size breaks stage p's bounds). Head/tail are included on the first
-    and last stage."""
+    and last stage.
+
+    Fit test of a block on stage p (live count ν): const + Σ static + Σ static_delta(class) +
+    ν·(Σ act(class) + end act) <= cap, the workspace (>= 0) dropped. Without static deltas the
+    frontier over Σ act is shared by all stages (budget (cap − const − Σ static)/ν − end act);
+    with them (``RecomputeOption.static_delta_mib``, negative under
+    parallel_optimizer_comm_recompute) each distinct ν gets the frontier over
+    Σ (ν·act + static_delta), so the assumed fit is exactly the real one, never stricter."""
     pa, P, N = problem.pa, problem.P, problem.N
+    has_sd = pa.static_dc is not None and bool(np.any(pa.static_dc[:, allowed_classes(problem.kinds)]))
+    frontiers: dict[float | None, _RecomputeFrontiers] = {}
+
+    def frontier_for(nu: float | None) -> _RecomputeFrontiers:
+        if nu not in frontiers:
+            frontiers[nu] = _RecomputeFrontiers(pa, problem.kinds, N, nu)
+        return frontiers[nu]
     cs = compile_schedule(problem.schedule, P, 1, problem.m, problem.seq_split_num)
     kp = pa.kind_prefix.astype(np.int64)  # K, N+1
     cnt = kp[:, None, :] - kp[:, :, None]  # K, i, j
@@ -593,12 +683,17 @@ def _block_tables(problem: Problem, fr: _RecomputeFrontiers) -> tuple[np.ndarray
         end_act = (ha if p == 0 else 0.0) + (ta if p == P - 1 else 0.0)
         end_b = (hb if p == 0 else 0.0) + (tb if p == P - 1 else 0.0)
         room = problem.hbm_mib - const - static[ii, jj]
-        budget = (room / nu if nu > 0 else np.where(room >= 0, np.inf, -np.inf)) - end_act
+        if has_sd:
+            fr = frontier_for(nu)
+            budget = room - nu * end_act
+        else:
+            fr = frontier_for(None)
+            budget = (room / nu if nu > 0 else np.where(room >= 0, np.inf, -np.inf)) - end_act
         extra = np.full(ii.size, np.inf)
         for key, qs in groups.items():
             qs_a = np.asarray(qs)
             extra[qs_a] = fr.min_extra(key, budget[qs_a])
-        ok = (size[ii, jj] >= lo[0, p]) & (size[ii, jj] <= hi[0, p]) & (room >= 0)
+        ok = (size[ii, jj] >= lo[0, p]) & (size[ii, jj] <= hi[0, p]) & ((room >= 0) | has_sd)
         Bmin[p, ii, jj] = np.where(ok, bwd0[ii, jj] + extra + end_b, np.inf)
     Fp = np.broadcast_to(F, (P, N + 1, N + 1)).copy()
     Fp[0] += hf
@@ -669,8 +764,10 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     with f/b per micro-batch (b = backward + replay), k = seq_split_num and n_F/n_B the forwards /
     backwards of stage p (m·k each). For a fitting layout, b_q >= Bmin(block_q, q): the least backward
     over every recompute choice (each layer's class chosen freely, a relaxation of the "first r
-    layers" rule) whose kept activation ν_q·act/k + static <= budget, ν_q the stage's largest live
-    count (the workspace term, >= 0, is dropped). So T >= min over splits of
+    layers" rule) whose share of the peak, static + Σ static_delta(class) + ν_q·Σ act(class)/k,
+    fits the budget, ν_q the stage's largest live count (the workspace term, >= 0, is dropped;
+    static deltas of ``RecomputeOption`` may be negative and are counted, see
+    :func:`_block_tables`). So T >= min over splits of
     max_p [prefix_p + m·(f_p + Bmin_p) + 2·p·p2p]. For a threshold T the best split is found by a DP
     over (stage, layers placed) keeping the least prefix (a smaller prefix never hurts a later
     stage), and the least feasible T by bisection (to ``rel_tol``); the value returned is the lower
@@ -690,8 +787,7 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     nF = np.array([np.count_nonzero(cs.fwd[cs.order[p]]) for p in range(P)]) / k
     nB = np.array([np.count_nonzero(~cs.fwd[cs.order[p]]) for p in range(P)]) / k
     p2p = problem.pa.p2p_ms if P > 1 else 0.0
-    fr = _RecomputeFrontiers(problem.pa, problem.kinds, N)
-    F, Bmin = _block_tables(problem, fr)
+    F, Bmin = _block_tables(problem)
     pathw = nF[:, None, None] * F + nB[:, None, None] * Bmin + (2 * np.arange(P) * p2p)[:, None, None]
     stepw = (F + Bmin) / k  # contribution to later prefixes
 

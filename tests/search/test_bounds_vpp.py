@@ -47,7 +47,8 @@ def test_critical_path_length_is_the_step_time(sched: str) -> None:
     costs = stage_costs(problem.pa, layers, rec, z, z)
     cs = compile_schedule(sched, 2, 2, problem.m)
     step = float(simulate(cs, costs, problem.pa.p2p_ms).step_ms[0])
-    length, cf, cb, hops = critical_path(cs, costs.fwd_ms[0], costs.bwd_ms[0], problem.pa.p2p_ms)
+    length, cf, cb, hops, cw = critical_path(cs, costs.fwd_ms[0], costs.bwd_ms[0], problem.pa.p2p_ms)
+    assert not cw.any()  # no W ops outside B/W-split schedules
     assert length == pytest.approx(step, rel=1e-12)
     rebuilt = (cf * costs.fwd_ms[0]).sum() + (cb * costs.bwd_ms[0]).sum() + hops * problem.pa.p2p_ms
     assert rebuilt == pytest.approx(step, rel=1e-9)

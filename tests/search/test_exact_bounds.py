@@ -68,7 +68,14 @@ def test_compositions_counts() -> None:
 
 
 def _random_problem(seed: int, N: int, P: int, V: int, kinds: tuple[str, ...], tight: float,
-                    schedule: str = "1f1b", split: int = 1) -> Problem:
+                    schedule: str = "1f1b", split: int = 1, *, m: int | None = None,
+                    static_delta: bool = False) -> Problem:
+    """A random two-kind problem whose HBM budget is ``tight`` × the even split's fitted peak.
+
+    ``m`` overrides the drawn micro_batch_num; ``static_delta`` gives full / select recompute a
+    random negative ``static_delta_mib`` (up to the layer's static MiB, as
+    parallel_optimizer_comm_recompute does) and larger static MiB, so that the deltas matter.
+    """
     rng = np.random.default_rng(seed)
     kd = {}
     for k in ("a", "b"):
@@ -78,13 +85,19 @@ def _random_problem(seed: int, N: int, P: int, V: int, kinds: tuple[str, ...], t
                  "full": {"act_mib": act * 0.1, "extra_ms": f, "workspace_mib": act},
                  "select": {"act_mib": act * 0.7, "extra_ms": 0.1 * f},
                  "comm": {"act_mib": act * 0.8, "extra_ms": 0.2 * f}}
+        if static_delta:
+            stat = float(rng.uniform(5, 40))
+            kd[k]["static_mib"] = stat
+            kd[k]["full"]["static_delta_mib"] = -float(rng.uniform(0, stat))
+            kd[k]["select"]["static_delta_mib"] = -float(rng.uniform(0, 0.3 * stat))
     cut = int(rng.integers(0, N + 1))
     runs = [(k, n) for k, n in (("a", cut), ("b", N - cut)) if n > 0]
     prof = ModelProfile(kinds=kd, layer_kinds=runs, head={"static_mib": 10.0, "fwd_ms": 0.5, "bwd_ms": 1.0},
                         tail={"static_mib": 15.0, "fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 5.0},
                         p2p_ms=float(rng.uniform(0, 0.3)))
     pa = ProfileArrays.from_profile(prof)
-    m = P * int(rng.integers(1, 3))
+    m_drawn = P * int(rng.integers(1, 3))
+    m = m_drawn if m is None else m
     loose = Problem(pa, P=P, m=m, vpp_candidates=[V], kinds=kinds, schedule=schedule, seq_split_num=split)
     from autotune.tuner.heuristic import fitted
     from autotune.tuner.problem import even_layers
