@@ -13,7 +13,9 @@ worker (no reconnect per scenario) with heartbeats + Optuna's stale-trial retry 
 postgres 1 worker 6.5 -> 8.2 (13.0 -> 16.5), 2 workers 6.8 -> 8.7 (13.6 -> 17.3), 4 workers
 11.8 -> 10.1 (23.6 -> 20.3; the per-trial heartbeat write and stale-trial query cost more than the
 saved connections when 4 processes share 2 cores); journal 1 worker 53.9 -> 54.0, 2 workers
-58.7 -> 64.2, 4 workers 80.8 -> 41.4 (noisy on 2 cores: 47-81 across runs of the same code).
+58.7 -> 64.2, 4 workers 80.8 -> 41.4 (a second run, with other jobs on the machine, gave 50.8; this
+4-worker journal slowdown is not explained yet: 4 processes on 2 cores, and the claim heartbeat
+now shares the worker's journal object and its lock).
 """
 
 from __future__ import annotations
