@@ -255,6 +255,8 @@ class Worker:
         return failed, finished_budget_trials(trials)
 
     def _run_scenario(self, sc: Scenario, gen: int, claim_sid: int) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
+
         from autotune.api import search
 
         _, finished = self._recover(sc)
@@ -270,6 +272,12 @@ class Worker:
                 status = "infeasible"
         except AutotuneError as exc:
             status, error = "invalid", redact(str(exc), self.target)
+        except UpdateFinishedTrialError:
+            # This worker was slow, not dead: another one took the scenario over and failed our
+            # running trial. Its retry is the new owner's; nothing of ours is recorded.
+            log.warning("%s: scenario %s was taken over while a trial ran; leaving it to the new owner",
+                        self.label, sc.name)
+            return
         if not self._still_mine(sc, gen):
             log.warning("%s: scenario %s was taken over by another worker; not recording", self.label, sc.name)
             return

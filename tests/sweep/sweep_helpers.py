@@ -32,7 +32,7 @@ def pg_admin():
     raise RuntimeError(f"PostgreSQL on {PG_HOST}:{PG_PORT} not reachable (run scripts/ensure_postgres.sh): {last}")
 
 
-def write_sweep(path: Path, *, trials: int = 16, memories=("1GB", "0.6GB"), mbs=(4, 8), lease: float = 3,
+def write_sweep(path: Path, *, trials: int = 16, memories=("1GB", "0.6GB"), mbs=(4, 8), lease: float = 10,
                 extra: str = "") -> Path:
     """A sweep over tiny.yaml: len(mbs) x len(memories) scenarios."""
     path.write_text(f"""name: test

@@ -20,7 +20,7 @@ def test_matrix_expands_to_named_scenarios(tmp_path):
     assert [round(s.config.hbm_mib) for s in sw.scenarios] == [1024, 614, 1024, 614]
     assert len({s.study_name for s in sw.scenarios}) == 4
     assert all(s.study_name.startswith(STUDY_PREFIX) for s in sw.scenarios)
-    assert sw.lease_seconds == 3
+    assert sw.lease_seconds == 10  # as written by write_sweep
 
 
 def test_study_name_follows_content_not_file(tmp_path):
