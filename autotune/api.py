@@ -18,7 +18,6 @@ import numpy as np
 
 from autotune.config.layout import Layout, layout_from_config
 from autotune.config.training import TrainingConfig, load_config
-from autotune.cost.inputs import ProfileArrays
 from autotune.cost.report import CostReport, evaluate_layout
 from autotune.emit.yaml_block import canonical_values, deep_merge, dump_yaml, tuned_block
 from autotune.errors import ConfigError, InfeasibleError
@@ -314,8 +313,7 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
             continue
         problem = Problem(var.pa, P=P, m=c.micro_batch_num, schedule=var.schedule, hbm_mib=float(cfg.hbm_mib),
                           vpp_candidates=vs, kinds=tuple(sp.recompute_kinds), max_abs_offset=sp.max_abs_offset,
-                          seq_split_num=c.seq_split_num)
-        problem.recompute_granularity = sp.recompute_granularity  # read by autotune.tuner.params
+                          seq_split_num=c.seq_split_num, recompute_granularity=sp.recompute_granularity)
         subs.append((var, problem))
     if not subs:
         v0 = variants[0]

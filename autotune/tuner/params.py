@@ -47,7 +47,7 @@ def apportion(N: int, weights: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np
 
 def granularity(problem: Problem) -> str:
     """``mini_stage`` (default) or ``stage``: how many recompute fractions a trial has."""
-    return getattr(problem, "recompute_granularity", "mini_stage")
+    return problem.recompute_granularity
 
 
 def param_names(problem: Problem) -> list[str]:

@@ -8,7 +8,6 @@ candidates that share V with the event simulation of :mod:`autotune.cost.simulat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -71,7 +70,9 @@ class Problem:
         hbm_mib: budget per device (MiB, inf when unknown); vpp_candidates: runnable V values;
         kinds: recompute kinds the search may set ("full", "select", "comm");
         max_abs_offset: optional bound on |layers - base|;
-        seq_split_num: sequence chunks per micro-batch (seqpipe), 1 otherwise.
+        seq_split_num: sequence chunks per micro-batch (seqpipe), 1 otherwise;
+        recompute_granularity: "mini_stage" (one recompute fraction per mini-stage in a trial) or
+            "stage" (one per stage, dealt over its chunks).
     """
 
     pa: ProfileArrays
@@ -83,6 +84,7 @@ class Problem:
     kinds: tuple[str, ...] = ("full", "select", "comm")
     max_abs_offset: int | None = None
     seq_split_num: int = 1
+    recompute_granularity: str = "mini_stage"
 
     @property
     def N(self) -> int:
@@ -155,18 +157,3 @@ def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
         out.append(V)
     return out
 
-
-def problem_from_config(cfg: Any, profile: Any, space: Any) -> "Problem":
-    """The :class:`Problem` for a TrainingConfig, a ModelProfile and a SearchSpace.
-
-    The scheduler is the config's own unless the space pins one; ``vpp_candidates`` keeps only the
-    runnable candidates (may be empty: callers decide how to report that). The HBM budget is
-    ``cfg.hbm_mib`` (inf when unknown).
-    """
-    sched = cfg.pipeline_scheduler if space.pipeline_scheduler == "keep" else space.pipeline_scheduler
-    P, m, N, k = cfg.pipeline_stage, cfg.micro_batch_num, cfg.num_layers, cfg.seq_split_num
-    vs = runnable_vpp(N, P, m, sched, space.pp_interleave_num, k)
-    return Problem(ProfileArrays.from_profile(profile), P=P, m=m, schedule=sched,
-                   hbm_mib=float(cfg.hbm_mib) if cfg.hbm_mib is not None else float("inf"),
-                   vpp_candidates=vs, kinds=tuple(space.recompute_kinds),
-                   max_abs_offset=space.max_abs_offset, seq_split_num=k)

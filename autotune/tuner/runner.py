@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
-from autotune.tuner.heuristic import heuristic_seeds, local_search
+from autotune.tuner.heuristic import local_search
 from autotune.tuner.params import decode, encode, representable
 from autotune.tuner.problem import Candidate, Problem
 

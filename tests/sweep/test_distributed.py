@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from tests.sweep.sweep_helpers import budget_count, cli, kill, snapshot, start_worker, wait_for, write_sweep
 
