@@ -751,6 +751,68 @@ def _pair_cycle(cs) -> tuple[int, int, int, int, int] | None:
     return cF_s, cB_s, cF_L, cB_L, hops
 
 
+def _detour_counts(cs, p: int, max_r: int | None = None,
+                   ratios: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)) -> list[tuple[int, int, int]]:
+    """Op counts (r, forwards, backwards) on stage p (V = 1) of "detour" paths of the dependency
+    graph: walk stage p's ops in program order; at a forward F_p(u) the path may leave through
+    F_{p+1}(u) … F_{P-1}(u) (data edges), B_{P-1}(u) … B_{p+1}(u), come back to B_p(u) (data edge)
+    and go on along p from there, skipping p's ops in between. r = number of such round trips.
+    Each round trip costs at least Σ_{q>p} (f_q + b_q) per unit ≥ the forward + backward without
+    replay of every layer after p's block (and the tail), plus 2·(P−1−p) p2p hops, so with the
+    entry prefix and exit of the base path every such path gives
+    T >= prefix_p + (cF·f_p + cB·b_p + r·Suf(end of p's block))/k + (2p + 2r(P−1−p))·p2p.
+
+    For each r (0 < r <= ``max_r``) and each weighting b/f in ``ratios`` the heaviest path is found
+    by a DP over p's order (any path is valid; the weighting only chooses which ones to keep).
+    Returns the distinct non-dominated (r, cF, cB); empty for the last stage.
+    """
+    P = cs.P
+    if p >= P - 1:
+        return []
+    order = [int(x) for x in cs.order[p]]
+    n = len(order)
+    fw = [bool(cs.fwd[x]) for x in order]
+    idx_b = {}
+    for i, x in enumerate(order):
+        if not fw[i]:
+            idx_b[int(cs.mb[x])] = i
+    jump = [-1] * n  # jump[i] = index of B_p(u) for a forward at i (if after it)
+    for i, x in enumerate(order):
+        if fw[i]:
+            kb = idx_b.get(int(cs.mb[x]), -1)
+            if kb > i + 1:
+                jump[i] = kb
+    R = max_r if max_r is not None else min(2 * P, n // 2)
+    out: set[tuple[int, int, int]] = set()
+    for rho in ratios:
+        wt = [1.0 if f else rho for f in fw]
+        # best[r][i] = (weight, cF, cB) of the heaviest path from op 0 to op i with r round trips
+        neg = (-np.inf, 0, 0)
+        best = [[neg] * n for _ in range(R + 1)]
+        best[0][0] = (wt[0], int(fw[0]), int(not fw[0]))
+        for r in range(R + 1):
+            row = best[r]
+            for i in range(n):
+                cur = row[i]
+                if cur[0] == -np.inf:
+                    continue
+                if i + 1 < n:
+                    cand = (cur[0] + wt[i + 1], cur[1] + int(fw[i + 1]), cur[2] + int(not fw[i + 1]))
+                    if cand[0] > row[i + 1][0]:
+                        row[i + 1] = cand
+                if r < R and jump[i] >= 0:
+                    kb = jump[i]
+                    cand = (cur[0] + wt[kb], cur[1], cur[2] + 1)
+                    if cand[0] > best[r + 1][kb][0]:
+                        best[r + 1][kb] = cand
+        for r in range(1, R + 1):
+            w_, cf_, cb_ = best[r][n - 1]
+            if w_ > -np.inf:
+                out.add((r, cf_, cb_))
+    keep = [t for t in out if not any(o != t and all(a >= b for a, b in zip(o, t)) for o in out)]
+    return sorted(keep)
+
+
 def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: float = 1e-7) -> PathDPBound:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num 1.
 
@@ -790,6 +852,18 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     F, Bmin = _block_tables(problem)
     pathw = nF[:, None, None] * F + nB[:, None, None] * Bmin + (2 * np.arange(P) * p2p)[:, None, None]
     stepw = (F + Bmin) / k  # contribution to later prefixes
+    # detour paths (see _detour_counts): r round trips through the stages after p, each at least
+    # Suf[j] = forward + backward (no replay) of the layers after p's block [i, j) and the tail
+    pa = problem.pa
+    kp = pa.kind_prefix.astype(np.float64)
+    fb = pa.fwd_k + pa.bwd_kc[:, NONE]
+    suf = (fb @ (kp[:, -1:] - kp)) + pa.tail[0] + pa.tail[1]  # [N+1] ms per micro-batch
+    with np.errstate(invalid="ignore"):
+        for p in range(P - 1):
+            for r, cf_, cb_ in _detour_counts(cs, p):
+                w = (cf_ * F[p] + cb_ * Bmin[p] + r * suf[None, :]) / k \
+                    + (2 * p + 2 * r * (P - 1 - p)) * p2p
+                pathw[p] = np.maximum(pathw[p], np.where(np.isfinite(pathw[p]), w, np.inf))
 
     cyc = _pair_cycle(cs) if P >= 2 else None
     if cyc is not None:

@@ -137,7 +137,10 @@ def _refit_touched(problem: Problem, base: Candidate, splits: np.ndarray) -> tup
     rec = np.where(keep, base.rec[None], 0)
     sel = np.where(keep, base.sel[None], 0)
     com = np.where(keep, base.com[None], 0)
-    starts = _starts(splits, None)
+    from autotune.cost.schedules import get_schedule
+
+    # first-layer indices as the cost model fills pipeline positions (V-shaped for zero_bubble_v)
+    starts = _starts(splits, get_schedule(problem.schedule).virtual_position(P, V))
     reps: dict[tuple, int] = {}
     uses: list[tuple[int, int, int]] = []  # (move, stage, representative index)
     for b, p in zip(*np.nonzero(changed)):

@@ -99,9 +99,9 @@ def test_vpp_bound_with_negative_static_deltas(seed, N, kinds, tight, sched) -> 
 def test_static_delta_regression_value() -> None:
     """Seed 0, 6 layers, pp3, budget 0.5 × the even split's peak: only layouts whose full
     recompute frees static MiB fit. Ignoring the deltas the path DP said "nothing fits" (bound
-    +inf) while the optimum is 107.38 ms; now the bound is 96.98 ms."""
+    +inf) while the optimum is 107.38 ms; now the bound is 103.07 ms."""
     problem = _random_problem(0, 6, 3, 1, ("full", "select", "comm"), 0.5, static_delta=True)
     res = exact_optimum(problem)
     assert res.best is not None
     assert res.best.step_ms == pytest.approx(107.3759, abs=1e-3)
-    assert path_dp_bound(problem).bound_ms == pytest.approx(96.9813, abs=1e-3)
+    assert path_dp_bound(problem).bound_ms == pytest.approx(103.0696, abs=1e-3)

@@ -149,8 +149,23 @@ def test_path_dp_bound_never_exceeds_enumerated_optimum(seed, N, P, kinds, tight
 
 
 def test_path_dp_bound_syn2_values() -> None:
-    """SYN-2 (p = 4, m = 8): hand check of the path DP. cap 100: the optimum's stage 0 needs two
-    full recomputes (b = 2·3 + 2 = 8), and the best relaxed split [1, 4, 4, 3] gives T >= 117 for
-    the optimum 118; cap 150 leaves only the path bound of the balanced split (106)."""
-    assert path_dp_bound(syn2_problem(100)).bound_ms == pytest.approx(117.0, abs=1e-4)
-    assert path_dp_bound(syn2_problem(150)).bound_ms == pytest.approx(106.0, abs=1e-4)
+    """SYN-2 (p = 4, m = 8): the path DP with detour paths reaches the published optima (118 at
+    cap 100, 116 at cap 150; the single-stage paths alone gave 117 and 106). At cap 150 the
+    balanced split [3, 3, 3, 3] (t = 9 per stage, tail 2 on the last) is forced: a path on stage 0
+    that takes a round trip through stages 1-3 at every forward whose backward comes later runs
+    for as long as the simulated 1F1B step."""
+    assert path_dp_bound(syn2_problem(100)).bound_ms == pytest.approx(118.0, abs=1e-4)
+    assert path_dp_bound(syn2_problem(150)).bound_ms == pytest.approx(116.0, abs=1e-4)
+
+
+def test_detour_counts_1f1b_stage0() -> None:
+    """1F1B, P = 4, m = 8, stage 0 order F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7: one round
+    trip from F7 to B7 skips B4 B5 B6 (8 forwards, 5 backwards); the heaviest paths per r are
+    non-dominated (r, forwards, backwards) triples."""
+    from autotune.cost.simulate import compile_schedule
+    from autotune.tuner.bounds import _detour_counts
+
+    got = _detour_counts(compile_schedule("1f1b", 4, 1, 8), 0)
+    assert (1, 8, 5) in got
+    assert all(r >= 1 and f <= 8 and b <= 8 for r, f, b in got)
+    assert _detour_counts(compile_schedule("1f1b", 4, 1, 8), 3) == []
