@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.config.layout import Layout, make_layout
-from autotune.cost.inputs import ProfileArrays, stage_costs
+from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation, simulate
 
@@ -105,15 +105,24 @@ class Problem:
             hi = np.minimum(hi, b + self.max_abs_offset)
         return lo, hi
 
+    def costs(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
+              com: np.ndarray) -> StageCosts:
+        """Per-mini-stage costs of a batch (arrays int [B, V, P]); ``static_mib`` [B, P] needs no
+        simulation, so a caller can reject a layout on static memory before :meth:`score_costs`."""
+        pos = get_schedule(self.schedule).virtual_position(self.P, V)  # V-shaped: zero_bubble_v
+        return stage_costs(self.pa, layers, rec, sel, com, pos=pos)
+
     def evaluate(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
                  com: np.ndarray, *, memory_only: bool = False) -> BatchScore:
         """Score a batch (arrays int [B, V, P]). ``memory_only`` skips the time simulation."""
-        pos = get_schedule(self.schedule).virtual_position(self.P, V)  # V-shaped: zero_bubble_v
-        costs = stage_costs(self.pa, layers, rec, sel, com, pos=pos)
+        return self.score_costs(V, self.costs(V, layers, rec, sel, com), memory_only=memory_only)
+
+    def score_costs(self, V: int, costs: StageCosts, *, memory_only: bool = False) -> BatchScore:
+        """:meth:`evaluate` from already computed :meth:`costs`."""
         cs = compile_schedule(self.schedule, self.P, V, self.m, self.seq_split_num)
         if memory_only:
             peak = costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
-            B = layers.shape[0]
+            B = costs.static_mib.shape[0]
             return BatchScore(np.full(B, np.nan), peak, costs.static_mib, np.zeros((B, self.P)))
         sim = simulate(cs, costs, self.pa.p2p_ms)
         return BatchScore(sim.step_ms, sim.peak_mib, costs.static_mib, sim.busy_ms)

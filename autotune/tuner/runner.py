@@ -200,13 +200,15 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         trial.set_user_attr("layout", _layout_attr(cand))
         if "origin" not in trial.user_attrs:
             trial.set_user_attr("origin", "tpe")
-        st = problem.evaluate(cand.V, cand.layers[None], cand.rec[None], cand.sel[None], cand.com[None],
-                              memory_only=True)
-        static_excess = float(st.static_mib[0].max() - problem.hbm_mib)
-        if static_excess > 0:
+        costs = problem.costs(cand.V, cand.layers[None], cand.rec[None], cand.sel[None], cand.com[None])
+        static_excess = float(costs.static_mib[0].max() - problem.hbm_mib)
+        if static_excess > 0:  # pruned before it is simulated
             trial.set_constraint(CONSTRAINT_KEY, static_excess)
             raise optuna.TrialPruned(f"static memory alone exceeds the budget by {static_excess:.0f} MiB")
-        problem.score([cand])
+        s = problem.score_costs(cand.V, costs)
+        cand.step_ms = float(s.step_ms[0])
+        cand.peak_mib = float(s.peak_mib[0].max())
+        cand.excess_mib = cand.peak_mib - problem.hbm_mib
         trial.set_constraint(CONSTRAINT_KEY, cand.excess_mib)
         trial.set_user_attr("peak_mib", cand.peak_mib)
         return cand.step_ms
