@@ -80,7 +80,7 @@ def pg_database():
 def one(store: str, workers: int, trials: int, tmp: Path) -> dict:
     from autotune.sweep import run_sweep
     from autotune.sweep.spec import load_sweep
-    from autotune.sweep.storage import open_storage
+    from autotune.tuner.storage import open_storage
 
     sweep_file = write_sweep(tmp / f"sweep-{store}-{workers}.yaml", trials)
     out = tmp / f"out-{store}-{workers}"

@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.sweep.spec import Sweep, load_sweep
-from autotune.sweep.storage import mask_url, open_storage, redact, resolve_target
+from autotune.tuner.storage import mask_url, open_storage, redact, resolve_target
 from autotune.sweep.summary import read_baseline, write_outputs
 from autotune.sweep.worker import RESULT_ATTR, Worker, _setup_logging, prepare, read_states, run_worker
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.sweep.spec import Scenario, Sweep
-from autotune.sweep.storage import open_storage, redact
+from autotune.tuner.storage import open_storage, redact
 
 log = logging.getLogger("autotune.sweep")
 

@@ -49,11 +49,6 @@ class RetryStaleTrial(optuna.storages.RetryHeartbeatStaleTrialCallback):
         super().__call__(study, trial)
 
 
-def is_url(storage: str) -> bool:
-    """True for a database URL (``scheme://...``), False for a journal file path."""
-    return "://" in storage
-
-
 def make_rdb_storage(url: str, *, heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
                      grace_period: int | None = GRACE_PERIOD_S, max_retry: int | None = MAX_RETRY,
                      engine_kwargs: dict[str, Any] | None = None) -> Any:
@@ -106,12 +101,11 @@ def open_storage(storage: Any) -> Any:
         raise ConfigError(f"expected None, a journal file path, a database URL or an Optuna storage "
                           f"object, got {type(storage).__name__}", field="storage",
                           value=type(storage).__name__, rule="storage")
-    if isinstance(storage, str) and is_url(storage):
-        return make_rdb_storage(storage)
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from autotune.tuner.storage import is_url, normalize_url
+    from autotune.tuner.storage import open_storage as open_target
 
-    Path(storage).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(storage)))
+    target = str(storage)
+    return open_target(normalize_url(target) if is_url(target) else target)
 
 
 def _layout_attr(c: Candidate) -> str:

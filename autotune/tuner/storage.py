@@ -1,4 +1,4 @@
-"""Where a sweep keeps its studies: a journal file (default, no server) or a database URL.
+"""Where studies live: a journal file (default for sweeps, no server) or a database URL.
 
 A URL may carry a password. It never leaves this module unmasked: :func:`mask_url` renders it with
 ``***`` in place of the password, and :func:`redact` scrubs the password (and the raw URL) out of

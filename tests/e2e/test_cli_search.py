@@ -122,3 +122,9 @@ def test_search_report_dir_and_notebook_views(tmp_path):
     assert "<table" in res._repr_html_() and "<table" in res.best._repr_html_()
     fig = res.plot_timeline()
     assert len(fig.axes[0].patches) + len(fig.axes[0].collections) > 0
+
+
+def test_bad_storage_url_is_one_masked_line():
+    r = run("search", str(TOY), "--trials", "3", "--storage", "postgresql://tuner:s3cret@127.0.0.1:1/x")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "[storage]" in r.stderr and "s3cret" not in r.stderr and "tuner:***@" in r.stderr

@@ -76,7 +76,7 @@ def snapshot(target: str, sweep_file: Path) -> dict[str, Any]:
     """Per scenario: record, claims, and trials as (number, state, value, origin, retry_of), where
     retry_of is the number of the failed trial a retry re-runs (Optuna's ``failed_trial``)."""
     from autotune.sweep.spec import load_sweep
-    from autotune.sweep.storage import open_storage
+    from autotune.tuner.storage import open_storage
     from autotune.sweep.worker import CLAIM_SEP, read_states
 
     sweep = load_sweep(sweep_file)

@@ -7,7 +7,7 @@ import pytest
 
 from autotune.errors import ConfigError
 from autotune.sweep.spec import STUDY_PREFIX, load_sweep
-from autotune.sweep.storage import mask_url, normalize_url, redact
+from autotune.tuner.storage import mask_url, normalize_url, redact
 from tests.sweep.sweep_helpers import DATA, cli, write_sweep
 
 
