@@ -1118,6 +1118,10 @@ def check_config(data: dict[str, Any], version: str = "1.8", *, emulate: bool = 
         from autotune.config.megatron import translate
         tr = translate(data)
         data, extra = tr.case, tr.warnings
+    elif isinstance(data, dict) and not emulate and ("model" in data or "parallel_config" in data):
+        from autotune.config.training import check_keys
+
+        check_keys(data)  # strict mode: a misspelled key would silently fall back to its default
     res = normalize(inputs_from_yaml(data), version, emulate=emulate)
     res.warnings[:0] = extra
     return res

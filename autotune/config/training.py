@@ -267,6 +267,81 @@ def _dims(data: dict[str, Any]) -> ModelDims | None:
     )
 
 
+#: Keys MindFormers' YAML template accepts in these sections; any other key is a KeyError there
+#: (shared/spec/mindformers-layer-setting.md §1.6, §7; r1.5+).
+STRICT_SECTIONS: dict[str, set[str]] = {
+    "parallel_config": {"data_parallel", "model_parallel", "context_parallel", "expert_parallel",
+                        "pipeline_stage", "micro_batch_num", "seq_split_num", "use_seq_parallel",
+                        "optimizer_shard", "gradient_aggregation_group", "vocab_emb_dp",
+                        "context_parallel_algo", "ulysses_degree_in_cp", "mem_coeff"},
+    "recompute_config": {"recompute", "select_recompute", "select_comm_recompute",
+                         "parallel_optimizer_comm_recompute", "mp_comm_recompute",
+                         "recompute_slice_activation", "select_recompute_exclude",
+                         "select_comm_recompute_exclude"},
+    "swap_config": {"swap", "layer_swap", "op_swap", "default_prefetch"},
+}
+#: Keys autotune relies on in sections that also hold many model-specific keys: an unknown key
+#: that is a near-miss of one of these (and the real key absent) is taken for a typo.
+NEAR_MISS_KEYS: dict[str, set[str]] = {
+    "": {"model", "parallel", "parallel_config", "recompute_config", "context", "runner_config",
+         "moe_config", "swap_config", "use_legacy"},
+    "model": {"model_config"},
+    "model.model_config": {"num_layers", "offset", "pp_interleave_num", "hidden_size", "num_heads",
+                           "n_kv_heads", "intermediate_size", "seq_length", "vocab_size",
+                           "mtp_depth", "mtp_num_layers", "num_experts", "first_k_dense_replace"},
+    "parallel": {"pipeline_config", "enable_parallel_optimizer", "parallel_optimizer_config"},
+    "parallel.pipeline_config": {"pipeline_interleave", "pipeline_scheduler"},
+    "context": {"max_device_memory"},
+}
+
+
+def check_keys(data: dict[str, Any]) -> None:
+    """Reject misspelled keys before they are silently ignored.
+
+    Unknown keys in ``parallel_config`` / ``recompute_config`` / ``swap_config`` are rejected as
+    MindFormers' YAML template does; elsewhere an unknown key is rejected only when it is a near
+    miss (difflib ratio >= 0.85) of a key autotune relies on that the section lacks.
+
+    Raises:
+        ConfigError: rule ``R_UNKNOWN_KEY``, field = the misspelled key's YAML path, with the
+            intended key in the message.
+    """
+    import difflib
+
+    def node(path: str) -> Any:
+        cur: Any = data
+        for part in [p for p in path.split(".") if p]:
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        return cur
+
+    def near(key: str, known: set[str]) -> str | None:
+        hit = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.85)
+        return hit[0] if hit else None
+
+    for section, allowed in STRICT_SECTIONS.items():
+        sec = data.get(section)
+        if not isinstance(sec, dict):
+            continue
+        for key in sec:
+            if key not in allowed:
+                guess = near(key, allowed)
+                hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(sorted(allowed))}"
+                raise ConfigError(f"unknown key {key!r} (MindFormers rejects it: KeyError); {hint}",
+                                  field=f"{section}.{key}", value=sec[key], rule="R_UNKNOWN_KEY")
+    for section, wanted in NEAR_MISS_KEYS.items():
+        sec = node(section)
+        if not isinstance(sec, dict):
+            continue
+        for key in sec:
+            if key in wanted or not isinstance(key, str):
+                continue
+            guess = near(key, wanted)
+            if guess and guess not in sec:
+                where = f"{section}.{key}" if section else key
+                raise ConfigError(f"unknown key {key!r}: did you mean {guess!r}? (it would be ignored "
+                                  f"and the default used)", field=where, value=sec[key], rule="R_UNKNOWN_KEY")
+
+
 def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
                      hbm_mib: float | None = None) -> TrainingConfig:
     """Validate a parsed MindFormers YAML mapping into a :class:`TrainingConfig`.
@@ -277,8 +352,10 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         hbm_mib: overrides ``context.max_device_memory`` when given (MiB).
 
     Raises:
-        ConfigError: a required key is missing or has the wrong type/range (names the YAML path).
+        ConfigError: a required key is missing or has the wrong type/range, or a key is misspelled
+            (:func:`check_keys`); the message names the YAML path.
     """
+    check_keys(data)
     mc = "model.model_config."
     num_layers = _int(data, (mc + "num_layers", mc + "num_hidden_layers", mc + "n_layer"))
     pp = _int(data, "parallel_config.pipeline_stage", 1)

@@ -75,6 +75,32 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
     "allgather_gbps": 0.0,          # optimizer-parallel all-gather bandwidth (GB/s); 0 = device p2p
 }
 
+#: Valid range of each assumption: (lowest, highest, lowest is allowed, must be a whole number).
+ASSUMPTION_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "efficiency": (0.0, 1.0, False, False),
+    "micro_batch_size": (1.0, float("inf"), True, True),
+    "weight_bytes": (0.0, float("inf"), True, False),
+    "grad_bytes": (0.0, float("inf"), True, False),
+    "optimizer_bytes": (0.0, float("inf"), True, False),
+    "stage_const_mib": (0.0, float("inf"), True, False),
+    "select_extra_frac": (0.0, float("inf"), True, False),
+    "comm_extra_frac": (0.0, float("inf"), True, False),
+    "softmax_stat_bytes": (0.0, float("inf"), True, False),
+    "allgather_gbps": (0.0, float("inf"), True, False),
+}
+
+
+def _check_assumption(key: str, val: float) -> float:
+    lo, hi, lo_ok, whole = ASSUMPTION_RANGES[key]
+    ok = (val >= lo if lo_ok else val > lo) and val <= hi and val == val
+    if whole and ok:
+        ok = float(val).is_integer()
+    if not ok:
+        rng = f"{'[' if lo_ok else '('}{lo:g}, {hi:g}]" + (", a whole number" if whole else "")
+        raise ConfigError(f"must be in {rng}, got {val!r}", field=f"--set {key}", value=val,
+                          rule="assumption")
+    return float(val)
+
 
 def _mib(x: float) -> float:
     return x / BYTES_PER_MIB
@@ -349,7 +375,7 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
         if key not in A:
             raise ConfigError(f"unknown assumption {key!r}; known: {', '.join(sorted(A))}",
                               field=f"--set {key}", value=val, rule="assumption")
-        A[key] = float(val)
+        A[key] = _check_assumption(key, float(val))
     d = cfg.dims
     if d is None:
         raise ConfigError("model dims are needed for an analytic profile (hidden_size, num_heads, "

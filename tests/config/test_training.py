@@ -76,3 +76,33 @@ def test_missing_and_non_yaml_files(tmp_path):
     scalar.write_text("42\n")
     with pytest.raises(ConfigError, match="top level must be a mapping"):
         load_config(scalar)
+
+
+@pytest.mark.parametrize("section, good, bad, strict", [
+    ("model.model_config", "offset", "ofset", False),
+    ("model.model_config", "pp_interleave_num", "pp_interleve_num", False),
+    ("recompute_config", "select_recompute", "select_recompte", True),
+    ("parallel_config", "pipeline_stage", "pipline_stage", True),
+    ("parallel_config", "micro_batch_num", "micro_batch_nun", True),
+    ("", "recompute_config", "recompute_cfg", False),
+])
+def test_misspelled_keys_are_rejected_not_ignored(section, good, bad, strict):
+    data = yaml.safe_load((EXAMPLES / "telechat2_115b" / "train.yaml").read_text())
+    node = data
+    for part in [p for p in section.split(".") if p]:
+        node = node[part]
+    node[bad] = node.pop(good, 0)
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    assert ei.value.rule == "R_UNKNOWN_KEY"
+    assert ei.value.field == (f"{section}.{bad}" if section else bad)
+    assert f"did you mean {good!r}" in str(ei.value)
+    assert ("KeyError" in str(ei.value)) == strict
+
+
+def test_unrelated_model_keys_are_fine():
+    data = yaml.safe_load((EXAMPLES / "telechat2_115b" / "train.yaml").read_text())
+    data["model"]["model_config"]["rope_theta"] = 10000.0
+    data["model"]["model_config"]["use_flash_attention"] = True
+    data["some_tool_section"] = {"x": 1}
+    assert config_from_dict(data).num_layers == 96

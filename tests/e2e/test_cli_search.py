@@ -128,3 +128,17 @@ def test_bad_storage_url_is_one_masked_line():
     r = run("search", str(TOY), "--trials", "3", "--storage", "postgresql://tuner:s3cret@127.0.0.1:1/x")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "[storage]" in r.stderr and "s3cret" not in r.stderr and "tuner:***@" in r.stderr
+
+
+@pytest.mark.parametrize("setting", ["efficiency=0", "efficiency=-1", "efficiency=1.5", "stage_const_mib=-1",
+                                     "micro_batch_size=0", "micro_batch_size=1.5", "weight_bytes=nan"])
+def test_out_of_range_assumption_is_one_line_error(setting):
+    r = run("evaluate", str(TOY), "--set", setting)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: [assumption] --set ") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_every_assumption_has_a_range():
+    from autotune.profile.analytic import ASSUMPTION_RANGES, DEFAULT_ASSUMPTIONS
+
+    assert set(ASSUMPTION_RANGES) == set(DEFAULT_ASSUMPTIONS)
