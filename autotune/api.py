@@ -161,12 +161,17 @@ class SearchResult:
 
     def to_yaml(self, *, full: bool = True) -> str:
         """The tuned config as YAML: the user's whole config with the tuned keys written over it
-        (``full=True``) or just the tuned keys. A comment header lists the predicted numbers."""
+        (``full=True``) or just the tuned keys. A comment header lists the predicted numbers.
+
+        With ``full=True`` and a config read from a file, the tuned values are spliced into the
+        file's own text (:func:`autotune.emit.splice.splice`): comments, key order and formatting
+        elsewhere stay as the user wrote them, so a diff shows only the tuned lines (and the header).
+        """
         report = self.best or self.closest
         head = ["autotune: tuned pipeline layout"]
         if report is not None:
-            head.append(f"predicted step time {report.step_time_ms:.1f} ms, bubble "
-                        f"{report.bubble_fraction:.1%}, worst-stage peak {report.peak_mib:.0f} MiB")
+            head.append(f"predicted step time {report.step_time_ms:.1f} ms, idle (bubble) "
+                        f"{report.bubble_fraction:.1%} of device time, worst-stage peak {report.peak_mib:.0f} MiB")
         user = self.baselines.get("user")
         if user is not None and report is not None:
             head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {user.fits}")
@@ -174,8 +179,15 @@ class SearchResult:
                     "recompute_config.{recompute, select_recompute, select_comm_recompute}"
                     + "".join(f", {k}" for k in self.settings))
         block = self.tuned_block()
+        header = "\n".join(head)
+        source = Path(self.config.source)
+        if full and source.is_file():
+            from autotune.emit.splice import leaves, splice
+
+            text, _ = splice(source.read_text(encoding="utf-8"), leaves(block))
+            return "".join(f"# {line}\n" for line in head) + text
         data = deep_merge(self.config.raw, block) if full else block
-        return dump_yaml(data, header="\n".join(head))
+        return dump_yaml(data, header=header)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON shape of ``autotune search --format json``."""

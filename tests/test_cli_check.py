@@ -208,3 +208,23 @@ def test_apply_stdout_inplace_and_refusals(tmp_path):
     r = run("apply", bad, cfg, "-o", tmp_path / "x.yaml")
     assert r.exit_code == 2 and "R_OFFSET_SUM" in r.output
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_apply_does_not_overwrite_an_existing_output_without_force(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import EXAMPLES
+
+    best = tmp_path / "best.yaml"
+    best.write_text("model:\n  model_config:\n    offset: [[-1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], "
+                    "[0, 0, 0, 0, 0, 0, 0, 1]]\n")
+    out = tmp_path / "mine.yaml"
+    out.write_text("mine: 1\n")
+    cmd = [sys.executable, "-m", "autotune.cli", "apply", str(best), str(EXAMPLES / "telechat2_115b" / "train.yaml"),
+           "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 2 and "pass --force" in r.stderr and out.read_text() == "mine: 1\n"
+    r = subprocess.run(cmd + ["--force"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "offset: [[-1, 0, 0, 0, 0, 0, 0, 0]" in out.read_text()

@@ -125,9 +125,10 @@ def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write here (default: stdout).")
 @click.option("--in-place", is_flag=True, help="Overwrite CONFIG.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--mindformers-version", "version", type=click.Choice(VERSIONS), default="1.8",
               show_default=True, help="The result must pass `check` for this release.")
-def apply(best: str, config: str, output: str | None, in_place: bool, version: str) -> None:
+def apply(best: str, config: str, output: str | None, in_place: bool, force: bool, version: str) -> None:
     """Write the tuned values of BEST (a partial MindFormers YAML, e.g. the block `autotune` emits)
     into CONFIG, changing only those values' text; comments and formatting stay as they were.
 
@@ -151,6 +152,9 @@ def apply(best: str, config: str, output: str | None, in_place: bool, version: s
                               value=exc.value, rule=exc.rule) from None
         if output and Path(output).resolve() == path.resolve() and not in_place:
             raise ConfigError("refusing to overwrite the input; pass --in-place", field="--output",
+                              value=output, rule="R_OVERWRITE")
+        if output and Path(output).exists() and Path(output).resolve() != path.resolve() and not force:
+            raise ConfigError(f"{output} exists; pass --force to overwrite it", field="--output",
                               value=output, rule="R_OVERWRITE")
     except AutotuneError:
         raise

@@ -32,7 +32,7 @@ def summary_line(report: CostReport) -> str:
     """One line: step time, bubble, worst peak vs budget, fits."""
     budget = "no budget" if report.hbm_budget_mib is None else f"budget {report.hbm_budget_mib:.0f} MiB"
     fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[report.fits]
-    return (f"step time {report.step_time_ms:.1f} ms | bubble {report.bubble_fraction:.1%} | "
+    return (f"step time {report.step_time_ms:.1f} ms | idle (bubble) {report.bubble_fraction:.1%} of device time | "
             f"worst-stage peak {report.peak_mib:.0f} MiB ({budget}) | {fits} | "
             f"pp_interleave_num {report.layout.vpp}, {report.schedule}, micro_batch_num {report.micro_batch_num}")
 

@@ -35,6 +35,7 @@ def test_toy_search_beats_baselines_and_round_trips(tmp_path):
     data = yaml.safe_load(out.read_text())
     assert data["model"]["model_config"]["offset"] == best["config"]["offset"]
     assert data["model"]["model_config"]["hidden_size"] == 4096  # untouched keys kept
+    assert "# A small MindFormers-style config for fast end-to-end tests" in out.read_text()  # spliced, not rewritten
     ev = run("evaluate", str(out), "--format", "json")
     assert ev.returncode == 0, ev.stderr
     again = json.loads(ev.stdout)

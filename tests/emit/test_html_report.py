@@ -45,7 +45,7 @@ def test_report_of_cost_report(toy_report, toy_profile, other, tmp_path):
     html = (tmp_path / "r" / "report.html").read_text()
     _self_contained(html)
     assert len(re.findall(r'<img [^>]*src="data:image/png', html)) == 4
-    assert "step time 28.0 ms" in html and "bubble 30.4%" in html
+    assert "step time 28.0 ms" in html and "idle (bubble) 30.4% of device time" in html
     assert "<td>70</td>" in html and "<td>51</td>" in html       # per-stage peaks
     assert "offset" in html and "recompute" in html              # the YAML to paste
     md = (tmp_path / "r" / "report.md").read_text()
