@@ -88,6 +88,6 @@ def test_readme_timeline_committed_and_documented():
 
     img = imread(png)
     assert img.shape[1] > 1500 and img[:, :, :3].std() > 0.1      # wide and not blank
-    doc = (ROOT / "docs" / "reports.md").read_text()
-    assert "scripts/make_readme_images.sh" in doc and "(timeline.png)" in doc
+    doc = (ROOT / "README.md").read_text()
+    assert "scripts/make_readme_images.sh" in doc and "(docs/timeline.png)" in doc
     assert (ROOT / "scripts" / "make_readme_images.sh").stat().st_mode & 0o111
