@@ -172,6 +172,16 @@ def _starts(layers: np.ndarray, pos: np.ndarray | None) -> np.ndarray:
     return out.reshape(B, V, P)
 
 
+def _class_bounds(layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
+                  com: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(r, lo, hi, select_only) [B, V, P]: positions full [0, r), both [r, lo), select-only (where
+    ``select_only``) or comm-only [lo, hi), none [hi, n) within each mini-stage (module docstring)."""
+    r = np.minimum(rec, layers)
+    s = np.clip(sel, r, layers)
+    c = np.clip(com, r, layers)
+    return r, np.minimum(s, c), np.maximum(s, c), s > c
+
+
 def class_counts(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
                  com: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
     """Layers of each kind and recompute class per mini-stage: int [K, C, B, V, P].
@@ -181,15 +191,10 @@ def class_counts(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np
     """
     B, V, P = layers.shape
     start = _starts(layers, pos)
-    n = layers
-    r = np.minimum(rec, n)
-    s = np.clip(sel, r, n)
-    c = np.clip(com, r, n)
-    lo = np.minimum(s, c)
-    hi = np.maximum(s, c)
-    bounds = {FULL: (0, r), BOTH: (r, lo), NONE: (hi, n)}
-    sel_only = (lo, np.where(s > c, hi, lo))
-    comm_only = (lo, np.where(c > s, hi, lo))
+    r, lo, hi, select_only = _class_bounds(layers, rec, sel, com)
+    bounds = {FULL: (0, r), BOTH: (r, lo), NONE: (hi, layers)}
+    sel_only = (lo, np.where(select_only, hi, lo))
+    comm_only = (lo, np.where(select_only, lo, hi))
     K = pa.kind_prefix.shape[0]
     out = np.zeros((K, 5, B, V, P), dtype=np.int64)
     pref = pa.kind_prefix
@@ -224,18 +229,13 @@ def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.
     pre = pa.prefix()
     st = _starts(layers, pos)
     n = layers
-    r = np.minimum(rec, n)
-    s_ = np.clip(sel, r, n)
-    c_ = np.clip(com, r, n)
-    lo = np.minimum(s_, c_)
-    hi = np.maximum(s_, c_)
+    r, lo, hi, sel_only = _class_bounds(layers, rec, sel, com)
     # Absolute layer index of each class boundary: full [0,r), both [r,lo), select- or comm-only
     # [lo,hi), none [hi,n) (module docstring).
     i0, ir, ilo, ihi, i_n = st, st + r, st + lo, st + hi, st + n
     fwd = pre["fwd"][i_n] - pre["fwd"][i0]
     base_bwd = pre["bwd0"][i_n] - pre["bwd0"][i0]
     bwd_w = pre["bwd_w"][i_n] - pre["bwd_w"][i0]
-    sel_only = s_ > c_
 
     def by_class(tab: np.ndarray) -> np.ndarray:
         mid = np.where(sel_only, tab[SELECT][ihi] - tab[SELECT][ilo], tab[COMM][ihi] - tab[COMM][ilo])
