@@ -127,10 +127,13 @@ def design_probes(pipeline_stage: int, num_layers: int, kinds: Sequence[str] = P
             from the head and tail extras: fix it from a prior, see ``fit_dryruns(fix=...)``).
     """
     P, N = int(pipeline_stage), int(num_layers)
-    if P < 3 or N < P:
+    if P < 3:
         raise ConfigError(f"need pipeline_stage >= 3 (with 2 stages the per-stage constant is not "
-                          f"separable from the head/tail extras) and num_layers >= pipeline_stage and num_layers >= pipeline_stage, got P={P}, N={N}",
-                          field="--pipeline-stage", value=P, rule="probe")
+                          f"separable from the head/tail extras), got {P}", field="--pipeline-stage",
+                          value=P, rule="probe")
+    if N < P:
+        raise ConfigError(f"need num_layers >= pipeline_stage = {P}, got {N}", field="--num-layers",
+                          value=N, rule="probe")
     bad = [k for k in kinds if k not in PROBE_KINDS]
     if bad:
         raise ConfigError(f"unknown recompute kind(s) {bad}; choose from {', '.join(PROBE_KINDS)}",

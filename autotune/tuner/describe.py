@@ -82,8 +82,10 @@ def describe_space(config: Any, profile: Any = None, *, space: Any = None, devic
         "constraints": ("layers sum to num_layers; first/last mini-stage >= 0 layers, others >= 1; "
                         "recompute counts <= mini-stage layers (first r layers); peak MiB <= "
                         f"{cfg.hbm_mib} per stage; P*V <= num_layers; interleave needs "
-                        "micro_batch_num % pipeline_stage == 0; data_parallel*micro_batch_num*batch_size "
-                        "fixed; recompute_granularity stage: one fraction per stage"),
+                        "micro_batch_num % pipeline_stage == 0"
+                        + ("; data_parallel*micro_batch_num*batch_size fixed" if sp.micro_batch_num else "")
+                        + ("; one recompute fraction per stage" if sp.recompute_granularity == "stage"
+                           else "; one recompute count per mini-stage")),
         "layer_splits": splits_total,
         "space_size_log10": round(math.log10(max(splits_total, 1)) + N * math.log10(per_layer), 1)
         if splits_total else 0,
