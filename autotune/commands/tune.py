@@ -169,15 +169,23 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
 
 def pareto_table(front: list[dict], *, exact: bool = False) -> str:
     """The Pareto front (fastest first) as a text table: step ms, worst-stage peak MiB, margin to the
-    budget MiB, pp_interleave_num, offset, recompute counts, other settings."""
+    budget MiB, pp_interleave_num, offset, full / select / comm recompute counts, other settings.
+    (``--format json`` carries each row's full config under ``pareto``.)"""
     head = (f"Pareto front, step time vs worst-stage peak ({len(front)} configs, "
             f"{'exact' if exact else 'best found'}): pick the fastest whose margin you accept")
-    rows = [("step ms", "peak MiB", "margin MiB", "vpp", "offset", "recompute", "other")]
+    rows = [("step ms", "peak MiB", "margin MiB", "vpp", "offset", "recompute", "select", "comm", "other")]
+
+    def table(v: object) -> str:  # a pattern dict shares one table; False = none
+        if isinstance(v, dict):
+            v = next(iter(v.values()), False)
+        return json.dumps(v)
+
     for f in front:
         c = f["config"]
         other = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.get("settings", {}).items())
         rows.append((f"{f['step_time_ms']:.1f}", f"{f['peak_mib']:.0f}", f"{f['margin_mib']:.0f}",
-                     str(c["pp_interleave_num"]), json.dumps(c["offset"]), json.dumps(c["recompute"]), other or "-"))
+                     str(c["pp_interleave_num"]), json.dumps(c["offset"]), json.dumps(c["recompute"]),
+                     table(c.get("select_recompute")), table(c.get("select_comm_recompute")), other or "-"))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [head] + ["  ".join(x.ljust(w[i]) for i, x in enumerate(r)).rstrip() for r in rows]
     return "\n".join(lines)
