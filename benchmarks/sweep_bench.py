@@ -38,22 +38,10 @@ MEMORIES = ("0.6GB", "0.8GB", "1GB", "1.5GB")
 
 
 def write_sweep(path: Path, trials: int) -> Path:
-    path.write_text(f"""name: bench
-defaults:
-  trials: {trials}
-  target_gap: 0          # run every scenario's whole budget (fixed work per scenario)
-  seed: 0
-  profile: {DATA / 'tiny_profile.yaml'}
-  space: {DATA / 'tiny_space.yaml'}
-lease_seconds: 30
-scenarios:
-  - name: tiny
-    config: {DATA / 'tiny.yaml'}
-    matrix:
-      parallel_config.micro_batch_num: {list(MBS)}
-      context.max_device_memory: {list(MEMORIES)}
-""")
-    return path
+    """The benchmark's sweep: the tests' tiny sweep (tests/sweep/sweep_helpers.py), MBS x MEMORIES."""
+    from tests.sweep.sweep_helpers import write_sweep as write_tiny_sweep
+
+    return write_tiny_sweep(path, trials=trials, mbs=MBS, memories=MEMORIES, lease=30)
 
 
 def pg_database():

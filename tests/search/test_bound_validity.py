@@ -15,6 +15,7 @@ from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, simulate
 from autotune.tuner.bounds import critical_path, lower_bound, path_dp_bound
 from autotune.tuner.exact import exact_optimum
+from tests.search.test_bounds_vpp import assert_bound_below_optimum
 from tests.search.test_exact_bounds import _random_problem
 
 
@@ -26,15 +27,8 @@ def test_zero_bubble_v_bound_never_exceeds_enumerated_optimum(seed, P, extra, ki
     """zero_bubble_v (V = 2, m = 2P, p2p in [0, 0.3] ms): the path bound (base family, generated
     critical paths, and with the optimum's own critical path) is <= the enumerated optimum."""
     N = 2 * P + extra
-    problem = _random_problem(seed, N, P, 2, kinds, tight, schedule="zero_bubble_v", m=2 * P)
-    res = exact_optimum(problem)
-    if res.best is None:
-        return  # nothing fits: any bound is vacuously valid
-    opt = res.best.step_ms
-    b = lower_bound(problem, upper_ms=opt, iters=150)
-    assert b.bound_ms <= opt * (1 + 1e-9)
-    b2 = lower_bound(problem, upper_ms=opt, iters=150, layouts=[res.best])
-    assert b2.bound_ms <= opt * (1 + 1e-9)
+    assert_bound_below_optimum(
+        _random_problem(seed, N, P, 2, kinds, tight, schedule="zero_bubble_v", m=2 * P), iters=150)
 
 
 def test_zero_bubble_v_bound_was_above_the_optimum_before_b_w_split() -> None:
