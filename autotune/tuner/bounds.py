@@ -431,7 +431,7 @@ def critical_path(cs, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p2p_ms: float,
 
 def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int = 300,
                 tol: float = 1e-4, layouts: list | None = None,
-                gen_every: int = 10, patience: int = 5) -> BoundResult:
+                gen_every: int = 10, patience: int = 5, stage_dp: bool = True) -> BoundResult:
     """Lower bound on the step time (ms) of any layout in ``problem`` that fits its HBM budget.
 
     Args:
@@ -444,8 +444,12 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
             each one with its V joins that V's path family (V > 1).
         gen_every: every this many iterations the critical path of the relaxed minimiser's
             durations joins the family (column generation; 0 = never).
+        stage_dp: also run the stage-by-stage threshold DP of :mod:`autotune.tuner.stage_dp`
+            for V > 1 and keep the larger of the two bounds (both are proofs).
 
     With V = 1 the exact path DP of :func:`path_dp_bound` is used (much tighter); with V > 1 the
+    larger of the stage DP (:func:`autotune.tuner.stage_dp.stage_dp_bound`: the max over
+    "one-stay" paths, exact over integer splits) and the
     Lagrangian path relaxation of the module docstring over a growing family of dependency-graph
     paths: the per-stage entry/exit paths, plus the longest path (:func:`critical_path`) of every
     given layout and of the relaxed problem's minimisers. Every member is a path of the graph, so
@@ -468,6 +472,13 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
                                      layouts=[c for c in (layouts or []) if c.V == V],
                                      gen_every=gen_every, patience=patience)
         res.iterations += its
+        if stage_dp:
+            from autotune.tuner.stage_dp import stage_dp_bound
+
+            sd = stage_dp_bound(problem, V, upper_ms=upper_ms, lower_ms=val)
+            if sd is not None:
+                res.iterations += sd.evaluations
+                val = max(val, sd.bound_ms)
         res.per_v_ms[V] = val
         res.layers_v[V] = split
     res.bound_ms = min(res.per_v_ms.values()) if res.per_v_ms else float("inf")

@@ -113,7 +113,8 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         from dataclasses import replace
 
         b2 = lower_bound(replace(problem, vpp_candidates=vs), upper_ms=ub2, iters=REFINE_ITERS,
-                         patience=REFINE_PATIENCE, layouts=[c for c in out if c.V in vs])
+                         patience=REFINE_PATIENCE, layouts=[c for c in out if c.V in vs],
+                         stage_dp=False)  # the first pass ran it; its value is kept below
         for V in vs:
             b.per_v_ms[V] = max(b.per_v_ms[V], b2.per_v_ms[V])
         b.bound_ms = min(b.per_v_ms.values())
