@@ -40,10 +40,13 @@ Applies when the schedule runs the whole backward as one op (not zero_bubble_v) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from autotune.cost.inputs import NONE
+from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule
+from autotune.tuner.bounds import _pareto_front, allowed_classes
 from autotune.tuner.problem import Problem
 
 
@@ -164,8 +167,6 @@ class _Layer:
 
 
 def _relaxed_layer(problem: Problem) -> _Layer:
-    from autotune.tuner.bounds import allowed_classes
-
     pa = problem.pa
     ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
     cls = allowed_classes(problem.kinds)
@@ -174,15 +175,6 @@ def _relaxed_layer(problem: Problem) -> _Layer:
     return _Layer(float(pa.fwd_k[ks].min()), float(b0k.min()), float(pa.static_k[ks].min()),
                   pa.act_kc[ks][:, cls].min(axis=0),
                   (pa.bwd_kc[ks][:, cls] - b0k[:, None]).min(axis=0), sd.min(axis=0))
-
-
-def _front2(pts: np.ndarray) -> np.ndarray:
-    """Rows (coord, extra) not dominated, sorted by coord ascending (extra strictly descending)."""
-    order = np.lexsort((pts[:, 1], pts[:, 0]))
-    s = pts[order]
-    run = np.minimum.accumulate(s[:, 1])
-    keep = np.concatenate([[True], s[1:, 1] < run[:-1] - 1e-9])
-    return s[keep]
 
 
 class _RowFrontiers:
@@ -201,7 +193,7 @@ class _RowFrontiers:
             else:
                 opt = np.stack([w * self.layer.act + self.layer.sdelta, self.layer.extra], axis=1)
                 prev = self.get(n - 1, w)
-                f = _front2((prev[:, None, :] + opt[None, :, :]).reshape(-1, 2))
+                f = _pareto_front((prev[:, None, :] + opt[None, :, :]).reshape(-1, 2))
             self.cache[key] = f
         return self.cache[key]
 
@@ -214,7 +206,7 @@ class _RowFrontiers:
             else:
                 acc = self.prefix(counts[:-1], w[:-1])
                 g = self.get(counts[-1], w[-1])
-                f = _front2((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
+                f = _pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
             self.pre[key] = f
         return self.pre[key]
 
@@ -285,8 +277,6 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
     if cs.split_bw:
         return None
-    from autotune.cost.schedules import get_schedule
-
     P, N, m, k = problem.P, problem.N, problem.m, cs.k
     pa = problem.pa
     pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
@@ -383,9 +373,8 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     moves = []  # per stage: runs of groups with the same (layers, last-chunk layers)
     for t in stage_tab:
         keys = t[4]
-        ok = keys[:, 0] <= N
         brk = np.flatnonzero(np.concatenate([[True], np.any(keys[1:, :2] != keys[:-1, :2], axis=1), [True]]))
-        moves.append([(int(a), int(b)) for a, b in zip(brk[:-1], brk[1:]) if ok[a]])
+        moves.append([(int(a), int(b)) for a, b in zip(brk[:-1], brk[1:])])
 
     def thresholds(T: float, p: int) -> np.ndarray:
         """[M, R]: the largest C0 that keeps every path of config i <= T (R after stage p)."""
@@ -396,8 +385,10 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
                            np.where(slack >= -1e-9, INF, -INF))
         return lim.min(axis=1) + 1e-9
 
-    def feasible(T: float) -> np.ndarray | None:
-        # C0[s, r]: fewest chunk-0 layers among stages < p, s layers placed, r last-chunk to place
+    def feasible(T: float) -> list[np.ndarray] | None:
+        """The DP tables C0 before each stage and after the last one when T is feasible, else
+        None. C0[s, r]: fewest chunk-0 layers among stages < p, s layers placed, r last-chunk
+        layers to place."""
         C0 = np.full((N + 1, N + 1), INF)
         C0[0, :] = 0.0
         hist = []
@@ -418,9 +409,12 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
                 return None
         if not np.isfinite(C0[N, 0]):
             return None
-        # trace back one split: at each stage a config whose move reaches the state and fits
+        return hist + [C0]
+
+    def trace(T: float, hist: list[np.ndarray]) -> np.ndarray:
+        """One split int [V, P] reaching (N, 0) at T: per stage a config whose move fits."""
         split = np.zeros((V, P), dtype=np.int64)
-        s_, r_, c_ = N, 0, float(C0[N, 0])
+        s_, r_, c_ = N, 0, float(hist[P][N, 0])
         for p in range(P - 1, -1, -1):
             nv = stage_tab[p][0]
             thr = thresholds(T, p)
@@ -444,20 +438,20 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     lo_T = 0.0
     if lower_ms is not None and np.isfinite(lower_ms) and lower_ms < hi_T:
         lo_T = float(lower_ms)  # a bound already proven: the result is the larger of the two
-    split = feasible(hi_T)
+    hist = feasible(hi_T)
     evals += 1
-    while split is None:
+    while hist is None:
         lo_T, hi_T = hi_T, hi_T * 2
-        split = feasible(hi_T)
+        hist = feasible(hi_T)
         evals += 1
         if hi_T > 1e15:
             return StageDPBound(float("inf"), evals, total)
     while hi_T - lo_T > rel_tol * hi_T:
         mid = 0.5 * (lo_T + hi_T)
         evals += 1
-        s_mid = feasible(mid)
-        if s_mid is not None:
-            hi_T, split = mid, s_mid
+        h_mid = feasible(mid)
+        if h_mid is not None:
+            hi_T, hist = mid, h_mid
         else:
             lo_T = mid
-    return StageDPBound(lo_T, evals, total, split)
+    return StageDPBound(lo_T, evals, total, trace(hi_T, hist))
