@@ -1,0 +1,247 @@
+"""The fast solvers of autotune.tuner.heuristic: the speculative, masked recompute fit equals the
+plain round-by-round greedy; the memoised refit of touched stages equals fitting every move from
+zero; the fit scores stages where the schedule places them (zero_bubble_v's V shape); pair moves
+are what they claim; and the pair-move escape leaves the 48-layer pp5 vpp2 local optimum
+(6238.7 ms) for the layout an exhaustive scan finds (6217.4 ms, three single moves away)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autotune.tuner import heuristic as H
+from autotune.tuner.problem import Candidate, Problem, even_layers
+from tests.search.test_exact_bounds import _random_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+_KIND = {"full": 0, "select": 1, "comm": 2}
+
+
+def _plain_fit(problem: Problem, layers: np.ndarray, *, max_rounds: int = 10_000):
+    """Reference: the greedy of fit_recompute's docstring, one round for the whole batch at a
+    time, every stage re-simulated every round (no row dropping, no speculation)."""
+    B, V, P = layers.shape
+    rec, sel, com = (np.zeros_like(layers) for _ in range(3))
+    pos = H._positions(problem, V)
+    cap = problem.hbm_mib
+    for _ in range(max_rounds):
+        peak, t = H._stage_time(problem, layers, rec, sel, com, pos)
+        over = peak > cap + 1e-9
+        if not over.any():
+            break
+        variants = []
+        for k in (_KIND[x] for x in problem.kinds):
+            for v in range(V):
+                r2, s2, c2 = rec.copy(), sel.copy(), com.copy()
+                if k == 0:
+                    r2[:, v] = np.where(over, np.minimum(rec[:, v] + 1, layers[:, v]), rec[:, v])
+                elif k == 1:
+                    s2[:, v] = np.where(over, np.minimum(np.maximum(sel[:, v], rec[:, v]) + 1, layers[:, v]), sel[:, v])
+                else:
+                    c2[:, v] = np.where(over, np.minimum(np.maximum(com[:, v], rec[:, v]) + 1, layers[:, v]), com[:, v])
+                variants.append((r2, s2, c2))
+        K = len(variants)
+        vpeak, vt = H._stage_time(problem, np.concatenate([layers] * K),
+                                  *(np.concatenate([x[i] for x in variants]) for i in range(3)), pos)
+        vpeak, vt = vpeak.reshape(K, B, P), vt.reshape(K, B, P)
+        saved, added = peak[None] - vpeak, vt - t[None]
+        useful = saved > 1e-9
+        fits_now = useful & (vpeak <= cap + 1e-9)
+        choice = np.where(fits_now.any(axis=0), np.where(fits_now, added, 1e30).argmin(axis=0),
+                          np.where(useful, saved / np.maximum(added, 1e-9), -1.0).argmax(axis=0))
+        apply = over & useful.any(axis=0)
+        if not apply.any():
+            break
+        for ki, (r2, s2, c2) in enumerate(variants):
+            m3 = (apply & (choice == ki))[:, None, :]
+            rec, sel, com = np.where(m3, r2, rec), np.where(m3, s2, sel), np.where(m3, c2, com)
+    return rec, sel, com
+
+
+def _random_splits(rng: np.random.Generator, problem: Problem, V: int, B: int) -> np.ndarray:
+    """B random valid splits [B, V, P] (bounds of the problem), some very uneven."""
+    lo, _ = problem.bounds(V)
+    out = []
+    for _ in range(B):
+        w = rng.gamma(0.5 if rng.random() < 0.5 else 3.0, size=V * problem.P)
+        x = lo.reshape(-1) + np.floor(w / w.sum() * (problem.N - lo.sum())).astype(np.int64)
+        while x.sum() < problem.N:
+            x[rng.integers(len(x))] += 1
+        out.append(x.reshape(V, problem.P))
+    return np.asarray(out)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), N=st.integers(6, 14), P=st.integers(2, 3), V=st.integers(1, 3),
+       kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select", "comm")]),
+       tight=st.floats(0.3, 1.1), max_rounds=st.sampled_from([10_000, 1, 3, 7]))
+def test_fit_equals_plain_round_by_round_greedy(seed, N, P, V, kinds, tight, max_rounds) -> None:
+    """Row dropping, stuck-stage dropping, speculation (long runs on a big chunk: the splits are
+    very uneven and budgets tight) and the max_rounds cap change nothing: same recompute arrays."""
+    if V * P > N:
+        V = 1
+    problem = _random_problem(seed, N, P, V, kinds, tight)
+    rng = np.random.default_rng(seed)
+    layers = _random_splits(rng, problem, V, 12)
+    z = np.zeros_like(layers)
+    want = _plain_fit(problem, layers, max_rounds=max_rounds)
+    got = H.fit_recompute(problem, layers, z, z, z, max_rounds=max_rounds)
+    for w, g in zip(want, got[:3]):
+        np.testing.assert_array_equal(g, w)
+    peak = problem.evaluate(V, layers, *got[:3], memory_only=True).peak_mib
+    np.testing.assert_array_equal(got[3], (peak <= problem.hbm_mib + 1e-9).all(axis=1))
+    # fitting only some stages: those get the same columns, the others keep their input (0)
+    stages = rng.random((len(layers), P)) < 0.4
+    part = H.fit_recompute(problem, layers, z, z, z, max_rounds=max_rounds, stages=stages)
+    for w, g in zip(want, part[:3]):
+        np.testing.assert_array_equal(g, np.where(stages[:, None, :], w, 0))
+
+
+def test_speculation_long_run_on_one_big_chunk() -> None:
+    """One mini-stage holding most layers under a tight budget needs dozens of rounds of one
+    increment: the speculative blocks give the plain greedy's answer."""
+    problem = _random_problem(3, 40, 2, 2, ("full", "select", "comm"), 0.8)
+    layers = np.array([[[1, 1], [36, 2]], [[2, 30], [4, 4]], [[10, 10], [10, 10]]])
+    z = np.zeros_like(layers)
+    want = _plain_fit(problem, layers)
+    calls = []
+    orig = H._stage_time
+
+    def counted(*a, **k):
+        calls.append(1)
+        return orig(*a, **k)
+
+    H._stage_time = counted
+    try:
+        got = H.fit_recompute(problem, layers, z, z, z)
+    finally:
+        H._stage_time = orig
+    # each increment is one greedy round: dozens of them, simulated in far fewer batches
+    increments = int(max(x.sum(axis=(1, 2)).max() for x in want))
+    assert increments >= 36 and len(calls) < increments / 2
+    assert got[3].tolist() == [False, True, True]
+    for w, g in zip(want, got[:3]):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("schedule,V,m", [("1f1b", 2, 6), ("1f1b", 3, 6), ("zero_bubble_v", 2, 6)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_memoised_refit_equals_fitting_every_move(schedule: str, V: int, m: int, seed: int) -> None:
+    """For every single move of a base and then of a moved base (the memo filled by the first
+    scan serves the second), touched stages get the fit of the whole moved split from zero and
+    untouched stages keep the base's recompute."""
+    problem = _random_problem(seed, 12, 3, V, ("full", "select", "comm"), 0.6, schedule=schedule, m=m)
+    base = H.fitted(problem, V, even_layers(12, 3, V)[None], "even")[0]
+    memo: dict = {}
+    for _ in range(2):
+        splits = H._moves(problem, base)
+        rec, sel, com = H._refit_touched(problem, base, splits, memo)
+        z = np.zeros_like(splits)
+        fr, fs, fc, _ = H.fit_recompute(problem, splits, z, z, z)
+        touched = (splits != base.layers[None]).any(axis=1)[:, None, :]
+        for got, full, own in ((rec, fr, base.rec), (sel, fs, base.sel), (com, fc, base.com)):
+            np.testing.assert_array_equal(got, np.where(touched, full, own[None]))
+        i = len(splits) // 2
+        base = Candidate(V, splits[i], rec[i], sel[i], com[i])
+    assert memo
+
+
+def test_fit_places_stages_like_the_schedule() -> None:
+    """zero_bubble_v puts the LM head on stage 0 (V shape): the fit's verdict agrees with the
+    scored peaks of the very layout it returns (chunk-major placement got this wrong)."""
+    rng = np.random.default_rng(0)
+    for seed in range(8):
+        problem = _random_problem(seed, 10, 3, 2, ("full", "select", "comm"), 0.8,
+                                  schedule="zero_bubble_v", m=6)
+        layers = _random_splits(rng, problem, 2, 10)
+        z = np.zeros_like(layers)
+        rec, sel, com, fits = H.fit_recompute(problem, layers, z, z, z)
+        peak = problem.evaluate(2, layers, rec, sel, com, memory_only=True).peak_mib
+        np.testing.assert_array_equal(fits, (peak <= problem.hbm_mib + 1e-9).all(axis=1))
+
+
+def test_pair_moves_are_distinct_two_layer_moves() -> None:
+    """With every single move paired: each pair split moves exactly two layers (|diff| sums to
+    4), respects the bounds, is distinct, and they are all such splits (brute-force count)."""
+    problem = _random_problem(1, 9, 2, 2, ("full",), 1.0)
+    base = H.fitted(problem, 2, np.array([[[2, 3], [2, 2]]]), "b")[0]
+    singles = H._moves(problem, base)
+    pairs = H._pair_moves(problem, base, singles, np.arange(len(singles)), len(singles))
+    lo, hi = problem.bounds(2)
+    d = pairs - base.layers[None]
+    assert (np.abs(d).sum(axis=(1, 2)) == 4).all() and (d.sum(axis=(1, 2)) == 0).all()
+    assert ((pairs >= lo) & (pairs <= hi)).all()
+    assert len({p.tobytes() for p in pairs}) == len(pairs)
+    # brute force: every split with two layers removed and two added, within bounds
+    flat, n = base.layers.reshape(-1), base.layers.size
+    want = set()
+    for a in range(n):
+        for c in range(a, n):
+            for b in range(n):
+                for e in range(b, n):
+                    f = flat.copy()
+                    f[a] -= 1
+                    f[c] -= 1
+                    f[b] += 1
+                    f[e] += 1
+                    g = f.reshape(base.layers.shape)
+                    if np.abs(f - flat).sum() == 4 and (g >= lo).all() and (g <= hi).all():
+                        want.add(g.tobytes())
+    assert {p.tobytes() for p in pairs} == want
+    # the top-k restriction keeps only pairs of the first k singles, best-ranked pairs first
+    few = H._pair_moves(problem, base, singles, np.arange(len(singles)), 3)
+    assert 0 < len(few) <= 6
+    firsts = [singles[i] + singles[j] - base.layers for i, j in ((0, 0), (0, 1)) if
+              ((singles[i] + singles[j] - base.layers >= lo).all())]
+    np.testing.assert_array_equal(few[0], firsts[0])
+
+
+def test_memo_is_per_problem_and_budget() -> None:
+    """The shared memo is reused for the same problem, never for a copy with another budget."""
+    problem = _random_problem(0, 8, 2, 1, ("full",), 0.8)
+    m1 = H._memo_for(problem)
+    m1["x"] = 1
+    assert H._memo_for(problem) is m1
+    other = copy.copy(problem)
+    other.hbm_mib = problem.hbm_mib * 0.9
+    assert "x" not in H._memo_for(other)
+    problem.hbm_mib *= 0.5  # changed in place: a fresh memo
+    assert "x" not in H._memo_for(problem)
+
+
+@pytest.fixture(scope="module")
+def p48() -> Problem:
+    """TeleChat2's profile cut to 48 layers, pp 5, vpp 2, 10 micro-batches (the benchmark's
+    "48L pp5 vpp2")."""
+    from autotune.api import _config, resolve_profile
+    from autotune.cost.inputs import ProfileArrays
+
+    cfg = _config(ROOT / "examples/telechat2_115b/train.yaml")
+    prof = resolve_profile(cfg).with_num_layers(48)
+    return Problem(ProfileArrays.from_profile(prof), P=5, m=10, hbm_mib=cfg.hbm_mib, vpp_candidates=[2])
+
+
+def test_pair_escape_leaves_the_48_layer_local_optimum(p48: Problem) -> None:
+    """Single moves stall at [[4,5,5,5,4],[6,6,5,4,4]] (6238.7 ms) and no pair move improves on
+    it; a descent from the best pair move reaches [[4,4,4,6,5],[6,6,6,4,3]] = 6217.4 ms, the
+    exhaustive scan's layout (no recompute needed). Deterministic: twice the same answer."""
+    start = H.fitted(p48, 2, np.array([[[4, 5, 5, 5, 4], [6, 6, 5, 4, 4]]]), "s")[0]
+    assert start.step_ms == pytest.approx(6238.66, abs=0.01)
+    stuck = H.local_search(p48, start, pair_top=0)
+    np.testing.assert_array_equal(stuck.layers, start.layers)
+    assert H.local_search(p48, start, kicks=0).step_ms == pytest.approx(6238.66, abs=0.01)
+    got = H.local_search(p48, start)
+    np.testing.assert_array_equal(got.layers, [[4, 4, 4, 6, 5], [6, 6, 6, 4, 3]])
+    assert got.step_ms == pytest.approx(6217.40, abs=0.01)
+    assert got.excess_mib <= 0 and not got.rec.any() and not got.sel.any() and not got.com.any()
+    assert got.origin == "s+local"
+    again = H.local_search(p48, start)
+    np.testing.assert_array_equal(again.layers, got.layers)
+    assert again.step_ms == got.step_ms
+    # the escape's scans count toward max_iters: one scan only = the stall, nothing more
+    assert H.local_search(p48, start, max_iters=1).step_ms == start.step_ms
