@@ -12,6 +12,7 @@ import numpy as np
 from autotune.tuner.bounds import lower_bound
 from autotune.tuner.exact import ExactBudgetExceeded, exact_optimum
 from autotune.tuner.heuristic import fitted, local_search
+from autotune.tuner.milp_bound import milp_bound
 from autotune.tuner.problem import Candidate, Problem, even_layers
 
 #: Spaces with at most this many layer splits (all V) are enumerated exactly (branch and bound:
@@ -103,19 +104,32 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
             continue  # this V cannot beat the incumbent (its bound is above it)
         out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
         done += 1
-    # Second bound pass for V > 1: the critical paths of every layout found join the path family
-    # (column generation), with the incumbent as the Polyak target.
+    # Second bound pass for V > 1: the integer program over layer counts with lazily generated
+    # paths (autotune.tuner.milp_bound), seeded with the critical paths of every layout found and
+    # the incumbent as a cutoff; where it does not apply (B/W-split schedules) the Lagrangian's
+    # column generation pass with the incumbent as the Polyak target.
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     feas = [c.step_ms for c in out if c.excess_mib <= 0]
     ub2 = min(feas) if feas else None
-    vs = [V for V in problem.vpp_candidates if V > 1 and (ub2 is None or b.per_v_ms.get(V, 0.0) < ub2)]
-    if vs:
+    vs = sorted((V for V in problem.vpp_candidates
+                 if V > 1 and (ub2 is None or b.per_v_ms.get(V, 0.0) < ub2)), key=lambda V: b.per_v_ms[V])
+    refine = []
+    for V in vs:
+        mb = milp_bound(problem, V, layouts=[c for c in out if c.V == V], lower_ms=b.per_v_ms[V],
+                        upper_ms=ub2, deadline=deadline)
+        if mb is None:
+            refine.append(V)
+            continue
+        b.per_v_ms[V] = max(b.per_v_ms[V], mb.bound_ms)
+        if mb.split is not None:
+            out += fitted(problem, V, mb.split[None], f"milp-split-v{V}")
+    if refine:
         from dataclasses import replace
 
-        b2 = lower_bound(replace(problem, vpp_candidates=vs), upper_ms=ub2, iters=REFINE_ITERS,
-                         patience=REFINE_PATIENCE, layouts=[c for c in out if c.V in vs],
+        b2 = lower_bound(replace(problem, vpp_candidates=refine), upper_ms=ub2, iters=REFINE_ITERS,
+                         patience=REFINE_PATIENCE, layouts=[c for c in out if c.V in refine],
                          stage_dp=False)  # the first pass ran it; its value is kept below
-        for V in vs:
+        for V in refine:
             b.per_v_ms[V] = max(b.per_v_ms[V], b2.per_v_ms[V])
-        b.bound_ms = min(b.per_v_ms.values())
+    b.bound_ms = min(b.per_v_ms.values())
     return BoundAndSeeds(out, b.bound_ms, notes=notes)

@@ -88,8 +88,11 @@ def _counts_fit(CF: np.ndarray, CB: np.ndarray, p: int) -> tuple[float, float, f
     return af, ab, c0f, c0b, rf, rb
 
 
-def stage_paths(cs, p2p_ms: float) -> list[StagePaths]:
-    """One-stay paths of every stage (see module docstring) for a compiled non-split schedule.
+def one_stay_counts(cs) -> list[list[tuple[np.ndarray, np.ndarray, int]]]:
+    """Exact op counts of every one-stay path (see module docstring), per stage p: a list of
+    (forward counts float [V, P], backward counts float [V, P], cross-stage hops), counts divided
+    by ``seq_split_num``. A path's length for mini-stage durations f, b (ms per micro-batch) is
+    Σ cf·f + Σ cb·b + hops·p2p_ms.
 
     Raises:
         ValueError: the schedule splits the backward (B/W ops).
@@ -143,11 +146,22 @@ def stage_paths(cs, p2p_ms: float) -> list[StagePaths]:
                 if ty < tx:
                     continue
                 Cx, hx = chain(order[ty], False)
-                C = (Ce + Cx) / cs.k
-                oc = own[ty + 1] - own[tx]
-                cf = C[0, :, p] + oc[0] / cs.k
-                cb = C[1, :, p] + oc[1] / cs.k
-                rows.append((cf, cb, (he + hx) * p2p_ms) + _counts_fit(C[0], C[1], p))
+                C = Ce + Cx
+                C[:, :, p] += own[ty + 1] - own[tx]
+                rows.append((C[0] / cs.k, C[1] / cs.k, he + hx))
+        out.append(rows)
+    return out
+
+
+def stage_paths(cs, p2p_ms: float) -> list[StagePaths]:
+    """One-stay paths of every stage (see module docstring) for a compiled non-split schedule.
+
+    Raises:
+        ValueError: the schedule splits the backward (B/W ops).
+    """
+    out = []
+    for p, paths in enumerate(one_stay_counts(cs)):
+        rows = [(cf[:, p], cb[:, p], hops * p2p_ms) + _counts_fit(cf, cb, p) for cf, cb, hops in paths]
         cols = list(zip(*rows))
         out.append(StagePaths(np.asarray(cols[0]), np.asarray(cols[1]), np.asarray(cols[2]),
                               *(np.asarray(c, dtype=np.float64) for c in cols[3:])))

@@ -1,0 +1,284 @@
+"""Lower bound for pp_interleave_num > 1: a compact integer program over layer counts whose
+dependency paths are generated lazily (solved by HiGHS through :func:`scipy.optimize.milp`).
+
+The stage DP (:mod:`autotune.tuner.stage_dp`) is exact over integer splits but only for one-stay
+paths whose counts on other stages it bounds by a three-term pattern; the Lagrangian
+(:mod:`autotune.tuner.bounds`) keeps exact counts but prices a convex mix of paths, so its
+minimiser is fractional. Here both are kept: the exact count vector of every path in a family,
+and integer layer counts.
+
+Model (every relaxation below can only lower the optimum, so its value — or any dual bound of
+the branch and bound — is a proof):
+
+    minimise T  over  n[v, p] integer (layers of mini-stage (v, p), the problem's bounds),
+                      y[v, p, c] >= 0 real (layers of recompute class c; Σ_c y = n),
+    s.t.  Σ n = N;
+          for every stage p and every undominated live-count vector w of its schedule
+              static_p + Σ_v (n·static + Σ_c y_c (w_v·act_c + static_delta_c)) + w·act_end <= HBM;
+          for every path π of the family
+              Σ_{v,p} cf_π[v,p]·(n f + end_f) + cb_π[v,p]·(n b0 + Σ_c y_c extra_c + end_b)
+              + hops_π·p2p <= T.
+
+Relaxations: the cheapest layer kind per recompute class (componentwise minimum: exact for a
+homogeneous model), a free and fractional recompute class per layer (not the "first r layers"
+rule), the workspace term of the peak dropped, each live-count vector checked separately — the
+same as the stage DP's (see its docstring). A path is any chain of the schedule's dependency
+graph (data edges + p2p, program order on a stage), so its length under the real durations is
+<= the simulated step time (cost-model reference §6.1; :func:`autotune.tuner.bounds.critical_path`).
+
+Family. It starts with every one-stay path (:func:`autotune.tuner.stage_dp.stage_paths`, with
+exact counts) and the longest path of each layout the search already has. After each solve the
+longest path of the minimiser's relaxed durations and of each of its single-layer moves joins
+(lazy constraint generation). When the minimiser's own longest path is already priced (its length
+equals T) and HiGHS proved optimality, the value is the exact optimum of the relaxed problem.
+
+Work is capped by HiGHS nodes weighted by the LP size and by the number of solves (deterministic:
+the same problem gives the same bound); a wall-clock deadline is only a safety net.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.cost.schedules import get_schedule
+from autotune.cost.simulate import compile_schedule
+from autotune.tuner.bounds import critical_path
+from autotune.tuner.problem import Problem
+from autotune.tuner.stage_dp import _relaxed_layer, _undominated, one_stay_counts
+
+#: Work cap over all solves, in HiGHS branch-and-bound nodes × (LP variables × rows)²: measured,
+#: a node's time grows about with the square of the LP size (2.5 ms on the 24-mini-stage
+#: TeleChat2 problem, 14 ms on its 32-mini-stage vpp4 variant). Deterministic (no clock): 1.5e12
+#: gives ~1,400 nodes (~4 s) on the first and ~370 (~5 s) on the second; 48 layers pp5 vpp2
+#: converges well inside it (~500 nodes of a small LP).
+NODE_WORK = 1.5e12
+#: Solves of the lazy loop (each adds the minimiser's and its neighbours' longest paths).
+MAX_SOLVES = 12
+
+
+@dataclass
+class MilpBound:
+    """Result of :func:`milp_bound`: the bound (ms; +inf when nothing can fit), the relaxed
+    minimiser int [V, P] (a seed, not a proof; None when none was found), the family size,
+    the solves run and whether the relaxed problem was solved exactly (``converged``)."""
+
+    bound_ms: float
+    split: np.ndarray | None
+    paths: int
+    solves: int
+    converged: bool
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """HiGHS writes a few debug lines to the C-level stdout even with output off; silence fd 1
+    for the solve so that ``--format json`` stays machine-readable."""
+    try:
+        fd = os.dup(1)
+    except OSError:  # no fd 1 (embedded interpreters)
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(fd, 1)
+        os.close(fd)
+
+
+def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
+               lower_ms: float | None = None, upper_ms: float | None = None,
+               node_work: float = NODE_WORK, max_solves: int = MAX_SOLVES,
+               deadline: float | None = None) -> MilpBound | None:
+    """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V.
+
+    See the module docstring for the model. Args:
+        problem: the tuning problem; V: pp_interleave_num (>= 2).
+        layouts: known layouts (:class:`~autotune.tuner.problem.Candidate`); the longest path of
+            each one with this V joins the initial family.
+        lower_ms: a bound already proven (T >= it is added; the result is never below it).
+        upper_ms: a feasible step time: T <= it is added (prunes the search); when that makes the
+            program infeasible, no layout beats ``upper_ms`` and it is returned as the bound.
+        node_work, max_solves: work caps (Σ nodes × (variables × rows)² over all solves, solves);
+        deadline: time.monotonic() safety limit.
+
+    Returns None when the bound does not apply (V = 1, a schedule that splits B/W, non-default
+    pipeline positions) or scipy is missing.
+    """
+    try:
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import csr_matrix
+    except ImportError:  # pragma: no cover - scipy is a dependency
+        return None
+    if V < 2:
+        return None
+    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
+    if cs.split_bw:
+        return None
+    P, N, k = problem.P, problem.N, cs.k
+    pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
+    if not (pos[0, 0] == 0 and pos[V - 1, P - 1] == V * P - 1):
+        return None
+    pa = problem.pa
+    lay = _relaxed_layer(problem)
+    C = lay.act.size
+    p2p = pa.p2p_ms if P > 1 else 0.0
+    hf, hb, ha, hs, _ = pa.head
+    tf, tb, ta, ts, _ = pa.tail
+    end_f, end_b, end_a = np.zeros((V, P)), np.zeros((V, P)), np.zeros((V, P))
+    end_f[0, 0], end_b[0, 0], end_a[0, 0] = hf, hb, ha
+    end_f[V - 1, P - 1] += tf
+    end_b[V - 1, P - 1] += tb
+    end_a[V - 1, P - 1] += ta
+    const_static = np.full(P, pa.stage_const_mib)
+    const_static[0] += hs
+    const_static[P - 1] += ts
+    lo, hi = problem.bounds(V)
+
+    nn, ny = V * P, V * P * C
+    nvar = nn + ny + 1
+    iT = nvar - 1
+    rows: list[np.ndarray] = []
+    rlo: list[float] = []
+    rhi: list[float] = []
+
+    def add_row(r: np.ndarray, a: float, b: float) -> None:
+        rows.append(r)
+        rlo.append(a)
+        rhi.append(b)
+
+    r = np.zeros(nvar)
+    r[:nn] = 1.0
+    add_row(r, N, N)
+    for j in range(nn):  # Σ_c y = n
+        r = np.zeros(nvar)
+        r[j] = -1.0
+        r[nn + j * C:nn + (j + 1) * C] = 1.0
+        add_row(r, 0.0, 0.0)
+    if np.isfinite(problem.hbm_mib):
+        for p in range(P):
+            live = _undominated(np.concatenate(
+                [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
+                .astype(np.float64)) / k
+            for w in live:
+                r = np.zeros(nvar)
+                for v in range(V):
+                    j = v * P + p
+                    r[j] = lay.static
+                    r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act + lay.sdelta
+                add_row(r, -np.inf, problem.hbm_mib - const_static[p] - float(w @ end_a[:, p]))
+    n_fixed = len(rows)
+
+    seen: set[bytes] = set()
+    path_rows: list[np.ndarray] = []
+    path_hi: list[float] = []
+
+    def add_path(cf: np.ndarray, cb: np.ndarray, hops: float) -> bool:
+        key = np.concatenate([cf.reshape(-1), cb.reshape(-1), [hops]]).round(9).tobytes()
+        if key in seen:
+            return False
+        seen.add(key)
+        r = np.zeros(nvar)
+        r[:nn] = (cf * lay.f + cb * lay.b0).reshape(-1)
+        r[nn:nn + ny] = (cb[:, :, None] * lay.extra[None, None, :]).reshape(-1)
+        r[iT] = -1.0
+        path_rows.append(r)
+        path_hi.append(-float((cf * end_f).sum() + (cb * end_b).sum() + hops * p2p))
+        return True
+
+    def durations(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return n * lay.f + end_f, n * lay.b0 + (y * lay.extra).sum(axis=-1) + end_b
+
+    for stage_rows in one_stay_counts(cs):
+        for cf, cb, hops in stage_rows:
+            add_path(cf, cb, hops)
+    for c in layouts or []:
+        if c.V == V:
+            n = np.asarray(c.layers, dtype=np.float64)
+            y = np.zeros((V, P, C))
+            y[:, :, 0] = n  # no replay: the path is what matters, not its length here
+            cp = critical_path(cs, *durations(n, y), p2p)
+            add_path(cp.cf, cp.cb, cp.hops)
+
+    integ = np.zeros(nvar)
+    integ[:nn] = 1
+    vlo = np.zeros(nvar)
+    vhi = np.full(nvar, np.inf)
+    vlo[:nn] = lo.reshape(-1)
+    vhi[:nn] = np.minimum(hi, N).reshape(-1)
+    vhi[nn:nn + ny] = N
+    if lower_ms is not None and np.isfinite(lower_ms):
+        vlo[iT] = lower_ms
+    has_upper = upper_ms is not None and np.isfinite(upper_ms)
+    if has_upper:
+        vhi[iT] = upper_ms
+    obj = np.zeros(nvar)
+    obj[iT] = 1.0
+    best = float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0
+    split = None
+    solves = 0
+    converged = False
+    flo, fhi = lo.reshape(-1), hi.reshape(-1)
+    work = 0.0
+    while solves < max_solves and work < node_work:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        _t0 = time.monotonic()
+        A = csr_matrix(np.asarray(rows + path_rows))
+        cons = LinearConstraint(A, np.asarray(rlo + [-np.inf] * len(path_rows)), np.asarray(rhi + path_hi))
+        size = float(nvar * (len(rows) + len(path_rows))) ** 2
+        opts = {"node_limit": max(50, int((node_work - work) / size)), "mip_rel_gap": 1e-6, "disp": False}
+        if deadline is not None:
+            opts["time_limit"] = max(1.0, deadline - time.monotonic())
+        with _quiet_stdout():
+            res = milp(obj, integrality=integ, bounds=Bounds(vlo, vhi), constraints=cons, options=opts)
+        solves += 1
+        work += (int(getattr(res, "mip_node_count", 0) or 0) + 1) * size
+        if os.environ.get("AUTOTUNE_MILP_DEBUG"):
+            print(f"{time.monotonic() - _t0:.1f}s solve {solves} paths {len(path_rows)} status {res.status} fun {res.fun} "
+                  f"dual {getattr(res, 'mip_dual_bound', None)} nodes {getattr(res, 'mip_node_count', None)}",
+                  file=__import__('sys').stderr, flush=True)
+        if res.status == 2:  # infeasible: nothing fits, or nothing beats upper_ms
+            return MilpBound(float(upper_ms) if has_upper else float("inf"), split,
+                             len(path_rows), solves, True)
+        dual = getattr(res, "mip_dual_bound", None)
+        if res.status == 0 and res.fun is not None:
+            dual = res.fun if dual is None else min(float(res.fun), float(dual))
+        if dual is not None and np.isfinite(dual):
+            best = max(best, float(dual))
+        if res.x is None:
+            break
+        n = np.rint(res.x[:nn]).reshape(V, P)
+        y = np.maximum(res.x[nn:nn + ny].reshape(V, P, C), 0.0)
+        split = n.astype(np.int64)
+        fx, bx = durations(n, y)
+        cp = critical_path(cs, fx, bx, p2p)
+        if res.status == 0 and cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9:
+            converged = True
+            break
+        added = add_path(cp.cf, cp.cb, cp.hops)
+        if solves >= max_solves or work >= node_work:
+            break  # no solve left to use new paths
+        # anticipate: the longest paths of the minimiser's single-layer moves
+        flat = split.reshape(-1)
+        for a in range(nn):
+            if flat[a] - 1 < flo[a]:
+                continue
+            for b in range(nn):
+                if a == b or flat[b] + 1 > fhi[b]:
+                    continue
+                f2 = flat.astype(np.float64)
+                f2[a] -= 1
+                f2[b] += 1
+                c2 = critical_path(cs, *durations(f2.reshape(V, P), y), p2p)
+                if (c2.cf * fx).sum() + (c2.cb * bx).sum() + c2.hops * p2p > float(res.fun) * (1 + 1e-7):
+                    added |= add_path(c2.cf, c2.cb, c2.hops)  # violated at the minimiser too
+        if not added:
+            break
+    return MilpBound(best, split, len(path_rows), solves, converged)
