@@ -277,6 +277,9 @@ def _refit_touched(problem: Problem, base: Candidate, splits: np.ndarray,
 #: moves at once) among this many best single moves: a work cap of at most
 #: PAIR_TOP·(PAIR_TOP + 1)/2 pairs per stall (< 2 turns the escape off).
 PAIR_TOP = 60
+#: ... and at most about this many ops simulated per stall (pairs × schedule ops): 1,830 pairs of
+#: the 384-op TeleChat2 vpp3 schedule fit; a 256-micro-batch schedule gets ~20 single moves paired.
+PAIR_OPS = 1_500_000
 #: When no pair move improves either, a single-move descent runs from each of this many best pair
 #: moves (kicks); the best end point is taken if it improves.
 PAIR_KICKS = 2
@@ -411,6 +414,11 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
     import time
 
     top = PAIR_TOP if pair_top is None else pair_top
+    if pair_top is None:  # work cap: pairs × ops simulated per stall (256 micro-batches: ~20 pairs)
+        from autotune.cost.simulate import compile_schedule
+
+        ops = compile_schedule(problem.schedule, problem.P, start.V, problem.m, problem.seq_split_num).num_ops
+        top = min(top, int(np.sqrt(2.0 * PAIR_OPS / max(ops, 1))))
     n_kicks = PAIR_KICKS if kicks is None else kicks
     best = start
     if not np.isfinite(best.step_ms):

@@ -57,6 +57,8 @@ from autotune.tuner.stage_dp import _relaxed_layer, _undominated, one_stay_count
 #: gives ~1,400 nodes (~4 s) on the first and ~370 (~5 s) on the second; 48 layers pp5 vpp2
 #: converges well inside it (~500 nodes of a small LP).
 NODE_WORK = 1.5e12
+#: Longest-path walks per solve for the minimiser's neighbours (ops × moves; ~1 µs an op).
+NEIGHBOUR_OPS = 2_000_000
 #: Solves of the lazy loop (each adds the minimiser's and its neighbours' longest paths).
 MAX_SOLVES = 12
 
@@ -265,9 +267,10 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
         added = add_path(cp.cf, cp.cb, cp.hops)
         if solves >= max_solves or work >= node_work:
             break  # no solve left to use new paths
-        # anticipate: the longest paths of the minimiser's single-layer moves
+        # anticipate: the longest paths of the minimiser's single-layer moves (skipped when that
+        # would walk more than NEIGHBOUR_OPS ops, e.g. 256 micro-batches)
         flat = split.reshape(-1)
-        for a in range(nn):
+        for a in (range(nn) if cs.num_ops * nn * (nn - 1) <= NEIGHBOUR_OPS else ()):
             if flat[a] - 1 < flo[a]:
                 continue
             for b in range(nn):
