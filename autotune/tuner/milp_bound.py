@@ -47,7 +47,8 @@ import numpy as np
 
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.bounds import critical_path
+from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
+from autotune.tuner.bounds import allowed_classes, critical_path
 from autotune.tuner.problem import Problem
 from autotune.tuner.stage_dp import _relaxed_layer, _undominated, one_stay_counts
 
@@ -57,6 +58,9 @@ from autotune.tuner.stage_dp import _relaxed_layer, _undominated, one_stay_count
 #: gives ~1,400 nodes (~4 s) on the first and ~370 (~5 s) on the second; 48 layers pp5 vpp2
 #: converges well inside it (~500 nodes of a small LP).
 NODE_WORK = 1.5e12
+#: Work cap of :func:`milp_recompute` (same units as NODE_WORK; the pinned split solves in a few
+#: hundred nodes on the benchmark problems).
+POLISH_WORK = 2e12
 #: Longest-path walks per solve for the minimiser's neighbours (ops × moves; ~1 µs an op).
 NEIGHBOUR_OPS = 2_000_000
 #: Solves of the lazy loop (each adds the minimiser's and its neighbours' longest paths).
@@ -113,6 +117,58 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
     Returns None when the bound does not apply (V = 1, a schedule that splits B/W, non-default
     pipeline positions) or scipy is missing.
     """
+    out = _milp(problem, V, layouts=layouts, lower_ms=lower_ms, upper_ms=upper_ms, node_work=node_work,
+                max_solves=max_solves, deadline=deadline)
+    return None if out is None else out[0]
+
+
+def milp_recompute(problem: Problem, cand, *, max_solves: int = MAX_SOLVES,
+                   deadline: float | None = None) -> list:
+    """The recompute of ``cand``'s layer split chosen by the integer program with the split fixed
+    (a polish of the greedy :func:`autotune.tuner.heuristic.fit_recompute`; not a proof).
+
+    Per mini-stage the layers of each recompute class are integers, a class with a workspace
+    (full recompute) switches the mini-stage's backward workspace on (binary), head / tail
+    workspaces are counted, and select-only and comm-only layers exclude each other, so the
+    counts map back onto MindFormers' (recompute, select_recompute, select_comm_recompute):
+    full = r, select = r + both + select-only, comm = r + both + comm-only (exact for one layer
+    kind; with several kinds the cheapest is modelled, so the caller must re-score).
+
+    Returns unscored :class:`~autotune.tuner.problem.Candidate` s, one per distinct solve answer
+    (the last first; the work cap may stop the lazy loop before it converges, so the caller scores
+    them all); empty when not applicable or nothing fits the relaxed memory model.
+    """
+    from autotune.tuner.problem import Candidate
+
+    V = cand.V
+    out = _milp(problem, V, layouts=[cand], max_solves=max_solves, deadline=deadline,
+                node_work=POLISH_WORK, fixed=np.asarray(cand.layers))
+    if out is None:
+        return []
+    cls = allowed_classes(problem.kinds)
+    res = []
+    seen = set()
+    for yf in reversed(out[1]):  # the last solve first: it priced the most paths
+        y = np.rint(yf).astype(np.int64)  # [V, P, C] over allowed classes
+        if y.tobytes() in seen:
+            continue
+        seen.add(y.tobytes())
+        cnt = {c: (y[:, :, cls.index(c)] if c in cls else np.zeros_like(y[:, :, 0]))
+               for c in (FULL, BOTH, SELECT, COMM)}
+        rec = cnt[FULL]
+        sel = rec + cnt[BOTH] + cnt[SELECT] if "select" in problem.kinds else np.zeros_like(rec)
+        com = rec + cnt[BOTH] + cnt[COMM] if "comm" in problem.kinds else np.zeros_like(rec)
+        res.append(Candidate(V, np.asarray(cand.layers).copy(), rec, sel, com,
+                             origin=f"{cand.origin}+milp-recompute"))
+    return res
+
+
+def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | None = None,
+          upper_ms: float | None = None, node_work: float, max_solves: int, deadline: float | None,
+          fixed: np.ndarray | None = None) -> tuple[MilpBound, list[np.ndarray]] | None:
+    """The lazy loop of :func:`milp_bound`; with ``fixed`` (int [V, P]) the split is pinned and
+    the recompute classes are modelled exactly (see :func:`milp_recompute`). Returns (result,
+    every solve's class counts float [V, P, C], in solve order)."""
     try:
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import csr_matrix
@@ -143,8 +199,21 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
     const_static[P - 1] += ts
     lo, hi = problem.bounds(V)
 
+    exact = fixed is not None
     nn, ny = V * P, V * P * C
-    nvar = nn + ny + 1
+    cls = allowed_classes(problem.kinds)
+    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
+    wsmin = pa.ws_kc[ks][:, cls].min(axis=0)  # [C] MiB, cheapest kind per class
+    end_w = np.zeros((V, P))
+    end_w[0, 0] = pa.head[4]
+    end_w[V - 1, P - 1] = max(end_w[V - 1, P - 1], pa.tail[4])
+    wcls = [c for c in range(C) if wsmin[c] > 0] if exact else []
+    excl = exact and SELECT in cls and COMM in cls
+    nu = nn * len(wcls)          # binary: class c present in mini-stage j (its workspace is on)
+    nw = nn if wcls else 0       # workspace MiB of mini-stage j
+    nx = nn if excl else 0       # binary: select-only (1) or comm-only (0) in mini-stage j
+    iu, iw, ix = nn + ny, nn + ny + nu, nn + ny + nu + nw
+    nvar = ix + nx + 1
     iT = nvar - 1
     rows: list[np.ndarray] = []
     rlo: list[float] = []
@@ -163,18 +232,49 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
         r[j] = -1.0
         r[nn + j * C:nn + (j + 1) * C] = 1.0
         add_row(r, 0.0, 0.0)
+    cap_j = (np.asarray(fixed) if exact else np.minimum(hi, N)).reshape(-1).astype(np.float64)
+    for j in range(nn):
+        for t, c in enumerate(wcls):
+            r = np.zeros(nvar)
+            r[nn + j * C + c] = 1.0
+            r[iu + j * len(wcls) + t] = -cap_j[j]
+            add_row(r, -np.inf, 0.0)  # y_c <= n·u_c
+            r = np.zeros(nvar)
+            r[iw + j] = 1.0
+            r[iu + j * len(wcls) + t] = -float(wsmin[c])
+            add_row(r, 0.0, np.inf)  # ws >= W_c·u_c
+        if excl:
+            r = np.zeros(nvar)
+            r[nn + j * C + cls.index(SELECT)] = 1.0
+            r[ix + j] = -cap_j[j]
+            add_row(r, -np.inf, 0.0)  # select-only <= n·x
+            r = np.zeros(nvar)
+            r[nn + j * C + cls.index(COMM)] = 1.0
+            r[ix + j] = cap_j[j]
+            add_row(r, -np.inf, cap_j[j])  # comm-only <= n·(1 - x)
     if np.isfinite(problem.hbm_mib):
         for p in range(P):
-            live = _undominated(np.concatenate(
-                [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
-                .astype(np.float64)) / k
-            for w in live:
-                r = np.zeros(nvar)
-                for v in range(V):
-                    j = v * P + p
-                    r[j] = lay.static
-                    r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act + lay.sdelta
-                add_row(r, -np.inf, problem.hbm_mib - const_static[p] - float(w @ end_a[:, p]))
+            # after a forward: live activations; during a backward of chunk ch: + its workspace
+            groups = [(np.asarray(cs.mem_fwd[p]).reshape(-1, V), None)]
+            vecs, chunks = cs.mem_bwd[p]
+            if vecs.size:
+                groups += [(vecs[chunks == ch].reshape(-1, V), int(ch)) for ch in np.unique(chunks)]
+            for vv, ch in groups:
+                if vv.size == 0:
+                    continue
+                for w in _undominated(vv.astype(np.float64)) / k:
+                    r = np.zeros(nvar)
+                    for v in range(V):
+                        j = v * P + p
+                        r[j] = lay.static
+                        r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act + lay.sdelta
+                    room = problem.hbm_mib - const_static[p] - float(w @ end_a[:, p])
+                    if ch is not None:
+                        if nw:
+                            r[iw + ch * P + p] = 1.0
+                        else:
+                            room -= float(end_w[ch, p])  # head / tail workspace (a max, so >= it)
+                    add_row(r, -np.inf, room)
     n_fixed = len(rows)
 
     seen: set[bytes] = set()
@@ -215,6 +315,14 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
     vlo[:nn] = lo.reshape(-1)
     vhi[:nn] = np.minimum(hi, N).reshape(-1)
     vhi[nn:nn + ny] = N
+    if exact:
+        vlo[:nn] = vhi[:nn] = cap_j
+        integ[nn:nn + ny] = 1
+        integ[iu:iu + nu] = 1
+        vhi[iu:iu + nu] = 1
+        vlo[iw:iw + nw] = end_w.reshape(-1)[:nw]
+        integ[ix:ix + nx] = 1
+        vhi[ix:ix + nx] = 1
     if lower_ms is not None and np.isfinite(lower_ms):
         vlo[iT] = lower_ms
     has_upper = upper_ms is not None and np.isfinite(upper_ms)
@@ -226,6 +334,7 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
     split = None
     solves = 0
     converged = False
+    all_y: list[np.ndarray] = []
     flo, fhi = lo.reshape(-1), hi.reshape(-1)
     work = 0.0
     while solves < max_solves and work < node_work:
@@ -248,7 +357,7 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
                   file=__import__('sys').stderr, flush=True)
         if res.status == 2:  # infeasible: nothing fits, or nothing beats upper_ms
             return MilpBound(float(upper_ms) if has_upper else float("inf"), split,
-                             len(path_rows), solves, True)
+                             len(path_rows), solves, True), all_y
         dual = getattr(res, "mip_dual_bound", None)
         if res.status == 0 and res.fun is not None:
             dual = res.fun if dual is None else min(float(res.fun), float(dual))
@@ -258,6 +367,7 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
             break
         n = np.rint(res.x[:nn]).reshape(V, P)
         y = np.maximum(res.x[nn:nn + ny].reshape(V, P, C), 0.0)
+        all_y.append(y)
         split = n.astype(np.int64)
         fx, bx = durations(n, y)
         cp = critical_path(cs, fx, bx, p2p)
@@ -265,8 +375,10 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
             converged = True
             break
         added = add_path(cp.cf, cp.cb, cp.hops)
-        if solves >= max_solves or work >= node_work:
-            break  # no solve left to use new paths
+        if solves >= max_solves or work >= node_work or exact:
+            if not exact or not added:
+                break  # no solve left to use new paths (a pinned split has no moves)
+            continue
         # anticipate: the longest paths of the minimiser's single-layer moves (skipped when that
         # would walk more than NEIGHBOUR_OPS ops, e.g. 256 micro-batches)
         flat = split.reshape(-1)
@@ -284,4 +396,4 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
                     added |= add_path(c2.cf, c2.cb, c2.hops)  # violated at the minimiser too
         if not added:
             break
-    return MilpBound(best, split, len(path_rows), solves, converged)
+    return MilpBound(best, split, len(path_rows), solves, converged), all_y
