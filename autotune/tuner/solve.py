@@ -133,7 +133,12 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     vs = sorted((V for V in problem.vpp_candidates
                  if V > 1 and (ub2 is None or b.per_v_ms.get(V, 0.0) < ub2)), key=lambda V: b.per_v_ms[V])
     refine = []
-    for V in vs:
+    for i, V in enumerate(vs):
+        # the bound is the minimum over V: once a V processed earlier, or one no pass raises,
+        # is at or below this V's bound, raising this one cannot change the minimum
+        fixed_v = [W for W in problem.vpp_candidates if W not in vs[i:]]
+        if any(b.per_v_ms[W] <= b.per_v_ms[V] for W in fixed_v):
+            continue
         mb = milp_bound(problem, V, layouts=[c for c in out if c.V == V], lower_ms=b.per_v_ms[V],
                         upper_ms=ub2, deadline=deadline)
         if mb is None:

@@ -44,7 +44,7 @@ def test_four_workers_each_scenario_once(store, tmp_path):
 
 def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", trials=14, mbs=(4, 8), memories=("1GB", "0.6GB"))
-    procs = [start_worker(str(sweep), "--storage", store, "--out", str(tmp_path / f"out{i}"), delay=0.12,
+    procs = [start_worker(str(sweep), "--storage", store, "--out", str(tmp_path / f"out{i}"), delay=0.4,
                           log=tmp_path / f"w{i}.log") for i in range(3)]
     victim = procs[0]
 
