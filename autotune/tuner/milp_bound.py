@@ -58,6 +58,8 @@ from autotune.tuner.stage_dp import _relaxed_layer, _undominated, one_stay_count
 #: gives ~1,400 nodes (~4 s) on the first and ~370 (~5 s) on the second; 48 layers pp5 vpp2
 #: converges well inside it (~500 nodes of a small LP).
 NODE_WORK = 1.5e12
+#: Relative margin taken off HiGHS's dual bound (its MIP feasibility tolerance is 1e-6).
+DUAL_SAFETY = 1e-6
 #: Work cap of :func:`milp_recompute` (same units as NODE_WORK; the pinned split solves in a few
 #: hundred nodes on the benchmark problems).
 POLISH_WORK = 2e12
@@ -362,7 +364,8 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         if res.status == 0 and res.fun is not None:
             dual = res.fun if dual is None else min(float(res.fun), float(dual))
         if dual is not None and np.isfinite(dual):
-            best = max(best, float(dual))
+            # HiGHS proves within its feasibility tolerances (1e-6): keep that much below
+            best = max(best, float(dual) - DUAL_SAFETY * max(1.0, abs(float(dual))))
         if res.x is None:
             break
         n = np.rint(res.x[:nn]).reshape(V, P)

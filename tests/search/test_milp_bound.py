@@ -63,7 +63,8 @@ def test_homogeneous_problem_converges_to_the_enumerated_optimum() -> None:
     opt = exact_optimum(problem).best
     b = milp_bound(problem, 2)
     assert b.converged
-    assert b.bound_ms == pytest.approx(opt.step_ms, rel=1e-7)
+    # equal up to the stated safety margin taken off HiGHS's dual bound (DUAL_SAFETY, 1e-6)
+    assert opt.step_ms * (1 - 2e-6) <= b.bound_ms <= opt.step_ms
 
 
 def test_48_layer_pp5_vpp2_pinned() -> None:
