@@ -45,12 +45,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.cost.schedules import get_schedule
-from autotune.cost.simulate import compile_schedule
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
 from autotune.tuner.bounds import allowed_classes, critical_path
 from autotune.tuner.problem import Problem
-from autotune.tuner.stage_dp import _relaxed_layer, _undominated, one_stay_counts
+from autotune.tuner.stage_dp import _setup, _undominated, one_stay_counts
 
 #: Work cap over all solves, in HiGHS branch-and-bound nodes × (LP variables × rows)²: measured,
 #: a node's time grows about with the square of the LP size (2.5 ms on the 24-mini-stage
@@ -171,34 +169,17 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     """The lazy loop of :func:`milp_bound`; with ``fixed`` (int [V, P]) the split is pinned and
     the recompute classes are modelled exactly (see :func:`milp_recompute`). Returns (result,
     every solve's class counts float [V, P, C], in solve order)."""
-    try:
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import csr_matrix
-    except ImportError:  # pragma: no cover - scipy is a dependency
+    from scipy.optimize import Bounds, LinearConstraint, milp  # lazy: ~0.6 s to import
+    from scipy.sparse import csr_matrix
+
+    su = _setup(problem, V)
+    if su is None:
         return None
-    if V < 2:
-        return None
-    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
-    if cs.split_bw:
-        return None
+    cs, lay, p2p = su.cs, su.lay, su.p2p
+    end_f, end_b, end_a, const_static = su.end_f, su.end_b, su.end_a, su.const_static
     P, N, k = problem.P, problem.N, cs.k
-    pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
-    if not (pos[0, 0] == 0 and pos[V - 1, P - 1] == V * P - 1):
-        return None
     pa = problem.pa
-    lay = _relaxed_layer(problem)
     C = lay.act.size
-    p2p = pa.p2p_ms if P > 1 else 0.0
-    hf, hb, ha, hs, _ = pa.head
-    tf, tb, ta, ts, _ = pa.tail
-    end_f, end_b, end_a = np.zeros((V, P)), np.zeros((V, P)), np.zeros((V, P))
-    end_f[0, 0], end_b[0, 0], end_a[0, 0] = hf, hb, ha
-    end_f[V - 1, P - 1] += tf
-    end_b[V - 1, P - 1] += tb
-    end_a[V - 1, P - 1] += ta
-    const_static = np.full(P, pa.stage_const_mib)
-    const_static[0] += hs
-    const_static[P - 1] += ts
     lo, hi = problem.bounds(V)
 
     exact = fixed is not None
@@ -277,7 +258,6 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
                         else:
                             room -= float(end_w[ch, p])  # head / tail workspace (a max, so >= it)
                     add_row(r, -np.inf, room)
-    n_fixed = len(rows)
 
     seen: set[bytes] = set()
     path_rows: list[np.ndarray] = []
@@ -342,7 +322,6 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     while solves < max_solves and work < node_work:
         if deadline is not None and time.monotonic() > deadline:
             break
-        _t0 = time.monotonic()
         A = csr_matrix(np.asarray(rows + path_rows))
         cons = LinearConstraint(A, np.asarray(rlo + [-np.inf] * len(path_rows)), np.asarray(rhi + path_hi))
         size = float(nvar * (len(rows) + len(path_rows))) ** 2
@@ -353,10 +332,6 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             res = milp(obj, integrality=integ, bounds=Bounds(vlo, vhi), constraints=cons, options=opts)
         solves += 1
         work += (int(getattr(res, "mip_node_count", 0) or 0) + 1) * size
-        if os.environ.get("AUTOTUNE_MILP_DEBUG"):
-            print(f"{time.monotonic() - _t0:.1f}s solve {solves} paths {len(path_rows)} status {res.status} fun {res.fun} "
-                  f"dual {getattr(res, 'mip_dual_bound', None)} nodes {getattr(res, 'mip_node_count', None)}",
-                  file=__import__('sys').stderr, flush=True)
         if res.status == 2:  # infeasible: nothing fits, or nothing beats upper_ms
             return MilpBound(float(upper_ms) if has_upper else float("inf"), split,
                              len(path_rows), solves, True), all_y
@@ -378,10 +353,12 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             converged = True
             break
         added = add_path(cp.cf, cp.cb, cp.hops)
-        if solves >= max_solves or work >= node_work or exact:
-            if not exact or not added:
-                break  # no solve left to use new paths (a pinned split has no moves)
+        if exact:  # a pinned split has no moves to anticipate
+            if not added:
+                break
             continue
+        if solves >= max_solves or work >= node_work:
+            break  # no solve left to use new paths
         # anticipate: the longest paths of the minimiser's single-layer moves (skipped when that
         # would walk more than NEIGHBOUR_OPS ops, e.g. 256 micro-batches)
         flat = split.reshape(-1)

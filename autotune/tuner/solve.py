@@ -126,8 +126,8 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     # Second bound pass for V > 1: the integer program over layer counts with lazily generated
     # paths (autotune.tuner.milp_bound), seeded with the critical paths of every layout found and
     # the incumbent as a cutoff; where it does not apply (B/W-split schedules) the Lagrangian's
-    # column generation pass with the incumbent as the Polyak target.
-    problem.score([c for c in out if not np.isfinite(c.step_ms)])
+    # column generation pass with the incumbent as the Polyak target (every layout in ``out`` is
+    # scored by now).
     feas = [c.step_ms for c in out if c.excess_mib <= 0]
     ub2 = min(feas) if feas else None
     vs = sorted((V for V in problem.vpp_candidates

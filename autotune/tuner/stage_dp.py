@@ -264,6 +264,46 @@ def _count_vectors(lo: np.ndarray, hi: np.ndarray, cap: int) -> list[tuple[int, 
 
 
 @dataclass
+class _Setup:
+    """What both V > 1 integer bounds (this DP and :mod:`autotune.tuner.milp_bound`) start from:
+    the compiled schedule, the relaxed layer, p2p ms, the head / tail per-micro-batch forward,
+    backward ms and activation MiB placed on their mini-stages (float [V, P]) and each stage's
+    constant static MiB (float [P], head / tail static included)."""
+
+    cs: object
+    lay: _Layer
+    p2p: float
+    end_f: np.ndarray
+    end_b: np.ndarray
+    end_a: np.ndarray
+    const_static: np.ndarray
+
+
+def _setup(problem: Problem, V: int) -> _Setup | None:
+    """:class:`_Setup` for pp_interleave_num V, or None where these bounds do not apply: V = 1,
+    a schedule that splits B/W, or pipeline positions other than chunk-major (head on (0, 0),
+    tail on (V-1, P-1))."""
+    if V < 2:
+        return None
+    P = problem.P
+    cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
+    if cs.split_bw:
+        return None
+    pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
+    if not (pos[0, 0] == 0 and pos[V - 1, P - 1] == V * P - 1):
+        return None
+    pa = problem.pa
+    end = np.zeros((3, V, P))  # f, b, act
+    end[:, 0, 0] += pa.head[:3]
+    end[:, V - 1, P - 1] += pa.tail[:3]
+    const_static = np.full(P, pa.stage_const_mib)
+    const_static[0] += pa.head[3]
+    const_static[P - 1] += pa.tail[3]
+    return _Setup(cs, _relaxed_layer(problem), pa.p2p_ms if P > 1 else 0.0, end[0], end[1], end[2],
+                  const_static)
+
+
+@dataclass
 class StageDPBound:
     """Result of :func:`stage_dp_bound`: the bound (ms; +inf when no layout can fit), the
     bisection's threshold-DP evaluations, the count vectors tried and the relaxed problem's best
@@ -286,33 +326,16 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     feasible step time (caps the layers per stage and starts the bisection); ``lower_ms``: a bound
     already proven (the bisection starts there, so the result is never below it).
     """
-    if V < 2:
+    su = _setup(problem, V)
+    if su is None:
         return None
-    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
-    if cs.split_bw:
-        return None
+    cs, lay, p2p = su.cs, su.lay, su.p2p
+    end_f, end_b, end_a, const_static = su.end_f, su.end_b, su.end_a, su.const_static
     P, N, m, k = problem.P, problem.N, problem.m, cs.k
     pa = problem.pa
-    pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
-    if not (pos[0, 0] == 0 and pos[V - 1, P - 1] == V * P - 1):
-        return None
-    lay = _relaxed_layer(problem)
-    p2p = pa.p2p_ms if P > 1 else 0.0
     paths = stage_paths(cs, p2p)
-    hf, hb, ha, hs, _ = pa.head
-    tf, tb, ta, ts, _ = pa.tail
-    end_f = np.zeros((V, P))
-    end_b = np.zeros((V, P))
-    end_a = np.zeros((V, P))
-    end_f[0, 0] += hf
-    end_b[0, 0] += hb
-    end_a[0, 0] += ha
-    end_f[V - 1, P - 1] += tf
-    end_b[V - 1, P - 1] += tb
-    end_a[V - 1, P - 1] += ta
-    const_static = np.full(P, pa.stage_const_mib)
-    const_static[0] += hs
-    const_static[P - 1] += ts
+    hf, hb, _, _, _ = pa.head
+    tf, tb, _, _, _ = pa.tail
     lo, hi = problem.bounds(V)
     fb0 = lay.f + lay.b0
     # a stage's own ops are one path: m·Σ n (f + b0) <= T; and static alone must fit

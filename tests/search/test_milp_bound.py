@@ -10,29 +10,21 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.milp_bound import _quiet_stdout, milp_bound
 from autotune.tuner.stage_dp import stage_dp_bound
 from tests.search.test_exact_bounds import _random_problem
-from tests.search.test_stage_dp import _telechat_48l
+from tests.search.test_stage_dp import VPP_CASES, _telechat_48l, small_vpp_problem
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), V=st.integers(2, 3),
-       kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
-       tight=st.floats(0.5, 1.3), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]),
-       sdelta=st.booleans())
+@given(**VPP_CASES)
 def test_milp_bound_never_exceeds_enumerated_optimum(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
     """Two layer kinds (the min-layer relaxation), p2p in [0, 0.3] ms, head and tail, random
     negative static deltas: the bound is <= the exact optimum of the enumerated space, with the
     optimum as the cutoff (then the program is infeasible and the cutoff is returned) and without."""
-    if V * P > N:
-        P = 2
-    if V * P > N:
-        V = 2
-    problem = _random_problem(seed, N, P, V, kinds, tight, schedule=sched, static_delta=sdelta)
+    problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
     res = exact_optimum(problem)
     if res.best is None:
         b = milp_bound(problem, V)

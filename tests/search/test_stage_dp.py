@@ -28,19 +28,29 @@ def test_count_vectors_by_hand() -> None:
     assert got == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (3, 0)]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), V=st.integers(2, 3),
-       kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
-       tight=st.floats(0.5, 1.3), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]),
-       sdelta=st.booleans())
-def test_stage_dp_bound_never_exceeds_enumerated_optimum(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
-    """Two layer kinds (the min-layer relaxation), p2p in [0, 0.3] ms, head and tail, random
-    negative static deltas: the bound is <= the exact optimum of the enumerated space."""
+#: Hypothesis strategies of the small V > 1 problems both integer bounds (this DP and
+#: autotune.tuner.milp_bound) are checked on against the enumerated optimum.
+VPP_CASES = dict(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), V=st.integers(2, 3),
+                 kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
+                 tight=st.floats(0.5, 1.3), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]),
+                 sdelta=st.booleans())
+
+
+def small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta) -> tuple[Problem, int]:
+    """(problem, V) of one VPP_CASES draw, P then V lowered to 2 where P·V > N."""
     if V * P > N:
         P = 2
     if V * P > N:
         V = 2
-    problem = _random_problem(seed, N, P, V, kinds, tight, schedule=sched, static_delta=sdelta)
+    return _random_problem(seed, N, P, V, kinds, tight, schedule=sched, static_delta=sdelta), V
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**VPP_CASES)
+def test_stage_dp_bound_never_exceeds_enumerated_optimum(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
+    """Two layer kinds (the min-layer relaxation), p2p in [0, 0.3] ms, head and tail, random
+    negative static deltas: the bound is <= the exact optimum of the enumerated space."""
+    problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
     res = exact_optimum(problem)
     if res.best is None:
         return
