@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.tuner.bounds import lower_bound
+from autotune.tuner.device_dp import device_dp_bound
 from autotune.tuner.exact import ExactBudgetExceeded, exact_optimum
 from autotune.tuner.heuristic import fitted, local_search
 from autotune.tuner.milp_bound import milp_bound, milp_recompute
@@ -130,6 +131,15 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     # scored by now).
     feas = [c.step_ms for c in out if c.excess_mib <= 0]
     ub2 = min(feas) if feas else None
+    # the device-by-device DP (exact over integer splits for the no-skip paths, every stage's
+    # replay counted; a fraction of a second) raises each V > 1 first, so that the integer
+    # program below starts from it and a V it already settles is skipped
+    if ub2 is not None:
+        for V in problem.vpp_candidates:
+            if V > 1 and b.per_v_ms.get(V, 0.0) < ub2:
+                dd = device_dp_bound(problem, V, upper_ms=ub2)
+                if dd is not None:
+                    b.per_v_ms[V] = max(b.per_v_ms[V], dd.bound_ms)
     vs = sorted((V for V in problem.vpp_candidates
                  if V > 1 and (ub2 is None or b.per_v_ms.get(V, 0.0) < ub2)), key=lambda V: b.per_v_ms[V])
     refine = []

@@ -1,0 +1,103 @@
+"""The device-by-device DP bound for pp_interleave_num > 1 (autotune.tuner.device_dp): never above
+the enumerated optimum (random two-kind problems, both interleaved schedules, negative static
+deltas), equal to the optimum where no recompute is needed and the no-skip paths are the
+critical ones, and pinned on the TeleChat2 benchmark problems."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from autotune.tuner.device_dp import device_dp_bound
+from autotune.tuner.exact import exact_optimum
+from autotune.tuner.stage_dp import one_stay_counts
+from tests.search.test_stage_dp import VPP_CASES, small_vpp_problem
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**VPP_CASES)
+def test_device_dp_never_exceeds_enumerated_optimum(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
+    """With the optimum as ``upper_ms`` (the tightest pruning) and with a looser one, the bound is
+    <= the exact optimum of the enumerated space."""
+    problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
+    res = exact_optimum(problem)
+    if res.best is None:
+        return
+    opt = res.best.step_ms
+    for ub in (opt, opt * 1.5):
+        b = device_dp_bound(problem, V, upper_ms=ub)
+        assert b is not None
+        assert b.bound_ms <= opt * (1 + 1e-9)
+
+
+def _homogeneous(N: int, P: int, V: int, m: int):
+    from autotune.cost.inputs import ProfileArrays
+    from autotune.profile.schema import ModelProfile
+    from autotune.tuner.problem import Problem
+
+    prof = ModelProfile(kinds={"L": {"fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 10.0, "static_mib": 5.0,
+                                     "full": {"act_mib": 1.0, "extra_ms": 1.0}}},
+                        layer_kinds=[("L", N)], head={"static_mib": 20.0}, tail={"static_mib": 30.0})
+    return Problem(ProfileArrays.from_profile(prof), P=P, m=m, hbm_mib=10_000.0, vpp_candidates=[V],
+                   kinds=("full",))
+
+
+def test_hand_computed_value_pp2_vpp2() -> None:
+    """8 identical layers (f 1 ms, b 2 ms), pp2 vpp2, m 2, no head/tail time, loose memory.
+    Stage 0 runs F0 F0 F1 F1 B1 B1 B0 B0, stage 1 F0 F0 F1 B1 F1 B1 B0 B0. Every layout runs each
+    layer once per micro-batch on the chain of one micro-batch: W = 8 x 3 = 24 ms. The no-skip
+    paths add, on top of W, one more B(0,0), B(1,0), F(0,0), F(1,0) (stage 0's consecutive ops),
+    B(0,1), F(0,1) or F(1,1) + B(1,1) (stage 1 alternates F1 B1), so with n layers on mini-stage
+    (v, p): E = max(2n(0,0), 2n(1,0), 2n(0,1), 3n(1,1)). E = 5 allows at most 2 + 2 + 2 + 1 = 7
+    layers; E = 6 fits 8 (e.g. n = 0, 3, 3, 2): the bound is 24 + 6 = 30 ms, which the enumerated
+    optimum reaches (layout [[0, 3], [3, 2]])."""
+    problem = _homogeneous(8, 2, 2, 2)
+    b = device_dp_bound(problem, 2, upper_ms=1e9)
+    best = exact_optimum(problem).best
+    assert b.bound_ms == pytest.approx(30.0)
+    assert best.step_ms == pytest.approx(30.0)
+
+
+def test_no_skip_paths_exist_and_cover_every_other_mini_stage() -> None:
+    """The family the bound relies on is not empty: on TeleChat2's pp8 vpp3 schedule (m 8) the
+    last stage's stay on its last chunk (counts 8 and 8, every other mini-stage once) is a
+    one-stay path — the critical path of the best layouts the search finds."""
+    from autotune.cost.simulate import compile_schedule
+
+    cs = compile_schedule("1f1b", 8, 3, 8)
+    rows = one_stay_counts(cs)[7]
+    want = np.ones((3, 8))
+    want[2, 7] = 8
+    assert any(np.array_equal(cf, want) and np.array_equal(cb, want) for cf, cb, _ in rows)
+
+
+def _telechat(V: list[int]):
+    from pathlib import Path
+
+    from autotune.api import _config, resolve_profile
+    from autotune.cost.inputs import ProfileArrays
+    from autotune.tuner.problem import Problem
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = _config(root / "examples/telechat2_115b/train.yaml")
+    prof = resolve_profile(cfg)
+    return Problem(ProfileArrays.from_profile(prof), P=8, m=8, hbm_mib=cfg.hbm_mib, vpp_candidates=V)
+
+
+@pytest.mark.parametrize("V, upper, want, before", [(3, 6845.16, 6646.05, 6644.66), (4, 6628.66, 6424.00, 6289.85)])
+def test_telechat2_pinned(V: int, upper: float, want: float, before: float) -> None:
+    """TeleChat2 96 layers pp8 m 8, 55,808 MiB, upper = the search's best layout: V = 3 proves
+    6,646.05 ms (the integer program's capped branch and bound stopped at 6,644.66), V = 4 proves
+    6,424.00 ms (6,289.85 before; HiGHS needs ~20 s of branch and bound for 6,422.9). Deterministic."""
+    b = device_dp_bound(_telechat([V]), V, upper_ms=upper)
+    assert b.bound_ms == pytest.approx(want, abs=0.01)
+    assert b.bound_ms > before
+    assert device_dp_bound(_telechat([V]), V, upper_ms=upper).bound_ms == b.bound_ms
+
+
+def test_not_applicable_returns_none() -> None:
+    """V = 1 (use the path DP of autotune.tuner.bounds) and no finite upper bound: None."""
+    problem = _homogeneous(8, 2, 2, 2)
+    assert device_dp_bound(problem, 1, upper_ms=100.0) is None
+    assert device_dp_bound(problem, 2, upper_ms=float("inf")) is None
