@@ -18,46 +18,166 @@ every stage's memory-forced replay counted in W (the stage DP of :mod:`autotune.
 drops the other stages' replay; the Lagrangian of :mod:`autotune.tuner.bounds` mixes paths).
 
 Relaxations (each can only lower the bound): the cheapest layer kind per recompute class, a free
-recompute class per layer and each undominated live-count vector of the memory checked on its
-own (the least replay that fits is the max over vectors; :func:`autotune.tuner.stage_dp._min_extra`),
-the workspace term dropped; in E the stage's replay R is weighted by the path's least backward
-count on the stage minus one (the replay's true weight Σ_v cb_v·x_v >= min_v cb_v · R); paths
-that skip mini-stages of other stages and paths that stay on several stages are not in the
-family (the integer program of :mod:`autotune.tuner.milp_bound` prices them).
+recompute class per layer, the workspace term of the memory peak dropped. First pass (every
+configuration): the least replay that fits is the max over the undominated live-count vectors of
+each vector's own least replay (:func:`autotune.tuner.stage_dp._min_extra`), and each path's
+replay term Σ_v (cb_v − 1)·x_v takes its own least value over the replay choices that fit.
+Joint pass (the configurations that can still matter): the class multisets of each chunk not
+dominated in (activation, static delta, replay) are combined over the stage's chunks, every
+live-count vector is checked at once, and the (replay, E) pairs not dominated become the
+configuration's variants (a stage on the critical path cannot dodge two paths' replay terms
+with one placement). A configuration whose best layout — per the first pass, from forward and
+backward knapsack tables — is above a target τ is dropped before the joint pass (every layout
+using it is above τ), so min(τ, DP) stays a bound; τ rises while the DP reaches it, until the
+incumbent or the work cap. Paths that skip mini-stages of other stages and paths that stay on
+several stages are not in the family (the integer program of :mod:`autotune.tuner.milp_bound`
+prices them): on TeleChat2 vpp3 the relaxed optimum's layout has a two-stay path (stage 4's
+chunk 1, then stage 5's chunk 2) 58 ms longer than its no-skip paths even without replay.
 
 Cost: the stage configurations (layer-count vectors, capped by a stage's own path m·Σ n (f + b0)
-<= T and pruned by W_min + E0 > upper) each need one replay frontier per memory vector; the DP
-is vectorised over all ε at once. TeleChat2 96 layers pp8: 0.3 s (V = 3), 1.4 s (V = 4).
+<= T and pruned by W_min + E0 > upper) each need one replay frontier per memory vector and path
+group; the DP is vectorised over all ε at once. TeleChat2 96 layers pp8: 0.9 s (V = 3, joint pass
+on 651 configurations: 6,646.05 -> 6,669.20 ms), 1.2 s (V = 4: the joint pass would need ~50 M
+combinations for +18 ms, over its cap).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.tuner.bounds import _pareto_front
 from autotune.tuner.problem import Problem
 from autotune.tuner.stage_dp import _count_vectors, _min_extra, _RowFrontiers, _setup, _undominated, one_stay_counts
 
 
 #: Work cap: stage configurations (layer-count vectors) enumerated over all stages.
 MAX_CONFIGS = 300_000
+#: Most replay combinations (product over a stage's chunks of their class options) priced jointly
+#: for one stage configuration; above it the configuration keeps its per-path bound (weaker).
+MAX_JOINT = 200_000
+#: Work cap of the joint pass: combinations over all surviving configurations (~30 ns each).
+JOINT_WORK = 8_000_000
 
 
 @dataclass
 class DeviceDPBound:
-    """Result of :func:`device_dp_bound`: the bound (ms), the stage configurations priced and the
-    number of thresholds ε the DP evaluated."""
+    """Result of :func:`device_dp_bound`: the bound (ms), the stage configurations enumerated,
+    the thresholds ε of the last DP, the configurations left after pruning by the incumbent and
+    how many of them were priced jointly (the rest keep the per-path replay bound)."""
 
     bound_ms: float
     configs: int
     thresholds: int
+    survivors: int = 0
+    joint: int = 0
+
+
+@dataclass
+class _Stage:
+    """One stage's configurations: layer counts n [M, V]; F, B (ms without replay) [M, V];
+    replay e [M] and E [M] (ms, lower bounds); for the joint pass E0 [M, Q] (no replay), the
+    paths' replay weights A [Q, V] (cb − 1), the live-count vectors rows [R, V] and the memory
+    room [M, R] (MiB)."""
+
+    n: np.ndarray
+    F: np.ndarray
+    B: np.ndarray
+    e: np.ndarray
+    E: np.ndarray
+    E0: np.ndarray
+    A: np.ndarray
+    rows: np.ndarray
+    room: np.ndarray
+
+    def take(self, idx: np.ndarray, e: np.ndarray | None = None, E: np.ndarray | None = None) -> "_Stage":
+        return _Stage(self.n[idx], self.F[idx], self.B[idx], self.e[idx] if e is None else e,
+                      self.E[idx] if E is None else E, self.E0[idx], self.A, self.rows, self.room[idx])
+
+    @property
+    def cost(self) -> np.ndarray:
+        """F + B + replay of each configuration (ms per micro-batch): its share of W."""
+        return self.F.sum(axis=1) + self.B.sum(axis=1) + self.e
+
+    @property
+    def layers(self) -> np.ndarray:
+        return np.rint(self.n.sum(axis=1)).astype(np.int64)
+
+
+class _WeightedFronts:
+    """Pareto fronts of (memory MiB, weighted replay ms) of a stage's chunks together: chunk v's
+    front for one live-count weight w_v (:class:`autotune.tuner.stage_dp._RowFrontiers`) with its
+    replay scaled by a_v, Minkowski-summed over the chunks (memoised by counts, w, a)."""
+
+    def __init__(self, fr: _RowFrontiers) -> None:
+        self.fr = fr
+        self.cache: dict[tuple, np.ndarray] = {}
+
+    def least(self, counts: tuple[int, ...], w: tuple[float, ...], a: tuple[float, ...],
+              budget: float) -> float:
+        """min Σ_v a_v·replay_v over per-layer classes with Σ_v (w_v·act + static_delta) <= budget
+        (+inf when nothing fits). For a_v <= 0 the least-memory point of chunk v is optimal and it
+        is on the front, so the Pareto fronts suffice for any sign."""
+        key = (counts, w, a)
+        acc = self.cache.get(key)
+        if acc is None:
+            acc = np.zeros((1, 2))
+            for n, wv, av in zip(counts, w, a):
+                g = self.fr.get(int(n), float(wv)).copy()
+                g[:, 1] *= av
+                acc = _pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
+            self.cache[key] = acc
+        ok = acc[:, 0] <= budget + 1e-9 * (1.0 + abs(budget))
+        return float(acc[ok, 1].min()) if ok.any() else float("inf")
+
+
+class _ChunkOptions:
+    """Per layer count n: the class multisets of n relaxed layers not dominated in (activation
+    MiB kept per micro-batch, static delta MiB, replay ms): float [K, 3] (memoised)."""
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+        self.cache: dict[int, np.ndarray] = {}
+
+    def get(self, n: int) -> np.ndarray:
+        if n not in self.cache:
+            lay = self.layer
+            per = np.stack([lay.act, lay.sdelta, lay.extra], axis=1)  # [C, 3]
+            combos = list(itertools.combinations_with_replacement(range(per.shape[0]), n))
+            arr = np.array([per[list(c)].sum(axis=0) for c in combos]) if n else np.zeros((1, 3))
+            keep = [j for j in range(arr.shape[0])
+                    if not np.any(np.all(arr <= arr[j] + 1e-9, axis=1) & np.any(arr < arr[j] - 1e-9, axis=1))]
+            self.cache[n] = arr[keep]
+        return self.cache[n]
+
+    def size(self, counts) -> int:
+        return int(np.prod([self.get(int(n)).shape[0] for n in counts]))
+
+
+def _joint(jo: _ChunkOptions, counts: tuple[int, ...], rows: np.ndarray, room: np.ndarray,
+           E0: np.ndarray, A: np.ndarray) -> np.ndarray:
+    """The (replay ms, E ms) pairs not dominated over the replay choices of one stage
+    configuration that fit every live-count vector at once (workspace dropped): E = max over the
+    stage's no-skip paths of E0 + Σ_v (cb_v − 1)·replay_v; float [K, 2], empty when nothing fits."""
+    opts = [jo.get(n) for n in counts]
+    grids = np.meshgrid(*[np.arange(o.shape[0]) for o in opts], indexing="ij")
+    sel = [g.reshape(-1) for g in grids]
+    act = np.stack([o[i, 0] for o, i in zip(opts, sel)], axis=1)  # [K, V]
+    sd = sum(o[i, 1] for o, i in zip(opts, sel))  # [K]
+    x = np.stack([o[i, 2] for o, i in zip(opts, sel)], axis=1)  # [K, V]
+    fit = np.all(act @ rows.T + sd[:, None] <= room[None, :] + 1e-9 * (1.0 + np.abs(room[None, :])), axis=1)
+    if not fit.any():
+        return np.zeros((0, 2))
+    x = x[fit]
+    return _pareto_front(np.stack([x.sum(axis=1), (E0[None, :] + x @ A.T).max(axis=1)], axis=1))
 
 
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
-                  ) -> tuple[list[tuple[np.ndarray, ...]], int] | None:
-    """Per stage the configurations that can still beat ``upper_ms``: list of (n float [M, V],
-    F ms [M, V], B ms without replay [M, V], least replay ms [M], E ms [M]) and the number of
+                  ) -> tuple[list[_Stage], int] | None:
+    """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
+    (least replay that fits; per path its least weighted replay), and the number of
     configurations enumerated; None when a work cap or the applicability check fails, or when no
     stage has a no-skip path (a stage may be left with no configuration: nothing beats upper)."""
     su = _setup(problem, V)
@@ -72,7 +192,8 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     n_cap = N if fb0 <= 0 else min(N, int(upper_ms / (m * fb0)) + 1)  # a stage's own ops path
     fam = one_stay_counts(cs)
     fr = _RowFrontiers(lay)
-    tables = []
+    wf = _WeightedFronts(fr)
+    stages = []
     total = 0
     any_path = False
     for p in range(P):
@@ -90,60 +211,97 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         if keep:
             any_path = True
             A_f = np.array([a for a, _, _ in keep])  # [Q, V]
-            A_b = np.array([b for _, b, _ in keep])
+            A = np.array([b for _, b, _ in keep])
             K = np.array([c for _, _, c in keep])
-            E0 = F @ A_f.T + B @ A_b.T + K[None, :]  # [M, Q]
+            E0 = F @ A_f.T + B @ A.T + K[None, :]  # [M, Q]
             ok = w_const + E0.max(axis=1) <= upper_ms * (1 + 1e-9)
         else:
+            A = np.zeros((1, V))
             E0 = np.full((nv.shape[0], 1), -np.inf)
             ok = np.ones(nv.shape[0], dtype=bool)
         rows = _undominated(np.concatenate(
             [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
             .astype(np.float64)) / k
-        static = const_static[p] + nv.sum(axis=1) * lay.static
+        room = problem.hbm_mib - (const_static[p] + nv.sum(axis=1) * lay.static)[:, None] \
+            - (rows @ end_a[:, p])[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
+        E = E0.max(axis=1)
+        groups, inv = np.unique(np.round(A, 9), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
         for i in np.flatnonzero(ok):
             cnt = tuple(int(x) for x in vecs[i])
-            for w in rows:
-                room = problem.hbm_mib - static[i] - float(w @ end_a[:, p])
-                e[i] = max(e[i], _min_extra(fr, cnt, w, room))
-                if not np.isfinite(e[i]):
-                    break
+            for w, r in zip(rows, room[i]):
+                e[i] = max(e[i], _min_extra(fr, cnt, w, r))
+            if not np.isfinite(e[i]) or not keep:
+                continue
+            # per path: its least weighted replay Σ_v (cb_v − 1)·x_v over the choices that fit
+            add = np.array([max(wf.least(cnt, tuple(float(x) for x in w), tuple(float(x) for x in a), r)
+                                for w, r in zip(rows, room[i])) for a in groups])
+            E[i] = float((E0[i] + add[inv]).max())
         ok &= np.isfinite(e)
-        if keep:
-            wmin = A_b.min(axis=1)  # per path: least (cb − 1) over the stage's chunks (>= −1)
-            E = (E0 + wmin[None, :] * np.where(ok, e, 0.0)[:, None]).max(axis=1)
-        else:
-            E = E0[:, 0]
-        tables.append((nv[ok], F[ok], B[ok], e[ok], E[ok]))
+        idx = np.flatnonzero(ok)
+        stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx]))
     if not any_path:
         return None
-    return tables, total
+    return stages, total
 
 
-def _dp(tables, eps: np.ndarray, N: int) -> np.ndarray:
-    """Least Σ_stages (F + B + replay) ms over one configuration per stage with Σ layers = N and
-    every stage's E <= eps[k], for all k at once: float [len(eps)] (+inf where none)."""
+def _thresholds(stages: list[_Stage]) -> np.ndarray:
+    """The distinct finite E values of all configurations (ms): the thresholds ε to try."""
+    finite = [s.E[np.isfinite(s.E)] for s in stages]
+    return np.unique(np.concatenate(finite)) if finite else np.zeros(0)
+
+
+def _tables(st: _Stage, eps: np.ndarray, N: int) -> dict[int, np.ndarray]:
+    """Per layer count l: the least cost of an l-layer configuration allowed at each threshold
+    (E <= eps[k]): float [len(eps)]."""
     Kn = eps.size
-    D = np.full((Kn, N + 1), np.inf)
+    L = st.layers
+    c = st.cost
+    first = np.searchsorted(eps, st.E - 1e-9 * np.maximum(1.0, np.abs(st.E)), side="left")  # -inf -> 0
+    out = {}
+    for l in np.unique(L):
+        sel = L == l
+        col = np.full(Kn + 1, np.inf)
+        np.minimum.at(col, first[sel], c[sel])
+        out[int(l)] = np.minimum.accumulate(col[:Kn])
+    return out
+
+
+def _knapsack(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
+    """D[p] float [len(eps), N + 1]: least Σ cost over stages < p placing s layers with every E
+    <= eps[k] (p = 0..P)."""
+    D = np.full((eps.size, N + 1), np.inf)
     D[:, 0] = 0.0
-    for nv, F, B, e, E in tables:
-        L = np.rint(nv.sum(axis=1)).astype(np.int64)
-        c = F.sum(axis=1) + B.sum(axis=1) + e
-        first = np.searchsorted(eps, E - 1e-9 * np.maximum(1.0, np.abs(E)), side="left")  # -inf -> 0
+    out = [D]
+    for st in stages:
         new = np.full_like(D, np.inf)
-        for l in np.unique(L):
-            sel = L == l
-            col = np.full(Kn + 1, np.inf)
-            np.minimum.at(col, first[sel], c[sel])
-            g = np.minimum.accumulate(col[:Kn])  # cheapest l-layer configuration allowed at eps[k]
+        for l, g in _tables(st, eps, N).items():
             np.minimum(new[:, l:], D[:, :N + 1 - l] + g[:, None], out=new[:, l:])
         D = new
-    return D[:, N]
+        out.append(D)
+    return out
 
 
-def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: int = MAX_CONFIGS
-                    ) -> DeviceDPBound | None:
+def _through(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
+    """Per stage and configuration: the least W + ε of any layout that uses it (ms)."""
+    fwd = _knapsack(stages, eps, N)
+    bwd = _knapsack(stages[::-1], eps, N)[::-1]  # bwd[p]: stages >= p
+    out = []
+    for p, st in enumerate(stages):
+        A, Bk = fwd[p], bwd[p + 1]
+        comb = np.full((eps.size, N + 1), np.inf)  # [k, l]: best rest when stage p holds l
+        for s in range(N + 1):
+            np.minimum(comb[:, :N - s + 1], A[:, s:s + 1] + Bk[:, N - s::-1], out=comb[:, :N - s + 1])
+        tail = np.minimum.accumulate((comb + eps[:, None])[::-1], axis=0)[::-1]  # min over k' >= k
+        first = np.searchsorted(eps, st.E - 1e-9 * np.maximum(1.0, np.abs(st.E)), side="left")
+        first = np.minimum(first, eps.size - 1)
+        out.append(tail[first, st.layers] + st.cost)
+    return out
+
+
+def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: int = MAX_CONFIGS,
+                    joint_work: int = JOINT_WORK) -> DeviceDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
     whose step time is <= ``upper_ms`` (a feasible step time: the result is min(bound, upper_ms),
     so it is a bound on the optimum whenever some layout reaches ``upper_ms``).
@@ -154,17 +312,69 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     """
     if upper_ms is None or not np.isfinite(upper_ms):
         return None
-    out = _stage_tables(problem, V, float(upper_ms), max_configs)
+    upper = float(upper_ms)
+    out = _stage_tables(problem, V, upper, max_configs)
     if out is None:
         return None
-    tables, total = out
+    stages, total = out
     N = problem.N
-    if any(t[0].shape[0] == 0 for t in tables):
-        return DeviceDPBound(float(upper_ms), total, 0)
-    finite = [t[4][np.isfinite(t[4])] for t in tables]
-    eps = np.unique(np.concatenate(finite))
-    if eps.size == 0:
-        return DeviceDPBound(float(upper_ms), total, 0)
-    val = _dp(tables, eps, N) + eps
-    best = float(val.min()) if np.isfinite(val).any() else float("inf")
-    return DeviceDPBound(min(best, float(upper_ms)), total, eps.size)
+    su = _setup(problem, V)
+
+    def solve(sts: list[_Stage]) -> tuple[float, int]:
+        if any(st.n.shape[0] == 0 for st in sts):
+            return upper, 0
+        eps = _thresholds(sts)
+        if eps.size == 0:
+            return upper, 0
+        val = _knapsack(sts, eps, N)[-1][:, N] + eps  # Σ cost is W
+        return (float(val.min()) if np.isfinite(val).any() else float("inf")), eps.size
+
+    best, kn = solve(stages)
+    if best >= upper or joint_work <= 0:
+        return DeviceDPBound(min(best, upper), total, kn)
+    # Joint pass, against a rising target τ: a configuration whose least through-value (the best
+    # layout that uses it, per-path bounds) is above τ is dropped — every layout using it is
+    # above τ — and the survivors' replay is priced jointly over their chunks (every path and
+    # memory vector at once). The result min(τ, DP over survivors) is a bound; while the DP
+    # reaches τ, τ rises (more survivors) until the work cap or the incumbent.
+    eps = _thresholds(stages)
+    thr = _through(stages, eps, N)
+    jo = _ChunkOptions(su.lay)
+    cache: dict[tuple[int, int], np.ndarray] = {}
+    work = 0
+    step = max(upper - best, 1e-9) / 16
+    tau = best
+    result = best
+    n_surv = 0
+    while tau < upper:
+        tau = min(upper, tau + step)
+        step *= 2
+        surv = [np.flatnonzero(t <= tau * (1 + 1e-12)) for t in thr]
+        need = [(p, int(j)) for p, i in enumerate(surv) for j in i if (p, int(j)) not in cache]
+        cost = sum(jo.size(tuple(int(x) for x in stages[p].n[j])) for p, j in need)
+        if work + cost > joint_work:
+            break
+        work += cost
+        for p, j in need:
+            st = stages[p]
+            cnt = tuple(int(x) for x in st.n[j])
+            if jo.size(cnt) > MAX_JOINT or not np.isfinite(st.E[j]):
+                cache[(p, j)] = np.array([[st.e[j], st.E[j]]])
+            else:
+                pts = _joint(jo, cnt, st.rows, st.room[j], st.E0[j], st.A)
+                # each joint pair is >= the per-path bounds (kept as a floor)
+                cache[(p, j)] = np.maximum(pts, np.array([[st.e[j], st.E[j]]]))
+        new = []
+        for p, (st, i) in enumerate(zip(stages, surv)):
+            pts = [cache[(p, int(j))] for j in i]
+            idx = np.concatenate([np.full(q.shape[0], j, dtype=np.int64) for q, j in zip(pts, i)]) \
+                if pts else np.zeros(0, dtype=np.int64)
+            ee = np.concatenate([q[:, 0] for q in pts]) if pts else np.zeros(0)
+            EE = np.concatenate([q[:, 1] for q in pts]) if pts else np.zeros(0)
+            new.append(st.take(idx, ee, EE))
+        n_surv = sum(int(i.size) for i in surv)
+        val, kn = solve(new)
+        result = max(result, min(val, tau))
+        if val < tau:
+            break  # the joint relaxation's optimum is below τ: exact, no larger τ can help
+    return DeviceDPBound(min(result, upper), total, kn, n_surv, len(cache))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from autotune.tuner.device_dp import device_dp_bound
 from autotune.tuner.exact import exact_optimum
@@ -17,9 +17,12 @@ from tests.search.test_stage_dp import VPP_CASES, small_vpp_problem
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**VPP_CASES)
+@example(seed=20, N=4, P=2, V=2, kinds=("full",), tight=1.0, sched="1f1b", sdelta=False)
 def test_device_dp_never_exceeds_enumerated_optimum(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
     """With the optimum as ``upper_ms`` (the tightest pruning) and with a looser one, the bound is
-    <= the exact optimum of the enumerated space."""
+    <= the exact optimum of the enumerated space. The explicit example has the optimum's stage
+    exactly at the HBM budget (the joint pass once rounded its activation sums up by 1e-9 and
+    called it over budget)."""
     problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
     res = exact_optimum(problem)
     if res.best is None:
@@ -85,7 +88,7 @@ def _telechat(V: list[int]):
     return Problem(ProfileArrays.from_profile(prof), P=8, m=8, hbm_mib=cfg.hbm_mib, vpp_candidates=V)
 
 
-@pytest.mark.parametrize("V, upper, want, before", [(3, 6845.16, 6646.05, 6644.66), (4, 6628.66, 6424.00, 6289.85)])
+@pytest.mark.parametrize("V, upper, want, before", [(3, 6845.16, 6669.20, 6644.66), (4, 6628.66, 6424.00, 6289.85)])
 def test_telechat2_pinned(V: int, upper: float, want: float, before: float) -> None:
     """TeleChat2 96 layers pp8 m 8, 55,808 MiB, upper = the search's best layout: V = 3 proves
     6,646.05 ms (the integer program's capped branch and bound stopped at 6,644.66), V = 4 proves
