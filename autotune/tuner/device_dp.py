@@ -80,7 +80,9 @@ class _Stage:
     """One stage's configurations: layer counts n [M, V]; F, B (ms without replay) [M, V];
     replay e [M] and E [M] (ms, lower bounds); for the joint pass E0 [M, Q] (no replay), the
     paths' replay weights A [Q, V] (cb − 1), the live-count vectors rows [R, V] and the memory
-    room [M, R] (MiB)."""
+    room [M, R] (MiB); Es [M]: on the last stage, the stage's part of its paths that skip the
+    last chunk's forwards of the other stages (their length is W + Es − f·(those layers); -inf
+    elsewhere)."""
 
     n: np.ndarray
     F: np.ndarray
@@ -91,10 +93,12 @@ class _Stage:
     A: np.ndarray
     rows: np.ndarray
     room: np.ndarray
+    Es: np.ndarray
 
     def take(self, idx: np.ndarray, e: np.ndarray | None = None, E: np.ndarray | None = None) -> "_Stage":
         return _Stage(self.n[idx], self.F[idx], self.B[idx], self.e[idx] if e is None else e,
-                      self.E[idx] if E is None else E, self.E0[idx], self.A, self.rows, self.room[idx])
+                      self.E[idx] if E is None else E, self.E0[idx], self.A, self.rows, self.room[idx],
+                      self.Es[idx])
 
     @property
     def cost(self) -> np.ndarray:
@@ -201,6 +205,15 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         off[:, p] = False
         keep = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in fam[p]
                 if (cf[off] >= 1.0 - 1e-9).all() and (cb[off] >= 1.0 - 1e-9).all()]
+        skip = []
+        if p == P - 1 and P > 1:
+            # paths that skip exactly the last chunk's forwards of the other stages (no replay
+            # there: the skipped time is f per layer): E = stage part − f·(those layers)
+            zero = np.zeros((V, P), dtype=bool)
+            zero[V - 1, :P - 1] = True
+            skip = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in fam[p]
+                    if (np.abs(cf[zero]) < 1e-9).all() and (cf[off & ~zero] >= 1.0 - 1e-9).all()
+                    and (cb[off] >= 1.0 - 1e-9).all() and not (end_f[V - 1, :P - 1] > 0).any()]
         vecs = _count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), n_cap)
         total += len(vecs)
         if total > max_configs:
@@ -226,7 +239,13 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
             - (rows @ end_a[:, p])[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
         E = E0.max(axis=1)
-        groups, inv = np.unique(np.round(A, 9), axis=0, return_inverse=True)
+        Es = np.full(nv.shape[0], -np.inf)
+        if skip:
+            S_f = np.array([a for a, _, _ in skip])
+            S_b = np.array([b for _, b, _ in skip])
+            E0s = F @ S_f.T + B @ S_b.T + np.array([c for _, _, c in skip])[None, :]
+        groups, inv = np.unique(np.round(np.concatenate([A] + ([S_b] if skip else [])), 9), axis=0,
+                                return_inverse=True)
         inv = inv.reshape(-1)
         for i in np.flatnonzero(ok):
             cnt = tuple(int(x) for x in vecs[i])
@@ -236,11 +255,13 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
                 continue
             # per path: its least weighted replay Σ_v (cb_v − 1)·x_v over the choices that fit
             add = np.array([max(wf.least(cnt, tuple(float(x) for x in w), tuple(float(x) for x in a), r)
-                                for w, r in zip(rows, room[i])) for a in groups])
-            E[i] = float((E0[i] + add[inv]).max())
+                                for w, r in zip(rows, room[i])) for a in groups])[inv]
+            E[i] = float((E0[i] + add[:A.shape[0]]).max())
+            if skip:
+                Es[i] = float((E0s[i] + add[A.shape[0]:]).max())
         ok &= np.isfinite(e)
         idx = np.flatnonzero(ok)
-        stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx]))
+        stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx], Es[idx]))
     if not any_path:
         return None
     return stages, total
@@ -280,6 +301,56 @@ def _knapsack(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]
             np.minimum(new[:, l:], D[:, :N + 1 - l] + g[:, None], out=new[:, l:])
         D = new
         out.append(D)
+    return out
+
+
+def _final(stages: list[_Stage], eps: np.ndarray, N: int, f: float) -> np.ndarray:
+    """min over layouts of W + max(ε, E of the last stage's skip paths) with every no-skip E <=
+    eps[k], per k: float [len(eps)]. Without skip paths it is the knapsack's D[k, N] + eps[k]
+    (exact: a layout's max no-skip E is one of the eps); with them the stages before the last
+    also track c, the last chunk's layers placed, and the last stage adds max(eps[k], Es − f·c),
+    so the minimum over k is exact for the family (at the k of a layout's max no-skip E)."""
+    last = stages[-1]
+    if not np.isfinite(last.Es).any() or f <= 0:
+        return _knapsack(stages, eps, N)[-1][:, N] + eps
+    Kn = eps.size
+    V = last.n.shape[1]
+    D = np.full((Kn, N + 1, N + 1), np.inf)  # [k, layers placed, last-chunk layers placed]
+    D[:, 0, 0] = 0.0
+    for st in stages[:-1]:
+        L = st.layers
+        nl = np.rint(st.n[:, V - 1]).astype(np.int64)
+        c = st.cost
+        first = np.searchsorted(eps, st.E - 1e-9 * np.maximum(1.0, np.abs(st.E)), side="left")
+        new = np.full_like(D, np.inf)
+        for l, q in set(zip(L.tolist(), nl.tolist())):
+            sel = (L == l) & (nl == q)
+            col = np.full(Kn + 1, np.inf)
+            np.minimum.at(col, first[sel], c[sel])
+            g = np.minimum.accumulate(col[:Kn])
+            np.minimum(new[:, l:, q:], D[:, :N + 1 - l, :N + 1 - q] + g[:, None, None], out=new[:, l:, q:])
+        D = new
+    cidx = np.arange(N + 1)
+    suffix = np.minimum.accumulate(D[:, :, ::-1], axis=2)[:, :, ::-1]  # min over c' >= c
+    prefix = np.minimum.accumulate(D - f * cidx[None, None, :], axis=2)  # min over c' <= c of D − f·c'
+    out = np.full(Kn, np.inf)
+    first = np.searchsorted(eps, last.E - 1e-9 * np.maximum(1.0, np.abs(last.E)), side="left")
+    for i in range(last.n.shape[0]):
+        s = N - int(last.layers[i])
+        if s < 0 or first[i] >= Kn:
+            continue
+        ks = np.arange(first[i], Kn)
+        if np.isfinite(last.Es[i]):
+            # c >= cstar: the skip paths are within eps[k]; c < cstar: they set the max
+            cstar = np.ceil((last.Es[i] - eps[ks]) / f - 1e-9).astype(np.int64)
+            lo_ = np.clip(cstar, 0, N + 1)
+            a = np.where(lo_ <= N, suffix[ks, s, np.minimum(lo_, N)] + eps[ks], np.inf)
+            hi_ = np.clip(cstar - 1, -1, N)
+            b = np.where(hi_ >= 0, prefix[ks, s, np.maximum(hi_, 0)] + last.Es[i], np.inf)
+            v = np.minimum(a, b)
+        else:
+            v = suffix[ks, s, 0] + eps[ks]
+        out[ks] = np.minimum(out[ks], v + last.cost[i])
     return out
 
 
@@ -326,7 +397,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         eps = _thresholds(sts)
         if eps.size == 0:
             return upper, 0
-        val = _knapsack(sts, eps, N)[-1][:, N] + eps  # Σ cost is W
+        val = _final(sts, eps, N, float(su.lay.f))  # Σ cost is W
         return (float(val.min()) if np.isfinite(val).any() else float("inf")), eps.size
 
     best, kn = solve(stages)
