@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.tuner.bounds import _pareto_front
+from autotune.tuner.bounds import _pareto_front, allowed_classes
 from autotune.tuner.problem import Problem
 from autotune.tuner.stage_dp import _count_vectors, _min_extra, _RowFrontiers, _setup, _undominated, one_stay_counts
 
@@ -82,7 +82,9 @@ class _Stage:
     paths' replay weights A [Q, V] (cb − 1), the live-count vectors rows [R, V] and the memory
     room [M, R] (MiB); Es [M]: on the last stage, the stage's part of its paths that skip the
     last chunk's forwards of the other stages (their length is W + Es − f·(those layers); -inf
-    elsewhere)."""
+    elsewhere); for the joint pass the live-count vectors with their phase, jrows [Rj, V] and
+    jchunk [Rj] (-1 after a forward, else the chunk whose backward runs: its workspace is live),
+    jroom [M, Rj] (MiB) and the head / tail workspace end_w [V] (MiB)."""
 
     n: np.ndarray
     F: np.ndarray
@@ -94,11 +96,15 @@ class _Stage:
     rows: np.ndarray
     room: np.ndarray
     Es: np.ndarray
+    jrows: np.ndarray
+    jchunk: np.ndarray
+    jroom: np.ndarray
+    end_w: np.ndarray
 
     def take(self, idx: np.ndarray, e: np.ndarray | None = None, E: np.ndarray | None = None) -> "_Stage":
         return _Stage(self.n[idx], self.F[idx], self.B[idx], self.e[idx] if e is None else e,
                       self.E[idx] if E is None else E, self.E0[idx], self.A, self.rows, self.room[idx],
-                      self.Es[idx])
+                      self.Es[idx], self.jrows, self.jchunk, self.jroom[idx], self.end_w)
 
     @property
     def cost(self) -> np.ndarray:
@@ -139,10 +145,12 @@ class _WeightedFronts:
 
 class _ChunkOptions:
     """Per layer count n: the class multisets of n relaxed layers not dominated in (activation
-    MiB kept per micro-batch, static delta MiB, replay ms): float [K, 3] (memoised)."""
+    MiB kept per micro-batch, static delta MiB, replay ms, backward workspace MiB — the largest of
+    its classes'): float [K, 4] (memoised)."""
 
-    def __init__(self, layer) -> None:
+    def __init__(self, layer, ws: np.ndarray) -> None:
         self.layer = layer
+        self.ws = ws
         self.cache: dict[int, np.ndarray] = {}
 
     def get(self, n: int) -> np.ndarray:
@@ -150,7 +158,8 @@ class _ChunkOptions:
             lay = self.layer
             per = np.stack([lay.act, lay.sdelta, lay.extra], axis=1)  # [C, 3]
             combos = list(itertools.combinations_with_replacement(range(per.shape[0]), n))
-            arr = np.array([per[list(c)].sum(axis=0) for c in combos]) if n else np.zeros((1, 3))
+            arr = np.array([np.append(per[list(c)].sum(axis=0), self.ws[list(c)].max()) for c in combos]) \
+                if n else np.zeros((1, 4))
             keep = [j for j in range(arr.shape[0])
                     if not np.any(np.all(arr <= arr[j] + 1e-9, axis=1) & np.any(arr < arr[j] - 1e-9, axis=1))]
             self.cache[n] = arr[keep]
@@ -160,22 +169,27 @@ class _ChunkOptions:
         return int(np.prod([self.get(int(n)).shape[0] for n in counts]))
 
 
-def _joint(jo: _ChunkOptions, counts: tuple[int, ...], rows: np.ndarray, room: np.ndarray,
-           E0: np.ndarray, A: np.ndarray) -> np.ndarray:
-    """The (replay ms, E ms) pairs not dominated over the replay choices of one stage
-    configuration that fit every live-count vector at once (workspace dropped): E = max over the
-    stage's no-skip paths of E0 + Σ_v (cb_v − 1)·replay_v; float [K, 2], empty when nothing fits."""
+def _joint(jo: _ChunkOptions, counts: tuple[int, ...], st: "_Stage", j: int) -> np.ndarray:
+    """The (replay ms, E ms) pairs not dominated over the replay choices of configuration j of a
+    stage (layer counts ``counts``) that fit every live-count vector at once, each backward with
+    its chunk's workspace (the largest of its layers' classes and its head / tail): E = max over
+    the stage's no-skip paths of E0 + Σ_v (cb_v − 1)·replay_v; float [K, 2], empty when nothing
+    fits."""
     opts = [jo.get(n) for n in counts]
     grids = np.meshgrid(*[np.arange(o.shape[0]) for o in opts], indexing="ij")
     sel = [g.reshape(-1) for g in grids]
     act = np.stack([o[i, 0] for o, i in zip(opts, sel)], axis=1)  # [K, V]
     sd = sum(o[i, 1] for o, i in zip(opts, sel))  # [K]
     x = np.stack([o[i, 2] for o, i in zip(opts, sel)], axis=1)  # [K, V]
-    fit = np.all(act @ rows.T + sd[:, None] <= room[None, :] + 1e-9 * (1.0 + np.abs(room[None, :])), axis=1)
+    ws = np.maximum(np.stack([o[i, 3] for o, i in zip(opts, sel)], axis=1), st.end_w[None, :])  # [K, V]
+    ch = st.jchunk
+    live = act @ st.jrows.T + sd[:, None] + np.where(ch >= 0, ws[:, np.maximum(ch, 0)], 0.0)  # [K, Rj]
+    room = st.jroom[j]
+    fit = np.all(live <= room[None, :] + 1e-9 * (1.0 + np.abs(room[None, :])), axis=1)
     if not fit.any():
         return np.zeros((0, 2))
     x = x[fit]
-    return _pareto_front(np.stack([x.sum(axis=1), (E0[None, :] + x @ A.T).max(axis=1)], axis=1))
+    return _pareto_front(np.stack([x.sum(axis=1), (st.E0[j][None, :] + x @ st.A.T).max(axis=1)], axis=1))
 
 
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
@@ -197,6 +211,9 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     fam = one_stay_counts(cs)
     fr = _RowFrontiers(lay)
     wf = _WeightedFronts(fr)
+    end_w = np.zeros((V, P))  # head / tail workspace MiB (the cost model's workspace is a max)
+    end_w[0, 0] = problem.pa.head[4]
+    end_w[V - 1, P - 1] = max(end_w[V - 1, P - 1], problem.pa.tail[4])
     stages = []
     total = 0
     any_path = False
@@ -235,6 +252,14 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         rows = _undominated(np.concatenate(
             [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
             .astype(np.float64)) / k
+        jr = [(w, -1) for w in _undominated(np.asarray(cs.mem_fwd[p]).reshape(-1, V).astype(np.float64)) / k]
+        bv, bc = cs.mem_bwd[p]
+        for c_ in (np.unique(bc) if bv.size else []):
+            jr += [(w, int(c_)) for w in _undominated(bv[bc == c_].reshape(-1, V).astype(np.float64)) / k]
+        jrows = np.array([w for w, _ in jr]).reshape(-1, V)
+        jchunk = np.array([c_ for _, c_ in jr], dtype=np.int64)
+        jroom = problem.hbm_mib - (const_static[p] + nv.sum(axis=1) * lay.static)[:, None] \
+            - (jrows @ end_a[:, p])[None, :]  # [M, Rj]
         room = problem.hbm_mib - (const_static[p] + nv.sum(axis=1) * lay.static)[:, None] \
             - (rows @ end_a[:, p])[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
@@ -261,7 +286,8 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
                 Es[i] = float((E0s[i] + add[A.shape[0]:]).max())
         ok &= np.isfinite(e)
         idx = np.flatnonzero(ok)
-        stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx], Es[idx]))
+        stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx], Es[idx],
+                             jrows, jchunk, jroom[idx], end_w[:, p]))
     if not any_path:
         return None
     return stages, total
@@ -410,7 +436,9 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     # reaches τ, τ rises (more survivors) until the work cap or the incumbent.
     eps = _thresholds(stages)
     thr = _through(stages, eps, N)
-    jo = _ChunkOptions(su.lay)
+    pa = problem.pa
+    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
+    jo = _ChunkOptions(su.lay, pa.ws_kc[ks][:, allowed_classes(problem.kinds)].min(axis=0))
     cache: dict[tuple[int, int], np.ndarray] = {}
     work = 0
     step = max(upper - best, 1e-9) / 16
@@ -432,7 +460,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
             if jo.size(cnt) > MAX_JOINT or not np.isfinite(st.E[j]):
                 cache[(p, j)] = np.array([[st.e[j], st.E[j]]])
             else:
-                pts = _joint(jo, cnt, st.rows, st.room[j], st.E0[j], st.A)
+                pts = _joint(jo, cnt, st, j)
                 # each joint pair is >= the per-path bounds (kept as a floor)
                 cache[(p, j)] = np.maximum(pts, np.array([[st.e[j], st.E[j]]]))
         new = []
