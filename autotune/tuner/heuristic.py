@@ -192,10 +192,16 @@ def fit_recompute(problem: Problem, layers: np.ndarray, rec: np.ndarray, sel: np
     return rec, sel, com, (peak <= cap + 1e-9).all(axis=1)
 
 
-def fitted(problem: Problem, V: int, layers: np.ndarray, origin: str) -> list[Candidate]:
-    """Candidates for a batch of splits int [B, V, P] with fitted recompute, scored."""
+def fitted(problem: Problem, V: int, layers: np.ndarray, origin: str, *,
+           fit: str = "greedy") -> list[Candidate]:
+    """Candidates for a batch of splits int [B, V, P] with fitted recompute, scored. ``fit``:
+    "greedy" (:func:`fit_recompute`) or "exact" (:func:`fit_exact`, least replay per stage)."""
     z = np.zeros_like(layers)
-    rec, sel, com, _ = fit_recompute(problem, layers, z, z, z)
+    if fit != "greedy":
+        w = None if fit == "exact" else np.asarray(fit[1], float)[:, None]
+        rec, sel, com, _ = fit_exact(problem, layers, memo=_memo_for(problem), weights=w)
+    else:
+        rec, sel, com, _ = fit_recompute(problem, layers, z, z, z)
     cands = [Candidate(V, layers[i], rec[i], sel[i], com[i], origin=origin) for i in range(layers.shape[0])]
     return problem.score(cands)
 
@@ -222,7 +228,7 @@ def _moves(problem: Problem, cand: Candidate) -> np.ndarray:
 
 
 def _refit_touched(problem: Problem, base: Candidate, splits: np.ndarray,
-                   memo: dict | None = None) -> tuple[np.ndarray, ...]:
+                   memo: dict | None = None, fit: str = "greedy") -> tuple[np.ndarray, ...]:
     """Recompute [B, V, P] for moves ``splits`` (int [B, V, P]) of ``base``: untouched stages keep
     ``base``'s, each touched stage is re-fitted from zero by :func:`fit_recompute`.
 
@@ -254,7 +260,7 @@ def _refit_touched(problem: Problem, base: Candidate, splits: np.ndarray,
     uses: list[tuple[int, int, tuple]] = []  # (move, stage, key) filled from the memo
     for b, p in zip(*np.nonzero(changed)):
         b, p = int(b), int(p)
-        key = (V, p, splits[b, :, p].tobytes(), starts[b, :, p].tobytes())
+        key = (V, p, splits[b, :, p].tobytes(), starts[b, :, p].tobytes()) + ((fit,) if fit != "greedy" else ())
         if key not in memo and key not in keys:
             keys[key] = (b, p)
             todo[b, p] = True
@@ -263,7 +269,11 @@ def _refit_touched(problem: Problem, base: Candidate, splits: np.ndarray,
     if rows.size:
         L = splits[rows]
         z = np.zeros_like(L)
-        fr, fs, fc, _ = fit_recompute(problem, L, z, z, z, stages=todo[rows])
+        if fit != "greedy":
+            w = None if fit == "exact" else np.asarray(fit[1], float)[:, None]
+            fr, fs, fc, _ = fit_exact(problem, L, stages=todo[rows], memo=memo, weights=w)
+        else:
+            fr, fs, fc, _ = fit_recompute(problem, L, z, z, z, stages=todo[rows])
         at = {int(b): i for i, b in enumerate(rows)}
         for key, (b, p) in keys.items():
             i = at[b]
@@ -310,7 +320,7 @@ def _pair_moves(problem: Problem, base: Candidate, singles: np.ndarray, order: n
 
 
 def _score_moves(problem: Problem, base: Candidate, splits: np.ndarray, memo: dict,
-                 ) -> tuple[Candidate, np.ndarray, np.ndarray]:
+                 fit: str = "greedy") -> tuple[Candidate, np.ndarray, np.ndarray]:
     """Refit (:func:`_refit_touched`) and simulate moves ``splits`` int [B, V, P] of ``base`` in
     batches of :data:`MOVE_CHUNK`. Returns (the best move as a scored Candidate, memory excess
     [B] MiB clipped at 0, step [B] ms); best = least excess, then least step, then first."""
@@ -318,7 +328,7 @@ def _score_moves(problem: Problem, base: Candidate, splits: np.ndarray, memo: di
     best_key, best = None, None
     for lo in range(0, len(splits), MOVE_CHUNK):
         sp = splits[lo:lo + MOVE_CHUNK]
-        rec, sel, com = _refit_touched(problem, base, sp, memo)
+        rec, sel, com = _refit_touched(problem, base, sp, memo, fit)
         s = problem.evaluate(base.V, sp, rec, sel, com)
         excess = np.maximum(0.0, s.peak_mib.max(axis=1) - problem.hbm_mib)
         i = int(np.lexsort((s.step_ms, excess))[0])
@@ -338,7 +348,7 @@ def _better(c: Candidate, than: Candidate) -> bool:
 
 
 def _descend(problem: Problem, best: Candidate, memo: dict, scans: int,
-             deadline: float | None) -> tuple[Candidate, int, tuple | None]:
+             deadline: float | None, fit: str = "greedy") -> tuple[Candidate, int, tuple | None]:
     """Steepest single-move descent from ``best`` (scored) for at most ``scans`` neighbourhood
     scans. Returns (end point, scans used, the last scan's (splits, excess, step) when it stopped
     at a local optimum, else None)."""
@@ -351,7 +361,7 @@ def _descend(problem: Problem, best: Candidate, memo: dict, scans: int,
         splits = _moves(problem, best)
         if splits.size == 0:
             return best, used, None
-        c, excess, step = _score_moves(problem, best, splits, memo)
+        c, excess, step = _score_moves(problem, best, splits, memo, fit)
         used += 1
         if not _better(c, best):
             return best, used, (splits, excess, step)
@@ -389,7 +399,7 @@ def _memo_for(problem: Problem) -> dict:
 
 def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
                  deadline: float | None = None, pair_top: int | None = None,
-                 kicks: int | None = None) -> Candidate:
+                 kicks: int | None = None, fit: str = "greedy") -> Candidate:
     """Steepest descent from ``start`` over single-layer moves with re-fitted recompute, with a
     deterministic pair-move escape from local optima.
 
@@ -430,7 +440,7 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         return used >= max_iters or (deadline is not None and time.monotonic() > deadline)
 
     while True:
-        end, n, stall = _descend(problem, best, memo, max_iters - used, deadline)
+        end, n, stall = _descend(problem, best, memo, max_iters - used, deadline, fit)
         used += n
         if end is not best:
             end.origin = f"{start.origin}+local"
@@ -441,15 +451,15 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         pairs = _pair_moves(problem, best, splits, np.lexsort((step, excess)), top)
         if not len(pairs):
             break
-        c, ex2, st2 = _score_moves(problem, best, pairs, memo)
+        c, ex2, st2 = _score_moves(problem, best, pairs, memo, fit)
         used += 1
         if not _better(c, best):
             ends = []
             for k in np.lexsort((st2, ex2))[:n_kicks]:
                 if late():
                     break
-                kick, _, _ = _score_moves(problem, best, pairs[k:k + 1], memo)
-                e, n, _ = _descend(problem, kick, memo, max_iters - used, deadline)
+                kick, _, _ = _score_moves(problem, best, pairs[k:k + 1], memo, fit)
+                e, n, _ = _descend(problem, kick, memo, max_iters - used, deadline, fit)
                 used += n
                 ends.append(e)
             if not ends:
@@ -470,3 +480,409 @@ def heuristic_seeds(problem: Problem, *, deadline: float | None = None) -> list[
         out.append(ev)
         out.append(local_search(problem, ev, deadline=deadline))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact per-stage recompute fit
+# ----------------------------------------------------------------------------------------------
+
+#: The exact fit enumerates every recompute configuration of a mini-stage (O(n³) for n layers);
+#: a mini-stage with more configurations than this sends its stage to the greedy (a work cap).
+EXACT_FIT_MAX_OPTS = 30_000
+#: Most partial combinations (over a stage's chunks) the exact fit builds for one stage; a stage
+#: that needs more goes to the greedy (a work cap).
+EXACT_FIT_MAX_COMBOS = 400_000
+
+
+def _mini_stage_options(n: int, kinds: tuple[str, ...]) -> np.ndarray:
+    """Every distinct recompute configuration of a mini-stage of ``n`` layers: int [O, 3] (rec,
+    sel, com), (0, 0, 0) first. The classes occupy contiguous ranges (``autotune.cost.inputs``):
+    full [0, f), select+comm [f, f+b), select-only or comm-only [f+b, f+b+x), none after; a count
+    is used only when its kind is allowed (b needs select and comm), and an unused key stays 0."""
+    full, s_ok, c_ok = "full" in kinds, "select" in kinds, "comm" in kinds
+    out = [(0, 0, 0)]
+    seen = {(0, 0, 0)}
+    for f in range(n + 1 if full else 1):
+        for b in range(n - f + 1 if (s_ok and c_ok) else 1):
+            lo = f + b
+            for x in range(n - lo + 1):
+                for sel_type in ((True, False) if x else (True,)):
+                    if x and not (s_ok if sel_type else c_ok):
+                        continue
+                    hi = lo + x
+                    base = lo if b else 0
+                    s = hi if (x and sel_type) else base
+                    c = hi if (x and not sel_type) else base
+                    t = (f, s, c)
+                    if t not in seen:
+                        seen.add(t)
+                        out.append(t)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _stage_rows(problem: Problem, V: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per stage the memory rows (Nu [R, V], Om [R, V]) of the schedule: the stage's activation
+    peak is max_r Nu_r·act + Om_r·ws (act, ws [V] of its mini-stages; :func:`peak_activation`),
+    rows dominated by another row dropped (act and ws are >= 0)."""
+    from autotune.cost.simulate import compile_schedule
+
+    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
+    out = []
+    for p in range(problem.P):
+        if cs.mem_split is not None:
+            vec = cs.mem_split[p].astype(float)
+            nu, om = vec[:, :V] / cs.k, vec[:, V:]
+        else:
+            f = cs.mem_fwd[p].astype(float).reshape(-1, V) / cs.k
+            bv, bc = cs.mem_bwd[p]
+            b = bv.astype(float).reshape(-1, V) / cs.k
+            nu = np.concatenate([f, b])
+            om = np.concatenate([np.zeros_like(f), np.eye(V)[np.asarray(bc, dtype=np.int64)].reshape(-1, V)])
+        row = np.concatenate([nu, om], axis=1)
+        row = np.unique(row, axis=0)
+        ge = (row[:, None, :] >= row[None, :, :]).all(-1)  # ge[i, j]: row i >= row j everywhere
+        dom = ge & ~np.eye(len(row), dtype=bool)
+        dominated = dom.any(axis=0) & ~(dom & dom.T).any(axis=0)  # strictly dominated by some row
+        row = row[~dominated]
+        out.append((row[:, :V], row[:, V:]))
+    return out
+
+
+def _pareto_mask(vals: np.ndarray) -> np.ndarray:
+    """bool [O]: rows of ``vals`` [O, D] not dominated (<= everywhere, < somewhere) by another,
+    and the first of equal rows."""
+    O = len(vals)
+    keep = np.ones(O, dtype=bool)
+    for lo in range(0, O, 256):
+        blk = vals[lo:lo + 256]
+        le = (vals[None, :, :] <= blk[:, None, :]).all(-1)  # [b, O]: option j <= option lo+i
+        lt = (vals[None, :, :] < blk[:, None, :]).any(-1)
+        eq = le & ~lt
+        earlier = np.arange(O)[None, :] < (lo + np.arange(len(blk)))[:, None]
+        keep[lo:lo + len(blk)] = ~((le & lt) | (eq & earlier)).any(axis=1)
+    return keep
+
+
+def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, int]],
+               memo: dict, pos: np.ndarray | None) -> None:
+    """Fill ``memo`` with the undominated recompute options of mini-stages: for each (row b of
+    ``layers`` int [B, V, P], chunk v, stage p) in ``need`` whose key is new, key ("xf", V, v, p,
+    first layer, layers) -> (options int [F, 3] (rec, sel, com), memory rows' share c [F, R] MiB,
+    replay [F] ms, static delta [F] MiB) or None when it has too many options. c_r = Nu_rv·act +
+    Om_rv·ws + static delta (vs no recompute), so a stage fits iff static(no recompute) +
+    Σ_v c_v <= budget on every row r; options dominated on (c, replay) are dropped."""
+    from autotune.cost.inputs import _starts
+
+    B, V, P = layers.shape
+    starts = _starts(layers, pos)
+    rows = _stage_rows(problem, V)
+    todo: dict[tuple, tuple[int, int, int]] = {}
+    for b, v, p in need:
+        key = ("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p]))
+        if key not in memo and key not in todo:
+            todo[key] = (b, v, p)
+    if not todo:
+        return
+    groups, opts = [], []
+    for key, (b, v, p) in todo.items():
+        n = int(layers[b, v, p])
+        if (n + 1) * (n + 2) * (n + 3) // 3 > EXACT_FIT_MAX_OPTS:
+            memo[key] = None
+            continue
+        o = _mini_stage_options(n, problem.kinds)
+        groups.append((key, b, v, p, len(o)))
+        opts.append(o)
+    if not groups:
+        return
+    tot = sum(g[4] for g in groups)
+    L = np.empty((tot, V, P), dtype=np.int64)
+    R, S, C = (np.zeros((tot, V, P), dtype=np.int64) for _ in range(3))
+    at = 0
+    for (key, b, v, p, k), o in zip(groups, opts):
+        L[at:at + k] = layers[b]
+        R[at:at + k, v, p], S[at:at + k, v, p], C[at:at + k, v, p] = o.T
+        at += k
+    from autotune.cost.inputs import stage_costs
+
+    costs = stage_costs(problem.pa, L, R, S, C, pos=pos)
+    at = 0
+    for (key, b, v, p, k), o in zip(groups, opts):
+        sl = slice(at, at + k)
+        at += k
+        act, ws = costs.act_mib[sl, v, p], costs.ws_mib[sl, v, p]
+        rep = costs.recompute_ms[sl, v, p]
+        sd = costs.static_mib[sl, p] - costs.static_mib[at - k, p]  # option 0: no recompute
+        nu, om = rows[p]
+        c = act[:, None] * nu[None, :, v] + ws[:, None] * om[None, :, v] + sd[:, None]
+        # cheap pre-filter on (act, ws, static delta, replay), which implies row dominance ...
+        vals = np.stack([act, ws, sd, rep], axis=1)
+        order = np.lexsort((act, rep, sd, ws))
+        keep = np.zeros(k, dtype=bool)
+        grp = vals[order][:, 1:3]
+        new = np.ones(k, dtype=bool)
+        new[1:] = (grp[1:] != grp[:-1]).any(axis=1)
+        best = np.inf
+        for i, j in enumerate(order):  # per (ws, sd) group, by replay: a strictly lower act only
+            if new[i]:
+                best = np.inf
+            if act[j] < best - 1e-12:
+                keep[j] = True
+                best = act[j]
+        idx = np.nonzero(keep)[0]
+        # ... then the exact dominance on the stage's memory rows and replay
+        idx = idx[_pareto_mask(np.concatenate([c[idx], rep[idx, None]], axis=1))]
+        idx = idx[np.argsort(rep[idx], kind="stable")]
+        memo[key] = (o[idx], c[idx], rep[idx], sd[idx])
+
+
+def _stage_combos(fr: list, room: float, w: np.ndarray,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Every combination of one option per chunk (``fr``: the chunks' :func:`_frontiers` entries)
+    that fits: (option index per chunk int [S, V], Σ_v w_v·replay [S] ms, largest memory-row
+    share [S] MiB); ``room`` = budget − static without recompute. None when a chunk has no
+    frontier or the partial combinations exceed :data:`EXACT_FIT_MAX_COMBOS`. Partial
+    combinations that cannot fit even with the least share of the remaining chunks are dropped
+    as they are built."""
+    if any(f is None for f in fr):
+        return None
+    V = len(fr)
+    mins = np.array([f[1].min(axis=0) for f in fr])  # V R: least share of each row
+    rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, mins.shape[1]))])
+    sc = fr[0][1]
+    obj = w[0] * fr[0][2]
+    idx = np.arange(len(sc))[:, None]
+    ok = (sc + rest[1] <= room).all(axis=1)
+    sc, obj, idx = sc[ok], obj[ok], idx[ok]
+    for v in range(1, V):
+        f = fr[v]
+        k = len(f[0])
+        if len(sc) * k > EXACT_FIT_MAX_COMBOS:
+            return None
+        nc = (sc[:, None, :] + f[1][None, :, :]).reshape(-1, sc.shape[1])
+        nobj = (obj[:, None] + w[v] * f[2][None, :]).reshape(-1)
+        nidx = np.concatenate([np.repeat(idx, k, axis=0), np.tile(np.arange(k), len(idx))[:, None]], axis=1)
+        ok = (nc + rest[v + 1] <= room).all(axis=1)
+        sc, obj, idx = nc[ok], nobj[ok], nidx[ok]
+    return idx, obj, sc.max(axis=1) if len(sc) else np.zeros(0)
+
+
+def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.ndarray,
+                ) -> tuple[np.ndarray, float, float] | None:
+    """The fitting combination of :func:`_stage_combos` with the least Σ_v w_v·replay (ties: the
+    least largest memory-row share), by a DP over the chunks: after chunk v the partial
+    combinations are feasibility-filtered (least share of the remaining chunks) and pruned to
+    those undominated on (partial sums of the rows the remaining chunks still touch, objective).
+    Rows with the same coefficients on the chunks placed so far have the same partial sums and
+    count once, so for the 1F1B families (nested live-count vectors) the state is one number.
+    Returns (option index per chunk int [V], objective, largest row share) or None (no frontier,
+    no fitting combination, or over :data:`EXACT_FIT_MAX_COMBOS`)."""
+    if any(f is None for f in fr):
+        return None
+    V = len(fr)
+    R = nu.shape[0]
+    mins = np.array([f[1].min(axis=0) for f in fr])
+    rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, R))])
+    has_sd = [bool(np.any(f[3])) for f in fr]
+    coef = (nu != 0) | (om != 0)  # R V
+    sc = fr[0][1]
+    obj = w[0] * fr[0][2]
+    idx = np.arange(len(sc))[:, None]
+    for v in range(V):
+        if v:
+            f = fr[v]
+            k = len(f[0])
+            if len(sc) * k > EXACT_FIT_MAX_COMBOS:
+                return None
+            sc = (sc[:, None, :] + f[1][None, :, :]).reshape(-1, R)
+            obj = (obj[:, None] + w[v] * f[2][None, :]).reshape(-1)
+            idx = np.concatenate([np.repeat(idx, k, axis=0), np.tile(np.arange(k), len(idx))[:, None]], axis=1)
+        ok = (sc + rest[v + 1] <= room).all(axis=1)
+        sc, obj, idx = sc[ok], obj[ok], idx[ok]
+        if not len(sc):
+            return None
+        if v == V - 1:
+            break
+        # prune: rows the remaining chunks touch, one per distinct coefficient prefix
+        act = coef[:, v + 1:].any(axis=1) | any(has_sd[v + 1:])
+        if not act.any():
+            i = int(np.argmin(obj))
+            sc, obj, idx = sc[i:i + 1], obj[i:i + 1], idx[i:i + 1]
+            continue
+        pre = np.concatenate([nu[:, :v + 1], om[:, :v + 1]], axis=1)[act]
+        _, first = np.unique(pre, axis=0, return_index=True)
+        key = sc[:, np.nonzero(act)[0][np.sort(first)]]
+        if key.shape[1] == 1:
+            o = np.lexsort((obj, key[:, 0]))
+            run = np.minimum.accumulate(obj[o])
+            keep = np.ones(len(o), dtype=bool)
+            keep[1:] = obj[o][1:] < run[:-1] - 1e-12
+            sel = o[keep]
+        elif len(sc) <= 4096:
+            sel = np.nonzero(_pareto_mask(np.concatenate([key, obj[:, None]], axis=1)))[0]
+        else:
+            continue
+        sc, obj, idx = sc[sel], obj[sel], idx[sel]
+    top = sc.max(axis=1)
+    tie = np.nonzero(obj <= obj.min() + 1e-9)[0]
+    i = int(tie[np.argmin(top[tie])])
+    return idx[i], float(obj[i]), float(top[i])
+
+
+def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None = None,
+              weights: np.ndarray | None = None, memo: dict | None = None,
+              ) -> tuple[np.ndarray, ...]:
+    """Least-replay recompute per stage that fits the budget, exactly (no greedy).
+
+    A stage's peak depends only on its own column: static + max over the schedule's memory rows
+    of the live activations (+ a backward's workspace). Each mini-stage's configurations (every
+    full / select+comm / select-only or comm-only / none class count, in MindFormers' "first r
+    layers" order) are reduced to those undominated on (share of every memory row, replay ms);
+    the stage takes the combination over its chunks that fits with the least Σ_v weights[v]·replay
+    (ties: the lowest peak). A stage with no fitting combination, or too many options
+    (:data:`EXACT_FIT_MAX_OPTS`, :data:`EXACT_FIT_MAX_COMBOS`), gets :func:`fit_recompute`'s greedy.
+
+    Args:
+        problem: the tuning problem. layers: int [B, V, P] splits.
+        stages: optional bool [B, P]: fit only these stages (the others get zeros).
+        weights: optional float [V, P] or [B, V, P] replay weights (> 0; default 1: least stage
+            time).
+        memo: optional dict for the mini-stage frontiers (one per problem; see :func:`_memo_for`).
+
+    Returns (rec, sel, com int [B, V, P], fits [B] bool) like :func:`fit_recompute` (stages not
+    fitted are scored as zeros).
+    """
+    B, V, P = layers.shape
+    memo = {} if memo is None else memo
+    pos = _positions(problem, V)
+    mask = np.ones((B, P), dtype=bool) if stages is None else np.asarray(stages, dtype=bool)
+    w = np.ones((B, V, P)) if weights is None else np.broadcast_to(np.asarray(weights, float), (B, V, P))
+    rec, sel, com = (np.zeros((B, V, P), dtype=np.int64) for _ in range(3))
+    cap = problem.hbm_mib + 1e-9
+    z = np.zeros_like(layers)
+    static0 = problem.costs(V, layers, z, z, z).static_mib  # B P
+    bs, ps = np.nonzero(mask)
+    _frontiers(problem, layers, [(int(b), v, int(p)) for b, p in zip(bs, ps) for v in range(V)], memo, pos)
+    from autotune.cost.inputs import _starts
+
+    starts = _starts(layers, pos)
+    rows = _stage_rows(problem, V)
+    greedy = np.zeros((B, P), dtype=bool)
+    for b, p in zip(bs, ps):
+        fr = [memo[("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p]))] for v in range(V)]
+        got = _stage_best(fr, cap - static0[b, p], w[b, :, p], *rows[p])
+        if got is None:
+            greedy[b, p] = True
+            continue
+        for v in range(V):
+            rec[b, v, p], sel[b, v, p], com[b, v, p] = fr[v][0][got[0][v]]
+    if greedy.any():
+        rows = np.nonzero(greedy.any(axis=1))[0]
+        L = layers[rows]
+        zz = np.zeros_like(L)
+        gr, gs, gc, _ = fit_recompute(problem, L, zz, zz, zz, stages=greedy[rows])
+        g3 = greedy[rows][:, None, :]
+        rec[rows] = np.where(g3, gr, rec[rows])
+        sel[rows] = np.where(g3, gs, sel[rows])
+        com[rows] = np.where(g3, gc, com[rows])
+    peak = problem.evaluate(V, layers, rec, sel, com, memory_only=True).peak_mib
+    return rec, sel, com, (peak <= cap).all(axis=1)
+
+
+#: :func:`polish_recompute` simulates at most this many fitting recompute combinations per stage
+#: (the least-replay ones; a work cap) ...
+POLISH_TOP = 3000
+#: ... and, for pairs of stages changed together, this many per stage (PAIR² per pair).
+POLISH_PAIR_TOP = 20
+
+
+def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
+                     top: int = POLISH_TOP, pair_top: int = POLISH_PAIR_TOP) -> Candidate:
+    """Coordinate descent on ``cand``'s recompute with its split fixed, by simulation.
+
+    The moves: one stage's recompute replaced by any fitting combination of its chunks'
+    undominated options (:func:`_stage_combos`, the ``top`` least-replay ones), the other stages
+    as they are; when no such move is faster, two stages' recompute replaced together (the
+    ``pair_top`` least-replay combinations of each, each pair of stages in turn). Each stage's (or
+    pair's) moves are simulated at once and the fastest taken when it is faster. At most ``rounds``
+    passes (a single-stage sweep, then the pair sweep when it gained nothing); stops at a pass
+    without gain.
+    Returns a scored Candidate (``cand`` itself when nothing improves; every answer fits)."""
+    from autotune.cost.inputs import _starts
+
+    V, P = cand.V, problem.P
+    memo = _memo_for(problem)
+    pos = _positions(problem, V)
+    lay = cand.layers[None]
+    best = cand
+    if not np.isfinite(best.step_ms):
+        problem.score([best])
+    _frontiers(problem, lay, [(0, v, p) for p in range(P) for v in range(V)], memo, pos)
+    starts = _starts(lay, pos)[0]
+    z = np.zeros_like(lay)
+    static0 = problem.costs(V, lay, z, z, z).static_mib[0]
+    cap = problem.hbm_mib + 1e-9
+    opts: list[np.ndarray | None] = []  # per stage: int [S, V, 3] fitting (rec, sel, com) columns
+    for p in range(P):
+        fr = [memo[("xf", V, v, p, int(starts[v, p]), int(cand.layers[v, p]))] for v in range(V)]
+        got = _stage_combos(fr, cap - static0[p], np.ones(V))
+        if got is None or not len(got[0]):
+            opts.append(None)
+            continue
+        idx = got[0][np.argsort(got[1], kind="stable")[:top]]
+        opts.append(np.stack([fr[v][0][idx[:, v]] for v in range(V)], axis=1))
+
+    def apply(moves: list[tuple[tuple[int, np.ndarray], ...]]) -> bool:
+        """Simulate the moves (each: (stage, its new columns [S, V, 3]) for one or two stages,
+        all combinations) and take the fastest fitting one when faster."""
+        nonlocal best
+        blocks = []
+        for mv in moves:
+            sizes = [len(c) for _, c in mv]
+            S = int(np.prod(sizes))
+            cols = [getattr(best, a) for a in ("rec", "sel", "com")]
+            arr = [np.broadcast_to(x, (S, V, P)).copy() for x in cols]
+            grid = np.indices(sizes).reshape(len(sizes), -1)
+            for (p, c), g in zip(mv, grid):
+                for a in range(3):
+                    arr[a][:, :, p] = c[g, :, a]
+            blocks.append(arr)
+        if not blocks:
+            return False
+        R, Sl, C = (np.concatenate([b[a] for b in blocks]) for a in range(3))
+        n = len(R)
+        sc = problem.evaluate(V, np.broadcast_to(cand.layers, (n, V, P)), R, Sl, C)
+        step = np.where(sc.peak_mib.max(axis=1) <= cap, sc.step_ms, np.inf)
+        i = int(np.argmin(step))
+        if not step[i] < best.step_ms - 1e-9:
+            return False
+        pk = float(sc.peak_mib[i].max())
+        best = Candidate(V, cand.layers.copy(), R[i], Sl[i], C[i], float(step[i]), pk,
+                         pk - problem.hbm_mib, origin=f"{cand.origin}+polish")
+        return True
+
+    live = [p for p in range(P) if opts[p] is not None]
+    for _ in range(rounds):
+        gained = False
+        for p in live:
+            gained |= apply([((p, opts[p]),)])
+        if not gained and pair_top > 0:
+            for k, p in enumerate(live):
+                for q in live[k + 1:]:
+                    gained |= apply([((p, opts[p][:pair_top]), (q, opts[q][:pair_top]))])
+        if not gained:
+            break
+    return best
+
+
+#: Replay weight of the first and last chunk in the exact fit that :func:`exact_fit_spec` gives
+#: the local search of interleaved layouts (the middle chunks weigh 1). With m = P the critical
+#: path of 1F1B interleaved repeats one chunk's backward (often the last's) m - 1 times on one
+#: stage; spending a stage's replay on its middle chunks gave the best local optima on TeleChat2
+#: 96L pp8 (vpp3 6818.6 vs 6875.6 ms unweighted; vpp4 6573.9 vs 6606.5 ms).
+EXACT_EDGE_WEIGHT = 1.1
+
+
+def exact_fit_spec(V: int) -> tuple:
+    """The ``fit`` argument of :func:`local_search` / :func:`fitted` for V chunks: the exact fit
+    with replay weights :data:`EXACT_EDGE_WEIGHT` on chunks 0 and V - 1, 1 elsewhere."""
+    return ("exact", tuple(EXACT_EDGE_WEIGHT if v in (0, V - 1) else 1.0 for v in range(V)))

@@ -12,7 +12,7 @@ import numpy as np
 from autotune.tuner.bounds import lower_bound
 from autotune.tuner.device_dp import device_dp_bound
 from autotune.tuner.exact import ExactBudgetExceeded, exact_optimum
-from autotune.tuner.heuristic import fitted, local_search
+from autotune.tuner.heuristic import exact_fit_spec, fitted, local_search, polish_recompute
 from autotune.tuner.milp_bound import milp_bound, milp_recompute
 from autotune.tuner.problem import Candidate, Problem, even_layers
 
@@ -107,7 +107,17 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
             break
         if b.per_v_ms.get(c.V, 0.0) > inc:
             continue  # this V cannot beat the incumbent (its bound is above it)
-        out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
+        if c.V > 1:
+            # interleaved: moves re-fit recompute exactly (least replay per stage, replay on the
+            # first / last chunk weighted by EXACT_EDGE_WEIGHT), from the better-fitted start
+            fit = exact_fit_spec(c.V)
+            ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
+            ls = local_search(problem, ex if ex.rank() < c.rank() else c, max_iters=LOCAL_ITERS,
+                              deadline=deadline, fit=fit)
+            # coordinate descent over stages on the recompute, by simulation
+            out += [ls, polish_recompute(problem, ls)]
+        else:
+            out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
         done += 1
     # Recompute polish: the integer program with the split pinned picks each mini-stage's
     # recompute classes (the greedy fit can leave ~1 % on memory-tight problems); the best layout
@@ -121,6 +131,9 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         inc = min(c.step_ms for c in out if c.excess_mib <= 0)
         if b.per_v_ms.get(V, 0.0) >= inc or c0.step_ms > inc * (1 + POLISH_WITHIN):
             continue  # this V cannot win, or is too far behind for a recompute polish to help
+        if c0.origin.endswith("+polish"):
+            continue  # polish_recompute's coordinate descent already tuned it (the integer
+            # program's own polish costs seconds there: 6532.6 -> 6528.5 ms on TeleChat2 vpp4)
         pols = [c for c in problem.score(milp_recompute(problem, c0, deadline=deadline)) if c.excess_mib <= 0]
         if pols and min(c.step_ms for c in pols) < c0.step_ms - 1e-9:
             out.append(min(pols, key=lambda c: c.step_ms))
