@@ -12,8 +12,13 @@ import numpy as np
 def sum_plus_max_ms(fwd_ms: np.ndarray, bwd_ms: np.ndarray, m: int) -> float:
     """Alpa/DAPPLE closed form ``Σ_i t_i + (m − 1)·max_i t_i`` (ms).
 
-    Exact for balanced stages or a bottleneck at the end; an *upper bound* for 1F1B in general
-    (reference §6.1: p=2, m=2, f=[3,2], b=[6,4] gives 24 vs the simulated 21).
+    Exact for balanced stages or a bottleneck at the end; often above the simulated 1F1B step
+    (reference §6.1: p=2, m=2, f=[3,2], b=[6,4] gives 24 vs the simulated 21) but, unlike what
+    the reference states, *not* an upper bound: p=3, m=2, f=[3, 1.5, 0.3], b=[2, 5, 0.6] gives
+    18.9 ms while the path F0, F1 on stage 0 -> F1 on stage 1 -> B0, B1 on stage 1 -> B1 on
+    stage 0 alone is 3 + 3 + 1.5 + 5 + 5 + 2 = 19.5 ms (the simulated step). In 20,000 random
+    instances (p <= 5, m <= 9) it was below the simulation 118 times, by up to 9 %, also with
+    m >= p. Not used for pruning.
     """
     t = np.asarray(fwd_ms, dtype=float) + np.asarray(bwd_ms, dtype=float)
     return float(t.sum() + (m - 1) * t.max())

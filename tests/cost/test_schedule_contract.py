@@ -146,8 +146,10 @@ def test_zero_bubble_v_placement_and_no_p2p_on_the_turn():
 @given(P=st.integers(1, 5), m=st.integers(1, 9), name=st.sampled_from(["1f1b", "gpipe", "seqpipe"]),
        seed=st.integers(0, 10_000))
 def test_simulation_between_bounds(P, m, name, seed):
-    """Lower bound ≤ simulated 1F1B ≤ Σt + (m−1)·max t (reference §6.1); GPipe ≥ 1F1B lower bound."""
-    from autotune.cost.bounds import critical_path_lower_bound_ms, ideal_step_ms, sum_plus_max_ms
+    """Lower bounds <= simulated step (reference §6.1), for 1F1B, GPipe and SeqPipe. The
+    reference's upper bound Σt + (m−1)·max t does not hold (hypothesis found P=3, m=2, seed 64:
+    19.60 ms simulated vs 19.27; see test_closed_form_is_not_an_upper_bound)."""
+    from autotune.cost.bounds import critical_path_lower_bound_ms, ideal_step_ms
 
     rng = np.random.default_rng(seed)
     f = rng.uniform(0.1, 3.0, P)
@@ -155,8 +157,19 @@ def test_simulation_between_bounds(P, m, name, seed):
     r = simulate_schedule(f, b, micro_batch_num=m, schedule=name)
     assert r.step_ms >= critical_path_lower_bound_ms(f, b, m) - 1e-9
     assert r.step_ms >= ideal_step_ms(f, b, m) - 1e-9
-    if name == "1f1b":
-        assert r.step_ms <= sum_plus_max_ms(f, b, m) + 1e-9
+
+
+def test_closed_form_is_not_an_upper_bound():
+    """p=3, m=2, f=[3, 1.5, 0.3], b=[2, 5, 0.6]. Megatron's 1F1B order: stage 0 F0 F1 B0 B1,
+    stage 1 F0 F1 B0 B1, stage 2 F0 B0 F1 B1. The chain F0, F1 on stage 0 (3 + 3), F1 on stage 1
+    (1.5), B0, B1 on stage 1 (5 + 5; B0 waits for F1 on stage 1 in program order), B1 on stage 0
+    (2) is 19.5 ms, and nothing is longer: the simulated step is 19.5 ms, above the closed form
+    Σt + (m−1)·max t = 12.4 + 6.5 = 18.9 ms that the reference (§6.1) calls an upper bound."""
+    from autotune.cost.bounds import sum_plus_max_ms
+
+    f, b = np.array([3.0, 1.5, 0.3]), np.array([2.0, 5.0, 0.6])
+    assert simulate_schedule(f, b, micro_batch_num=2, schedule="1f1b").step_ms == pytest.approx(19.5)
+    assert sum_plus_max_ms(f, b, 2) == pytest.approx(18.9)
 
 
 def test_seqvpp_docstring_table_and_rules():
