@@ -60,6 +60,15 @@ MAX_CONFIGS = 300_000
 MAX_JOINT = 200_000
 #: Work cap of the joint pass: combinations over all surviving configurations (~30 ns each).
 JOINT_WORK = 8_000_000
+#: Work cap of the first pass's per-path replay terms: (configuration, memory vector, path group)
+#: fronts priced (~0.15 ms each; TeleChat2 vpp4 needs 22,300, Llama's m = 256 vpp3 168,000). Past
+#: it a configuration's paths weight its least replay by their least (cb − 1) (weaker, still a
+#: bound).
+LEAST_WORK = 25_000
+#: Work cap of the last stage's skipping paths: thresholds × (N + 1)² × (layers, last-chunk
+#: layers) groups of the two-dimensional DP (~4 ns each; TeleChat2 <= 1e8). Past it those paths
+#: are left out (the one-dimensional DP: a weaker bound).
+FINAL_WORK = 300_000_000
 
 
 @dataclass
@@ -216,6 +225,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     end_w[V - 1, P - 1] = max(end_w[V - 1, P - 1], problem.pa.tail[4])
     stages = []
     total = 0
+    least_work = 0
     any_path = False
     for p in range(P):
         off = np.ones((V, P), dtype=bool)
@@ -278,9 +288,14 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
                 e[i] = max(e[i], _min_extra(fr, cnt, w, r))
             if not np.isfinite(e[i]) or not keep:
                 continue
-            # per path: its least weighted replay Σ_v (cb_v − 1)·x_v over the choices that fit
-            add = np.array([max(wf.least(cnt, tuple(float(x) for x in w), tuple(float(x) for x in a), r)
-                                for w, r in zip(rows, room[i])) for a in groups])[inv]
+            if least_work + len(rows) * len(groups) > LEAST_WORK:
+                # work cap: the replay weighted by each path's least (cb − 1) on the stage
+                add = np.concatenate([A] + ([S_b] if skip else [])).min(axis=1) * e[i]
+            else:
+                least_work += len(rows) * len(groups)
+                # per path: its least weighted replay Σ_v (cb_v − 1)·x_v over the choices that fit
+                add = np.array([max(wf.least(cnt, tuple(float(x) for x in w), tuple(float(x) for x in a), r)
+                                    for w, r in zip(rows, room[i])) for a in groups])[inv]
             E[i] = float((E0[i] + add[:A.shape[0]]).max())
             if skip:
                 Es[i] = float((E0s[i] + add[A.shape[0]:]).max())
@@ -337,7 +352,9 @@ def _final(stages: list[_Stage], eps: np.ndarray, N: int, f: float) -> np.ndarra
     also track c, the last chunk's layers placed, and the last stage adds max(eps[k], Es − f·c),
     so the minimum over k is exact for the family (at the k of a layout's max no-skip E)."""
     last = stages[-1]
-    if not np.isfinite(last.Es).any() or f <= 0:
+    groups = sum(len(set(zip(st.layers.tolist(), np.rint(st.n[:, -1]).astype(np.int64).tolist())))
+                 for st in stages[:-1])
+    if not np.isfinite(last.Es).any() or f <= 0 or eps.size * (N + 1) ** 2 * groups > FINAL_WORK:
         return _knapsack(stages, eps, N)[-1][:, N] + eps
     Kn = eps.size
     V = last.n.shape[1]

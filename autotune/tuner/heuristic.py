@@ -793,6 +793,10 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
 POLISH_TOP = 3000
 #: ... and, for pairs of stages changed together, this many per stage (PAIR² per pair).
 POLISH_PAIR_TOP = 20
+#: Simulated ops (simulations × the schedule's ops) one :func:`polish_recompute` may spend over
+#: its rounds; ``top`` and ``pair_top`` shrink for long schedules (Llama's 256 micro-batches have
+#: 32 × more ops than TeleChat2's 8, whose vpp4 polish needs ~5e7 and is not cut).
+POLISH_OPS = 6e7
 
 
 def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
@@ -809,7 +813,14 @@ def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
     Returns a scored Candidate (``cand`` itself when nothing improves; every answer fits)."""
     from autotune.cost.inputs import _starts
 
+    from autotune.cost.simulate import compile_schedule
+
     V, P = cand.V, problem.P
+    ops = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num).num_ops
+    sims = rounds * (P * top + P * (P - 1) // 2 * pair_top ** 2)
+    if sims * ops > POLISH_OPS:  # work cap: fewer combinations per stage on long schedules
+        f = POLISH_OPS / (sims * ops)
+        top, pair_top = max(1, int(top * f)), int(pair_top * f ** 0.5)
     memo = _memo_for(problem)
     pos = _positions(problem, V)
     lay = cand.layers[None]

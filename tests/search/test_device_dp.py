@@ -124,9 +124,10 @@ def _telechat(V: list[int]):
 
 @pytest.mark.parametrize("V, upper, want, before", [(3, 6845.16, 6673.65, 6644.66), (4, 6628.66, 6424.00, 6289.85)])
 def test_telechat2_pinned(V: int, upper: float, want: float, before: float) -> None:
-    """TeleChat2 96 layers pp8 m 8, 55,808 MiB, upper = the search's best layout: V = 3 proves
-    6,646.05 ms (the integer program's capped branch and bound stopped at 6,644.66), V = 4 proves
-    6,424.00 ms (6,289.85 before; HiGHS needs ~20 s of branch and bound for 6,422.9). Deterministic."""
+    """TeleChat2 96 layers pp8 m 8, 55,808 MiB, upper = an earlier search answer: V = 3 proves
+    6,673.65 ms (first pass 6,646.05; the joint replay pass +23.15, the backward workspaces +4.45;
+    the integer program's capped branch and bound stopped at 6,644.66), V = 4 proves 6,424.00 ms
+    (6,289.85 before; HiGHS needs ~20 s of branch and bound for 6,422.9). Deterministic."""
     b = device_dp_bound(_telechat([V]), V, upper_ms=upper)
     assert b.bound_ms == pytest.approx(want, abs=0.01)
     assert b.bound_ms > before
