@@ -17,28 +17,35 @@ minimum is exact for the relaxed problem — integer layer counts, no convex mix
 every stage's memory-forced replay counted in W (the stage DP of :mod:`autotune.tuner.stage_dp`
 drops the other stages' replay; the Lagrangian of :mod:`autotune.tuner.bounds` mixes paths).
 
-Relaxations (each can only lower the bound): the cheapest layer kind per recompute class, a free
-recompute class per layer, the workspace term of the memory peak dropped. First pass (every
-configuration): the least replay that fits is the max over the undominated live-count vectors of
-each vector's own least replay (:func:`autotune.tuner.stage_dp._min_extra`), and each path's
-replay term Σ_v (cb_v − 1)·x_v takes its own least value over the replay choices that fit.
-Joint pass (the configurations that can still matter): the class multisets of each chunk not
-dominated in (activation, static delta, replay) are combined over the stage's chunks, every
-live-count vector is checked at once, and the (replay, E) pairs not dominated become the
-configuration's variants (a stage on the critical path cannot dodge two paths' replay terms
-with one placement). A configuration whose best layout — per the first pass, from forward and
-backward knapsack tables — is above a target τ is dropped before the joint pass (every layout
-using it is above τ), so min(τ, DP) stays a bound; τ rises while the DP reaches it, until the
-incumbent or the work cap. Paths that skip mini-stages of other stages and paths that stay on
-several stages are not in the family (the integer program of :mod:`autotune.tuner.milp_bound`
-prices them): on TeleChat2 vpp3 the relaxed optimum's layout has a two-stay path (stage 4's
-chunk 1, then stage 5's chunk 2) 58 ms longer than its no-skip paths even without replay.
+Relaxations (each can only lower the bound): the cheapest layer kind per recompute class and a
+free recompute class per layer. First pass (every configuration): the least replay that fits is
+the max over the undominated live-count vectors of each vector's own least replay
+(:func:`autotune.tuner.stage_dp._min_extra`, workspace dropped), and each path's replay term
+Σ_v (cb_v − 1)·x_v takes its own least value over the replay choices that fit. Joint pass (the
+configurations that can still matter): the class multisets of each chunk not dominated in
+(activation, static delta, replay, workspace) are combined over the stage's chunks, every
+live-count vector is checked at once — a backward's vector with its chunk's workspace (the
+largest of its layers' classes and the head / tail workspace, as the cost model's peak) — and the
+(replay, E) pairs not dominated become the configuration's variants (a stage on the critical path
+cannot dodge two paths' replay terms with one placement). A configuration whose best layout — per
+the first pass, from forward and backward knapsack tables — is above a target τ is dropped before
+the joint pass (every layout using it is above τ), so min(τ, DP) stays a bound; τ rises while the
+DP reaches it, until the incumbent or the work cap.
+
+The last stage's paths that skip exactly the last chunk's forwards of the other stages have length
+W + Es − f·c (c: those layers; forwards carry no replay): the stages before the last also track c
+and the last stage adds max(ε, Es − f·c), exact at each layout's max no-skip E. Other skipping
+paths and paths that stay on several stages are not in the family (the integer program of
+:mod:`autotune.tuner.milp_bound` prices them): on TeleChat2 vpp3 the relaxed optimum's layout has
+a two-stay path (stage 4's chunk 1, then stage 5's chunk 2) 58 ms longer than its no-skip paths
+even without replay.
 
 Cost: the stage configurations (layer-count vectors, capped by a stage's own path m·Σ n (f + b0)
-<= T and pruned by W_min + E0 > upper) each need one replay frontier per memory vector and path
-group; the DP is vectorised over all ε at once. TeleChat2 96 layers pp8: 0.9 s (V = 3, joint pass
-on 651 configurations: 6,646.05 -> 6,669.20 ms), 1.2 s (V = 4: the joint pass would need ~50 M
-combinations for +18 ms, over its cap).
+<= T and pruned by W_min + E0 > upper) each need one replay front per memory vector and path
+group; the DP is vectorised over all ε at once. TeleChat2 96 layers pp8: 1.3–1.5 s for V = 3
+(first pass 6,646.05 ms, joint pass on 651 configurations +23.15, workspaces +4.45: 6,673.65),
+1.2–1.4 s for V = 4 (6,424.0; the joint pass would need ~50 M combinations for +18 ms, over its
+cap). Work caps (no clock) keep long schedules (256 micro-batches) to a few seconds.
 """
 
 from __future__ import annotations
