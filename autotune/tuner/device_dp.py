@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.tuner.bounds import _pareto_front, allowed_classes
+from autotune.tuner.bounds import _pareto_front
 from autotune.tuner.problem import Problem
 from autotune.tuner.stage_dp import _count_vectors, _min_extra, _RowFrontiers, _setup, _undominated, one_stay_counts
 
@@ -131,6 +131,18 @@ class _Stage:
     def layers(self) -> np.ndarray:
         return np.rint(self.n.sum(axis=1)).astype(np.int64)
 
+    def first(self, eps: np.ndarray) -> np.ndarray:
+        """int [M]: the first threshold index k with E <= eps[k] (len(eps) when none; -inf -> 0)."""
+        return np.searchsorted(eps, self.E - 1e-9 * np.maximum(1.0, np.abs(self.E)), side="left")
+
+
+def _cheapest_allowed(first: np.ndarray, cost: np.ndarray, Kn: int) -> np.ndarray:
+    """float [Kn]: the least ``cost`` among configurations allowed at each threshold k
+    (``first`` <= k), +inf where none."""
+    col = np.full(Kn + 1, np.inf)
+    np.minimum.at(col, first, cost)
+    return np.minimum.accumulate(col[:Kn])
+
 
 class _WeightedFronts:
     """Pareto fronts of (memory MiB, weighted replay ms) of a stage's chunks together: chunk v's
@@ -164,9 +176,8 @@ class _ChunkOptions:
     MiB kept per micro-batch, static delta MiB, replay ms, backward workspace MiB — the largest of
     its classes'): float [K, 4] (memoised)."""
 
-    def __init__(self, layer, ws: np.ndarray) -> None:
+    def __init__(self, layer) -> None:
         self.layer = layer
-        self.ws = ws
         self.cache: dict[int, np.ndarray] = {}
 
     def get(self, n: int) -> np.ndarray:
@@ -174,7 +185,7 @@ class _ChunkOptions:
             lay = self.layer
             per = np.stack([lay.act, lay.sdelta, lay.extra], axis=1)  # [C, 3]
             combos = list(itertools.combinations_with_replacement(range(per.shape[0]), n))
-            arr = np.array([np.append(per[list(c)].sum(axis=0), self.ws[list(c)].max()) for c in combos]) \
+            arr = np.array([np.append(per[list(c)].sum(axis=0), lay.ws[list(c)].max()) for c in combos]) \
                 if n else np.zeros((1, 4))
             keep = [j for j in range(arr.shape[0])
                     if not np.any(np.all(arr <= arr[j] + 1e-9, axis=1) & np.any(arr < arr[j] - 1e-9, axis=1))]
@@ -209,11 +220,12 @@ def _joint(jo: _ChunkOptions, counts: tuple[int, ...], st: "_Stage", j: int) -> 
 
 
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
-                  ) -> tuple[list[_Stage], int] | None:
+                  ) -> tuple[list[_Stage], int, object] | None:
     """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
     (least replay that fits; per path its least weighted replay), and the number of
-    configurations enumerated; None when a work cap or the applicability check fails, or when no
-    stage has a no-skip path (a stage may be left with no configuration: nothing beats upper)."""
+    configurations enumerated and the shared setup (:func:`autotune.tuner.stage_dp._setup`); None
+    when a work cap or the applicability check fails, or when no stage has a no-skip path (a stage
+    may be left with no configuration: nothing beats upper)."""
     su = _setup(problem, V)
     if su is None:
         return None
@@ -227,9 +239,6 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     fam = one_stay_counts(cs)
     fr = _RowFrontiers(lay)
     wf = _WeightedFronts(fr)
-    end_w = np.zeros((V, P))  # head / tail workspace MiB (the cost model's workspace is a max)
-    end_w[0, 0] = problem.pa.head[4]
-    end_w[V - 1, P - 1] = max(end_w[V - 1, P - 1], problem.pa.tail[4])
     stages = []
     total = 0
     least_work = 0
@@ -266,19 +275,16 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
             A = np.zeros((1, V))
             E0 = np.full((nv.shape[0], 1), -np.inf)
             ok = np.ones(nv.shape[0], dtype=bool)
-        rows = _undominated(np.concatenate(
-            [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
-            .astype(np.float64)) / k
         jr = [(w, -1) for w in _undominated(np.asarray(cs.mem_fwd[p]).reshape(-1, V).astype(np.float64)) / k]
         bv, bc = cs.mem_bwd[p]
         for c_ in (np.unique(bc) if bv.size else []):
             jr += [(w, int(c_)) for w in _undominated(bv[bc == c_].reshape(-1, V).astype(np.float64)) / k]
         jrows = np.array([w for w, _ in jr]).reshape(-1, V)
         jchunk = np.array([c_ for _, c_ in jr], dtype=np.int64)
-        jroom = problem.hbm_mib - (const_static[p] + nv.sum(axis=1) * lay.static)[:, None] \
-            - (jrows @ end_a[:, p])[None, :]  # [M, Rj]
-        room = problem.hbm_mib - (const_static[p] + nv.sum(axis=1) * lay.static)[:, None] \
-            - (rows @ end_a[:, p])[None, :]  # [M, R]
+        rows = _undominated(jrows)  # the first pass ignores the phase (no workspace)
+        free = problem.hbm_mib - const_static[p] - nv.sum(axis=1) * lay.static  # [M] MiB
+        jroom = free[:, None] - (jrows @ end_a[:, p])[None, :]  # [M, Rj]
+        room = free[:, None] - (rows @ end_a[:, p])[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
         E = E0.max(axis=1)
         Es = np.full(nv.shape[0], -np.inf)
@@ -309,10 +315,10 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         ok &= np.isfinite(e)
         idx = np.flatnonzero(ok)
         stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx], Es[idx],
-                             jrows, jchunk, jroom[idx], end_w[:, p]))
+                             jrows, jchunk, jroom[idx], su.end_w[:, p]))
     if not any_path:
         return None
-    return stages, total
+    return stages, total, su
 
 
 def _thresholds(stages: list[_Stage]) -> np.ndarray:
@@ -324,17 +330,8 @@ def _thresholds(stages: list[_Stage]) -> np.ndarray:
 def _tables(st: _Stage, eps: np.ndarray, N: int) -> dict[int, np.ndarray]:
     """Per layer count l: the least cost of an l-layer configuration allowed at each threshold
     (E <= eps[k]): float [len(eps)]."""
-    Kn = eps.size
-    L = st.layers
-    c = st.cost
-    first = np.searchsorted(eps, st.E - 1e-9 * np.maximum(1.0, np.abs(st.E)), side="left")  # -inf -> 0
-    out = {}
-    for l in np.unique(L):
-        sel = L == l
-        col = np.full(Kn + 1, np.inf)
-        np.minimum.at(col, first[sel], c[sel])
-        out[int(l)] = np.minimum.accumulate(col[:Kn])
-    return out
+    L, c, first = st.layers, st.cost, st.first(eps)
+    return {int(l): _cheapest_allowed(first[L == l], c[L == l], eps.size) for l in np.unique(L)}
 
 
 def _knapsack(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
@@ -368,23 +365,19 @@ def _final(stages: list[_Stage], eps: np.ndarray, N: int, f: float) -> np.ndarra
     D = np.full((Kn, N + 1, N + 1), np.inf)  # [k, layers placed, last-chunk layers placed]
     D[:, 0, 0] = 0.0
     for st in stages[:-1]:
-        L = st.layers
+        L, c, first = st.layers, st.cost, st.first(eps)
         nl = np.rint(st.n[:, V - 1]).astype(np.int64)
-        c = st.cost
-        first = np.searchsorted(eps, st.E - 1e-9 * np.maximum(1.0, np.abs(st.E)), side="left")
         new = np.full_like(D, np.inf)
         for l, q in set(zip(L.tolist(), nl.tolist())):
             sel = (L == l) & (nl == q)
-            col = np.full(Kn + 1, np.inf)
-            np.minimum.at(col, first[sel], c[sel])
-            g = np.minimum.accumulate(col[:Kn])
+            g = _cheapest_allowed(first[sel], c[sel], Kn)
             np.minimum(new[:, l:, q:], D[:, :N + 1 - l, :N + 1 - q] + g[:, None, None], out=new[:, l:, q:])
         D = new
     cidx = np.arange(N + 1)
     suffix = np.minimum.accumulate(D[:, :, ::-1], axis=2)[:, :, ::-1]  # min over c' >= c
     prefix = np.minimum.accumulate(D - f * cidx[None, None, :], axis=2)  # min over c' <= c of D − f·c'
     out = np.full(Kn, np.inf)
-    first = np.searchsorted(eps, last.E - 1e-9 * np.maximum(1.0, np.abs(last.E)), side="left")
+    first = last.first(eps)
     for i in range(last.n.shape[0]):
         s = N - int(last.layers[i])
         if s < 0 or first[i] >= Kn:
@@ -415,8 +408,7 @@ def _through(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
         for s in range(N + 1):
             np.minimum(comb[:, :N - s + 1], A[:, s:s + 1] + Bk[:, N - s::-1], out=comb[:, :N - s + 1])
         tail = np.minimum.accumulate((comb + eps[:, None])[::-1], axis=0)[::-1]  # min over k' >= k
-        first = np.searchsorted(eps, st.E - 1e-9 * np.maximum(1.0, np.abs(st.E)), side="left")
-        first = np.minimum(first, eps.size - 1)
+        first = np.minimum(st.first(eps), eps.size - 1)
         out.append(tail[first, st.layers] + st.cost)
     return out
 
@@ -437,9 +429,8 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     out = _stage_tables(problem, V, upper, max_configs)
     if out is None:
         return None
-    stages, total = out
+    stages, total, su = out
     N = problem.N
-    su = _setup(problem, V)
 
     def solve(sts: list[_Stage]) -> tuple[float, int]:
         if any(st.n.shape[0] == 0 for st in sts):
@@ -460,9 +451,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     # reaches τ, τ rises (more survivors) until the work cap or the incumbent.
     eps = _thresholds(stages)
     thr = _through(stages, eps, N)
-    pa = problem.pa
-    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
-    jo = _ChunkOptions(su.lay, pa.ws_kc[ks][:, allowed_classes(problem.kinds)].min(axis=0))
+    jo = _ChunkOptions(su.lay)
     cache: dict[tuple[int, int], np.ndarray] = {}
     work = 0
     step = max(upper - best, 1e-9) / 16

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.tuner.problem import Candidate, Problem, even_layers
+from autotune.tuner.stage_dp import _undominated
 
 _KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
 
@@ -538,12 +539,7 @@ def _stage_rows(problem: Problem, V: int) -> list[tuple[np.ndarray, np.ndarray]]
             b = bv.astype(float).reshape(-1, V) / cs.k
             nu = np.concatenate([f, b])
             om = np.concatenate([np.zeros_like(f), np.eye(V)[np.asarray(bc, dtype=np.int64)].reshape(-1, V)])
-        row = np.concatenate([nu, om], axis=1)
-        row = np.unique(row, axis=0)
-        ge = (row[:, None, :] >= row[None, :, :]).all(-1)  # ge[i, j]: row i >= row j everywhere
-        dom = ge & ~np.eye(len(row), dtype=bool)
-        dominated = dom.any(axis=0) & ~(dom & dom.T).any(axis=0)  # strictly dominated by some row
-        row = row[~dominated]
+        row = _undominated(np.concatenate([nu, om], axis=1))
         out.append((row[:, :V], row[:, V:]))
     return out
 

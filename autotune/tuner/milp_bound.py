@@ -178,18 +178,14 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     cs, lay, p2p = su.cs, su.lay, su.p2p
     end_f, end_b, end_a, const_static = su.end_f, su.end_b, su.end_a, su.const_static
     P, N, k = problem.P, problem.N, cs.k
-    pa = problem.pa
     C = lay.act.size
     lo, hi = problem.bounds(V)
 
     exact = fixed is not None
     nn, ny = V * P, V * P * C
     cls = allowed_classes(problem.kinds)
-    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
-    wsmin = pa.ws_kc[ks][:, cls].min(axis=0)  # [C] MiB, cheapest kind per class
-    end_w = np.zeros((V, P))
-    end_w[0, 0] = pa.head[4]
-    end_w[V - 1, P - 1] = max(end_w[V - 1, P - 1], pa.tail[4])
+    wsmin = lay.ws  # [C] MiB, cheapest kind per class
+    end_w = su.end_w
     wcls = [c for c in range(C) if wsmin[c] > 0] if exact else []
     excl = exact and SELECT in cls and COMM in cls
     nu = nn * len(wcls)          # binary: class c present in mini-stage j (its workspace is on)

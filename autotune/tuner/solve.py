@@ -137,16 +137,12 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         pols = [c for c in problem.score(milp_recompute(problem, c0, deadline=deadline)) if c.excess_mib <= 0]
         if pols and min(c.step_ms for c in pols) < c0.step_ms - 1e-9:
             out.append(min(pols, key=lambda c: c.step_ms))
-    # Second bound pass for V > 1: the integer program over layer counts with lazily generated
-    # paths (autotune.tuner.milp_bound), seeded with the critical paths of every layout found and
-    # the incumbent as a cutoff; where it does not apply (B/W-split schedules) the Lagrangian's
-    # column generation pass with the incumbent as the Polyak target (every layout in ``out`` is
-    # scored by now).
+    # Second bound pass for V > 1 (every layout in ``out`` is scored by now), against the
+    # incumbent. First the device-by-device DP (autotune.tuner.device_dp: exact over integer
+    # splits for the no-skip paths, every stage's replay counted; about a second), so that the
+    # integer program starts from it and a V it already settles is skipped.
     feas = [c.step_ms for c in out if c.excess_mib <= 0]
     ub2 = min(feas) if feas else None
-    # the device-by-device DP (exact over integer splits for the no-skip paths, every stage's
-    # replay counted; a fraction of a second) raises each V > 1 first, so that the integer
-    # program below starts from it and a V it already settles is skipped
     if ub2 is not None:
         for V in problem.vpp_candidates:
             if V > 1 and b.per_v_ms.get(V, 0.0) < ub2:
@@ -155,6 +151,10 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                     b.per_v_ms[V] = max(b.per_v_ms[V], dd.bound_ms)
     vs = sorted((V for V in problem.vpp_candidates
                  if V > 1 and (ub2 is None or b.per_v_ms.get(V, 0.0) < ub2)), key=lambda V: b.per_v_ms[V])
+    # Then the integer program over layer counts with lazily generated paths
+    # (autotune.tuner.milp_bound), seeded with the critical paths of every layout found and the
+    # incumbent as a cutoff; where it does not apply (B/W-split schedules) the Lagrangian's column
+    # generation pass with the incumbent as the Polyak target.
     refine = []
     for i, V in enumerate(vs):
         # the bound is the minimum over V: once a V processed earlier, or one no pass raises,

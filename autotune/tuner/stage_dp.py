@@ -178,6 +178,7 @@ class _Layer:
     act: np.ndarray     # [C'] MiB kept per micro-batch, allowed classes
     extra: np.ndarray   # [C'] replay ms
     sdelta: np.ndarray  # [C'] static MiB change
+    ws: np.ndarray      # [C'] backward workspace MiB
 
 
 def _relaxed_layer(problem: Problem) -> _Layer:
@@ -188,7 +189,8 @@ def _relaxed_layer(problem: Problem) -> _Layer:
     sd = pa.static_dc[ks][:, cls] if pa.static_dc is not None else np.zeros((ks.size, len(cls)))
     return _Layer(float(pa.fwd_k[ks].min()), float(b0k.min()), float(pa.static_k[ks].min()),
                   pa.act_kc[ks][:, cls].min(axis=0),
-                  (pa.bwd_kc[ks][:, cls] - b0k[:, None]).min(axis=0), sd.min(axis=0))
+                  (pa.bwd_kc[ks][:, cls] - b0k[:, None]).min(axis=0), sd.min(axis=0),
+                  pa.ws_kc[ks][:, cls].min(axis=0))
 
 
 class _RowFrontiers:
@@ -267,8 +269,10 @@ def _count_vectors(lo: np.ndarray, hi: np.ndarray, cap: int) -> list[tuple[int, 
 class _Setup:
     """What both V > 1 integer bounds (this DP and :mod:`autotune.tuner.milp_bound`) start from:
     the compiled schedule, the relaxed layer, p2p ms, the head / tail per-micro-batch forward,
-    backward ms and activation MiB placed on their mini-stages (float [V, P]) and each stage's
-    constant static MiB (float [P], head / tail static included)."""
+    backward ms and activation MiB placed on their mini-stages (float [V, P]), each stage's
+    constant static MiB (float [P], head / tail static included) and the head / tail backward
+    workspace MiB on their mini-stages (float [V, P]; the cost model's workspace of a mini-stage
+    is a max over its layers and its head / tail, so it is >= this)."""
 
     cs: object
     lay: _Layer
@@ -277,6 +281,7 @@ class _Setup:
     end_b: np.ndarray
     end_a: np.ndarray
     const_static: np.ndarray
+    end_w: np.ndarray
 
 
 def _setup(problem: Problem, V: int) -> _Setup | None:
@@ -299,8 +304,11 @@ def _setup(problem: Problem, V: int) -> _Setup | None:
     const_static = np.full(P, pa.stage_const_mib)
     const_static[0] += pa.head[3]
     const_static[P - 1] += pa.tail[3]
+    end_w = np.zeros((V, P))
+    end_w[0, 0] = pa.head[4]
+    end_w[V - 1, P - 1] = max(end_w[V - 1, P - 1], pa.tail[4])
     return _Setup(cs, _relaxed_layer(problem), pa.p2p_ms if P > 1 else 0.0, end[0], end[1], end[2],
-                  const_static)
+                  const_static, end_w)
 
 
 @dataclass
