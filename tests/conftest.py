@@ -1,4 +1,7 @@
-"""Shared fixtures: paths to the project root, the shipped examples and ../shared."""
+"""Shared fixtures: paths to the project root, the shipped examples and the reference cases.
+
+`shared` is `tests/data`, whose `cases/` folder holds verbatim copies of the steering repo's
+`shared/cases/` (a user's clone has no `../shared`)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+SHARED = ROOT / "tests" / "data"
 EXAMPLES = ROOT / "examples"
 
 
@@ -18,6 +21,4 @@ def root() -> Path:
 
 @pytest.fixture
 def shared() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip("../shared is not next to the checkout")
     return SHARED

@@ -19,7 +19,7 @@ from autotune.config.layer_setting import case_to_training_yaml, check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = sorted((ROOT / "examples" / "real_configs").glob("*.yaml"))
-VECTORS = json.loads((ROOT / ".." / "shared" / "cases" / "layer_setting_vectors.json").read_text())
+VECTORS = json.loads((ROOT / "tests" / "data" / "cases" / "layer_setting_vectors.json").read_text())
 EXPECT_KEYS = {"layers_per_stage", "accumulated_layers", "pipeline_ids", "interleave_ids",
                "effective_layers_per_stage", "recompute", "select_recompute", "select_comm_recompute",
                "full_recompute_layers", "select_recompute_layers", "select_comm_recompute_layers"}

@@ -16,7 +16,7 @@ from autotune.config.layer_setting import check_config
 from autotune.config.megatron import parse_layout, translate
 from autotune.errors import ConfigError
 
-CASES = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "bug_cases.json"
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "bug_cases.json"
 BUGS = json.loads(CASES.read_text()) if CASES.exists() else []
 
 

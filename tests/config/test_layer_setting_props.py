@@ -25,7 +25,7 @@ from autotune.config.layer_setting import VERSIONS, case_to_training_yaml, check
 from autotune.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "cases"
+SHARED = ROOT / "tests" / "data" / "cases"  # copies of shared/cases (see its README)
 VECTORS = json.loads((SHARED / "layer_setting_vectors.json").read_text())
 BUGS = json.loads((SHARED / "bug_cases.json").read_text())
 REAL = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples" / "real_configs").glob("*.yaml"))]

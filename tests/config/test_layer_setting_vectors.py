@@ -15,7 +15,7 @@ import pytest
 from autotune.config.layer_setting import case_to_training_yaml, check_config
 from autotune.errors import ConfigError
 
-CASES = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "layer_setting_vectors.json"
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "layer_setting_vectors.json"
 VECTORS = json.loads(CASES.read_text()) if CASES.exists() else []
 
 

@@ -19,7 +19,7 @@ from autotune.profile.analytic import (flops_utilization, korthikanti_layer_acti
 from autotune.profile.schema import EndPart, LayerKind, ModelProfile, RecomputeOption
 from autotune.units import BYTES_PER_MIB
 
-CASES_PATH = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "validation_cases.json"
+CASES_PATH = Path(__file__).resolve().parents[1] / "data" / "cases" / "validation_cases.json"
 CASES = {c["id"]: c for c in json.loads(CASES_PATH.read_text())["cases"]}
 
 

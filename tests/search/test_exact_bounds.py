@@ -17,7 +17,7 @@ from autotune.tuner.bounds import lower_bound, minmax_partition, path_dp_bound
 from autotune.tuner.exact import compositions, exact_optimum, space_size
 from autotune.tuner.problem import Problem
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases" / "validation_cases.json"
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "validation_cases.json"
 
 
 def _case(case_id: str) -> dict:
