@@ -3,7 +3,9 @@ probe configs for the memory fit).
 
 Measured sources overlay the analytic profile (when CONFIG is given) field by field, in the order
 SAPP file < dry-run fit < trace; the provenance of every field is printed and stored in the
-profile's ``sources`` (``field.<path>`` keys).
+profile's ``sources`` (``field.<path>`` keys). Every field the measured sources leave out is named in
+a warning with the value it took and where it came from (stderr and the profile's ``warnings``);
+``--strict`` makes them an error (exit 2).
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ def _say(text: str) -> None:
 @click.option("--fix", "fix", multiple=True, metavar="FIELD",
               help="Hold a profile field at the analytic value instead of fitting it (repeatable).")
 @click.option("--from-sapp", "sapp", default=None, type=click.Path(dir_okay=False),
-              help="SAPP (MindFormers pipeline_balance) layer description JSON.")
+              help="The old MindFormers pipeline balancer's (SAPP) layer file (.json) or init file "
+                   "(.yaml), read as its last release (959a24518) reads them.")
+@click.option("--sapp-time", "sapp_time", type=click.Choice(["forward", "total"]), default="forward",
+              show_default=True, help="How --from-sapp reads a layer's time: forward (the balancer's "
+              "last release: backward = 2·time) or total (its releases before 2025-02: forward = "
+              "time/3, backward = 2·time/3).")
+@click.option("--strict", is_flag=True, help="Fail (exit 2) instead of warning when a measured source "
+              "leaves a field out (it would come from the analytic profile or a default) or a value "
+              "had to be clamped.")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="Also write the fit/trace report and provenance as JSON here.")
 @click.option("--out", "out", default=None, help="Write the profile YAML here (default: stdout).")
@@ -54,7 +64,8 @@ def _say(text: str) -> None:
 def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: tuple[str, ...],
                 traces: tuple[str, ...], layer_map: str | None, warmup_steps: int,
                 dryruns: tuple[str, ...], peak: str, mbn: int | None, fix: tuple[str, ...],
-                sapp: str | None, report_path: str | None, out: str | None, force: bool) -> None:
+                sapp: str | None, sapp_time: str, strict: bool, report_path: str | None,
+                out: str | None, force: bool) -> None:
     """Derive a layer profile: analytic from CONFIG's model dims and parallel sizes, overlaid with
     measurements (--from-trace, --from-dryrun, --from-sapp) where given."""
     from autotune.api import load_config
@@ -80,13 +91,14 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
         return
 
     measured: list[tuple[dict[str, float], str]] = []
+    notes: list[str] = []
     report: dict = {}
     layer_kinds = list(base.layer_kinds) if base is not None else None
 
     if sapp:
         from autotune.profile.sapp import load_sapp
 
-        imp = load_sapp(sapp)
+        imp = load_sapp(sapp, time_semantics=sapp_time)
         if base is not None:
             base_kinds = base.kind_names()
             if len(base_kinds) != len(imp.layer_kinds):
@@ -97,12 +109,14 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
             imp = imp.renamed({s: b for (s, _), b in zip(imp.layer_kinds, base_kinds)})
             n_sapp = sum(c for _, c in imp.layer_kinds)
             if n_sapp != base.num_layers:
-                _say(f"note: the SAPP file describes {n_sapp} layers, the config {base.num_layers}; "
-                     f"the config's layer count is kept")
+                notes.append(f"sapp: the file describes {n_sapp} layers, the config "
+                             f"{base.num_layers}; the config's layer count is kept")
         else:
             layer_kinds = imp.layer_kinds
         measured.append((imp.fields, f"sapp:{Path(sapp).name}"))
-        report["sapp"] = {"fields": imp.fields, "how": imp.how}
+        report["sapp"] = {"fields": imp.fields, "how": imp.how, "notes": imp.notes,
+                          "time_semantics": imp.semantics}
+        notes += [f"sapp: {n}" for n in imp.notes]
 
     if dryruns:
         from autotune.profile.dryrun import (dryrun_from_config, dryrun_warnings, fit_dryruns,
@@ -121,6 +135,7 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
             runs = [dataclasses.replace(r, micro_batch_num=mbn) for r in runs]
         for w in dryrun_warnings(runs):
             _say(f"warning: {w}")
+            notes.append(f"dryrun: {w}")
         prior = base
         if base is not None and base.num_layers != n_layers:
             raise ConfigError(f"the dry runs place {n_layers} layers, the config has {base.num_layers}",
@@ -153,8 +168,10 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
                          + ("…" if len(traces) > 3 else "")))
         report["trace"] = {f"{p}.{d}": dataclasses.asdict(t) for (p, d), t in meas.timings.items()}
         report["trace_warnings"] = meas.warnings
+        notes += [f"trace: {w}" for w in meas.warnings]
 
-    from autotune.profile.merge import merge_profile, provenance_table
+    from autotune.profile.merge import (import_warnings, left_out_fields, merge_profile,
+                                        provenance_table)
 
     if layer_kinds is None:
         raise ConfigError("cannot tell the decoder layer count: give CONFIG or a --layer-map with "
@@ -162,12 +179,22 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
     prof, prov = merge_profile(base, measured, layer_kinds=layer_kinds)
     _say("field provenance:")
     _say(provenance_table(prov, prof))
-    if base is None:
-        missing = [p for p, s in prov.items() if s == "default"]
-        if missing:
-            _say(f"note: {len(missing)} field(s) were not measured and have no analytic value "
-                 f"(0 in the profile): give CONFIG to fill them analytically")
+    left_out = import_warnings(prov, prof, measured=[label for _, label in measured],
+                               base_desc=f"the analytic profile for {device}")
+    for n in notes:
+        if n.startswith("sapp: "):
+            _say(f"note: {n[6:]}")
+    for w in left_out:
+        _say(f"warning: {w}")
+    if strict and left_out:
+        fields = left_out_fields(prov)
+        raise ConfigError(f"--strict: the measured sources leave out or clamp {len(fields)} field(s): "
+                          f"{', '.join(fields)}; measure them or drop --strict",
+                          field=fields[0], value=None, rule="import_incomplete")
+    prof = prof.model_copy(update={"warnings": left_out + notes})
     report["provenance"] = prov
+    report["warnings"] = left_out
+    report["notes"] = notes
     if report_path:
         _write(report_path, json.dumps(report, indent=2, default=float), force)
     _emit(prof.to_yaml(), out, force)

@@ -41,6 +41,16 @@ def _write(path: str, text: str, force: bool) -> None:
     p.write_text(text, encoding="utf-8")
 
 
+def _profile_warnings(profile: str | None) -> None:
+    """Repeat on stderr what the import of a measured profile left out (its ``warnings``)."""
+    if not profile:
+        return
+    from autotune.profile.schema import load_profile
+
+    for w in load_profile(profile).warnings:
+        click.echo(f"warning: profile {profile}: {w}", err=True)
+
+
 _config_arg = click.argument("config", type=click.Path(dir_okay=False))
 _profile_opt = click.option("--profile", "profile", type=click.Path(dir_okay=False), default=None,
                             help="Layer profile YAML/JSON (default: derived analytically from the config).")
@@ -65,6 +75,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
     from autotune.api import evaluate
     from autotune.emit.render import render_report
 
+    _profile_warnings(profile)
     report = evaluate(config, profile, device=device, hbm_mib=_hbm(hbm), overrides=_overrides(sets))
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
@@ -122,6 +133,7 @@ def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, s
     from autotune.emit.render import comparison_table, render_report
     from autotune.emit.yaml_block import dump_yaml
 
+    _profile_warnings(profile)
     # a bar on a terminal; on a log (stderr not a TTY) one status line every few seconds
     progress = False if quiet else ("bar" if sys.stderr.isatty() else "lines")
     result = search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,

@@ -16,6 +16,11 @@ profile's ``sources`` mapping under ``field.<path>`` keys, so it travels with th
 
 Negative fitted values (noise on a near-zero quantity) are clamped to 0; the clamp is recorded in
 the provenance string.
+
+:func:`import_warnings` lists every field a measured import left out (with the value it took and
+where that value came from: the base profile, or a schema default) and every clamp, one line per
+part; ``autotune profile`` prints them, stores them in the profile's ``warnings`` and, with
+``--strict``, refuses to write a profile that has any.
 """
 
 from __future__ import annotations
@@ -146,6 +151,59 @@ def merge_profile(base: ModelProfile | None, measured: Sequence[tuple[Mapping[st
     prov = {p: prov.get(p, "default") for p in full}
     sources.update({PROVENANCE_PREFIX + p: s for p, s in prov.items()})
     return prof.model_copy(update={"sources": sources}), prov
+
+
+def _unit(f: str) -> str:
+    return "ms" if f.endswith("_ms") else "MiB"
+
+
+def import_warnings(provenance: Mapping[str, str], profile: ModelProfile, *, measured: Sequence[str],
+                    base_label: str = "analytic", base_desc: str | None = None) -> list[str]:
+    """One line per profile part (``kinds.<k>``, ``kinds.<k>.<option>``, ``head``, ``tail``, top
+    level) naming the fields no measured source set, their values and where they came from, plus one
+    line per clamped value.
+
+    Args:
+        provenance: field path -> source label, as returned by :func:`merge_profile`.
+        profile: the merged profile (for the values).
+        measured: the measured source labels (e.g. ``["sapp:layers.json"]``), for the text.
+        base_label: provenance label of the base profile's fields.
+        base_desc: how to name the base in the text (default: ``the <base_label> profile``).
+
+    Returns:
+        Lines such as ``"kinds.dense: workspace_mib 386 MiB not in sapp:l.json; taken from the
+        analytic profile for ascend-910b"``; empty when every field was measured.
+    """
+    vals = leaf_fields(profile)
+    groups: dict[tuple[str, str], list[str]] = {}
+    clamps: list[str] = []
+    for path, src in provenance.items():
+        if "(clamped from" in src:
+            clamps.append(f"{path}: {src.split(' (clamped from ')[1].rstrip(')')} from {src.split(' (')[0]} "
+                          f"clamped to 0 (a profile holds no negative value)")
+            continue
+        if src not in (base_label, "default"):
+            continue
+        parent, _, leaf = path.rpartition(".")
+        groups.setdefault((parent, src), []).append(
+            f"{leaf} {vals.get(path, float('nan')):.4g} {_unit(leaf)}")
+    what = ", ".join(measured) if measured else "the measured sources"
+    base = base_desc or f"the {base_label} profile"
+    lines = []
+    for (parent, src), items in groups.items():
+        if src == base_label:
+            origin = f"taken from {base}"
+        elif parent.count(".") == 2:  # an option block created from its fallback (LayerKind.option)
+            origin = "the option's fallback (missing select/comm: no effect; full: keeps everything)"
+        else:
+            origin = "0, no base profile (give CONFIG to take it from the analytic profile)"
+        lines.append(f"{parent + ': ' if parent else ''}{', '.join(items)} not in {what}; {origin}")
+    return lines + clamps
+
+
+def left_out_fields(provenance: Mapping[str, str], *, base_label: str = "analytic") -> list[str]:
+    """Field paths no measured source set (base or default) or that were clamped, sorted."""
+    return sorted(p for p, s in provenance.items() if s in (base_label, "default") or "(clamped from" in s)
 
 
 def provenance_table(provenance: Mapping[str, str], profile: ModelProfile) -> str:

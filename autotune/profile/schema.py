@@ -15,7 +15,8 @@ A profile describes, per **layer kind** (e.g. ``dense``, ``moe``), per micro-bat
 plus the **head** (embedding part, stage 0, chunk 0), the **tail** (final norm + LM head + loss,
 last stage, last chunk), a per-stage constant (``stage_const_mib``) and the p2p time of one stage
 hop (``p2p_ms``). ``layer_kinds`` gives the kind of every decoder layer in order, as runs
-``[[kind, count], ...]``.
+``[[kind, count], ...]``. ``sources`` records where each field came from (``field.<path>`` keys) and
+``warnings`` what a measured import left out (:func:`autotune.profile.merge.import_warnings`).
 
 Example (YAML)::
 
@@ -165,6 +166,9 @@ class ModelProfile(BaseModel):
     p2p_ms: float = Field(0.0, ge=0)
     assumptions: dict[str, Any] = Field(default_factory=dict)
     sources: dict[str, str] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list, description=(
+        "what a measured import left out or changed (field, value taken, where it came from), "
+        "written by `autotune profile` and repeated by `search` / `evaluate --profile`"))
 
     @model_validator(mode="after")
     def _kinds_known(self) -> "ModelProfile":

@@ -63,3 +63,31 @@ def test_errors(base):
     assert e.value.rule == "profile_layers"
     with pytest.raises(ConfigError):
         merge_profile(None, [({"p2p_ms": 1.0}, "x")])
+
+
+def test_import_warnings_name_value_and_origin(base):
+    from autotune.profile.merge import import_warnings, left_out_fields
+
+    measured = {f: v for f, v in leaf_fields(base).items() if f not in
+                ("p2p_ms", "kinds.dense.full.workspace_mib", "kinds.dense.select.extra_ms")}
+    measured["kinds.dense.comm.act_mib"] = -3.0
+    prof, prov = merge_profile(base, [(measured, "trace:t.json")])
+    lines = import_warnings(prov, prof, measured=["trace:t.json"], base_desc="the analytic profile for x")
+    p2p = f"{base.p2p_ms:.4g}"
+    ws = f"{base.kinds['dense'].full.workspace_mib:.4g}"
+    assert lines == [
+        f"kinds.dense.full: workspace_mib {ws} MiB not in trace:t.json; taken from the analytic profile for x",
+        f"kinds.dense.select: extra_ms {base.kinds['dense'].select.extra_ms:.4g} ms not in trace:t.json; "
+        f"taken from the analytic profile for x",
+        f"p2p_ms {p2p} ms not in trace:t.json; taken from the analytic profile for x",
+        "kinds.dense.comm.act_mib: -3 from trace:t.json clamped to 0 (a profile holds no negative value)"]
+    assert left_out_fields(prov) == ["kinds.dense.comm.act_mib", "kinds.dense.full.workspace_mib",
+                                     "kinds.dense.select.extra_ms", "p2p_ms"]
+    # without a base: 0 (or the option's fallback), and it says so
+    prof, prov = merge_profile(None, [({"kinds.moe.select.act_mib": 5.0}, "dryrun")],
+                               layer_kinds=[("moe", 4)])
+    lines = import_warnings(prov, prof, measured=["dryrun"])
+    assert "kinds.moe: fwd_ms 0 ms, bwd_ms 0 ms, act_mib 0 MiB, static_mib 0 MiB, workspace_mib 0 MiB " \
+           "not in dryrun; 0, no base profile (give CONFIG to take it from the analytic profile)" in lines
+    assert any(w.startswith("kinds.moe.select: extra_ms 0 ms, workspace_mib 0 MiB not in dryrun; the "
+                            "option's fallback") for w in lines)

@@ -124,3 +124,20 @@ def test_cli_profile_analytic_still_works():
     assert "device: h100" in r.output
     r = CliRunner().invoke(main, ["profile"])
     assert r.exit_code == 2 and "[cli]" in r.output
+
+
+def test_cli_dryrun_import_warns_times_from_analytic(tmp_path, shared):
+    """A dry-run fit gives memory only: the times (and p2p) are named with their analytic values;
+    without CONFIG they are 0 and the warning says so; --strict refuses."""
+    case = shared / "cases" / "dryrun_pipeline_balance_readme.json"
+    out = tmp_path / "p.yaml"
+    r = CliRunner().invoke(main, ["profile", "--from-dryrun", str(case), "--micro-batch-num", "16",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    w = yaml.safe_load(out.read_text())["warnings"]
+    line = [x for x in w if x.startswith("kinds.dense: ")]
+    assert line and "fwd_ms 0 ms, bwd_ms 0 ms" in line[0] and "no base profile" in line[0]
+    assert any(x.startswith("p2p_ms 0 ms") for x in w)
+    r = CliRunner().invoke(main, ["profile", "--from-dryrun", str(case), "--micro-batch-num", "16",
+                                  "--strict"])
+    assert r.exit_code == 2 and "kinds.dense.fwd_ms" in r.output and "Traceback" not in r.output

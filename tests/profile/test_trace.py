@@ -135,3 +135,32 @@ def test_layer_map_file_and_errors(tmp_path):
 def test_robust_mean():
     mean, kept = robust_mean([1.0, 1.1, 0.9, 1.0, 10.0])
     assert kept.size == 4 and mean == pytest.approx(1.0)
+
+
+def test_cli_trace_import_warns_what_traces_leave_out(tmp_path):
+    """Traces give times only: every memory field and p2p is named with its analytic value."""
+    from pathlib import Path
+
+    import yaml
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    cfg = Path(__file__).parent / "data" / "llama_small.yaml"
+    paths = make_traces(tmp_path)
+    lm = tmp_path / "map.yaml"
+    lm.write_text(yaml.safe_dump({"layer_kinds": [["dense", 16]]}))
+    out = tmp_path / "p.yaml"
+    args = ["profile", str(cfg), *sum((["--from-trace", str(p)] for p in paths), []),
+            "--layer-map", str(lm), "--out", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    prof = yaml.safe_load(out.read_text())
+    label = "trace:trace_view_stage0.json,trace_view_stage1.json"
+    dense = [w for w in prof["warnings"] if w.startswith("kinds.dense: ")]
+    assert len(dense) == 1 and "act_mib" in dense[0] and "static_mib" in dense[0]
+    assert "fwd_ms" not in dense[0]  # measured
+    assert dense[0].endswith(f"not in {label}; taken from the analytic profile for ascend-910b")
+    assert f"warning: {dense[0]}" in r.stderr
+    r = CliRunner().invoke(main, args[:-2] + ["--strict"])
+    assert r.exit_code == 2 and "[import_incomplete]" in r.output and "kinds.dense.static_mib" in r.output
