@@ -323,8 +323,10 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
         vs = runnable_vpp(N, P, c.micro_batch_num, var.schedule, sp.pp_interleave_num, c.seq_split_num)
         if not vs:
             continue
+        # MindFormers rejects full recompute with seq_split_num > 1 (R_SEQPIPE_RECOMPUTE): never write it
+        kinds = tuple(k for k in sp.recompute_kinds if not (k == "full" and c.seq_split_num > 1))
         problem = Problem(var.pa, P=P, m=c.micro_batch_num, schedule=var.schedule, hbm_mib=float(cfg.hbm_mib),
-                          vpp_candidates=vs, kinds=tuple(sp.recompute_kinds), max_abs_offset=sp.max_abs_offset,
+                          vpp_candidates=vs, kinds=kinds, max_abs_offset=sp.max_abs_offset,
                           seq_split_num=c.seq_split_num, recompute_granularity=sp.recompute_granularity)
         subs.append((var, problem))
     if not subs:
@@ -361,7 +363,7 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
         if k == 0:
             baselines["even_full_recompute"] = report(var, full)
             baselines["even_no_recompute"] = report(var, none)
-        seeds += [full, none]
+        seeds += ([full] if "full" in problem.kinds else []) + [none]  # only what the space may write
         share = None if timeout is None else t0 + timeout * 0.5 * (k + 1) / len(subs)
         prepared.append((var, problem, bound_and_seeds(problem, seeds, deadline=share)))
     bounds = [bs.bound_ms for _, _, bs in prepared]

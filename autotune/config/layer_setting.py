@@ -651,6 +651,13 @@ def normalize(inp: LayerInputs, version: str = "1.8", *, emulate: bool = False) 
     mb = None if inp.micro_batch_num is None else _pos_int(inp, "micro_batch_num", inp.micro_batch_num)
     seq_split = _pos_int(inp, "seq_split_num", 1 if inp.seq_split_num is None else inp.seq_split_num)
     sched = "1f1b" if inp.pipeline_scheduler is None else inp.pipeline_scheduler
+    if isinstance(sched, str) and sched.lower() == "1f1b_less_memory":
+        raise _err("R_SCHEDULER", inp.path("pipeline_scheduler"), sched,
+                   "1f1b_less_memory is autotune's name for MindSpore's less-memory interleave, not "
+                   "a MindFormers pipeline_scheduler",
+                   "write pipeline_scheduler: 1f1b with pipeline_interleave: true and run with the "
+                   "environment variable ENABLE_LESS_MEM_VPP=1 (MindSpore InterleavedScheduler, "
+                   "jit_level O0/O1)")
     if not isinstance(sched, str) or sched.lower() not in SCHEDULERS:
         raise _err("R_SCHEDULER", inp.path("pipeline_scheduler"), sched, "unknown pipeline_scheduler",
                    f"use one of {', '.join(SCHEDULERS)}")

@@ -29,6 +29,12 @@ from autotune.errors import ConfigError
 from autotune.units import parse_memory_mib
 
 SCHEDULERS = ("1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp", "zero_bubble_v")
+#: Schedules autotune models and writes that MindFormers' YAML cannot name: ``1f1b_less_memory`` is
+#: the interleaved order MindSpore runs for ``pipeline_scheduler: 1f1b`` + ``pipeline_interleave``
+#: when the environment has ``ENABLE_LESS_MEM_VPP=1`` (InterleavedScheduler::MemoryOptimizedReorder,
+#: mindspore ccsrc/frontend/parallel/pipeline_transformer/pipeline_scheduler.cc). ``autotune search``
+#: writes the name so that ``evaluate`` reads the same schedule back; ``check`` rejects it.
+AUTOTUNE_SCHEDULERS = ("1f1b_less_memory",)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -372,8 +378,9 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
                           field="parallel.pipeline_config.pipeline_interleave", value=interleave, rule="type")
     vpp = (vpp_raw or 1) if interleave else 1
     sched = get_path(data, "parallel.pipeline_config.pipeline_scheduler", "1f1b") or "1f1b"
-    if not isinstance(sched, str) or sched.lower() not in SCHEDULERS:
-        raise ConfigError(f"must be one of {', '.join(SCHEDULERS)}, got {sched!r}",
+    if not isinstance(sched, str) or sched.lower() not in SCHEDULERS + AUTOTUNE_SCHEDULERS:
+        raise ConfigError(f"must be one of {', '.join(SCHEDULERS)} (MindFormers) or "
+                          f"{', '.join(AUTOTUNE_SCHEDULERS)} (autotune), got {sched!r}",
                           field="parallel.pipeline_config.pipeline_scheduler", value=sched, rule="scheduler")
     ctx_mem = get_path(data, "context.max_device_memory", None)
     if hbm_mib is None and ctx_mem is not None:

@@ -109,6 +109,8 @@ def fit_recompute(problem: Problem, layers: np.ndarray, rec: np.ndarray, sel: np
     rounds = np.zeros((B, P), dtype=np.int64)  # increments taken per stage (its greedy round)
     guess = np.zeros((B, P), dtype=np.int64)   # variant each stage is expected to take next
     peak, t = _stage_time(problem, layers, rec, sel, com, pos)
+    if K == 0:  # no recompute kind allowed (recompute_kinds: [], or full only with seq_split_num > 1)
+        return rec, sel, com, (peak <= cap + 1e-9).all(axis=1)
     idx = np.arange(B)  # rows still being fitted
     grow = 1  # speculation depth that recent blocks earned
     while True:
