@@ -273,3 +273,32 @@ def test_cli_bad_sapp_is_one_line_error(tmp_path):
     p.write_text("{")
     r = CliRunner().invoke(main, ["profile", "--from-sapp", str(p)])
     assert r.exit_code == 2 and "Traceback" not in r.output and "[sapp]" in r.output
+
+
+def test_search_on_the_import_respects_the_balancers_limit(tmp_path):
+    """A fit autotune reports on an imported profile is a fit by the balancer's own model: the
+    best answer's peaks equal sapp_solver's stage_param_memory + stage_active_memory (P - s in
+    flight) + constant_memory_ stage by stage, all within the limit (the issue's complaint was
+    63,120 MB reported as fitting 62,000 when stage_const_mem was dropped)."""
+    from autotune.api import search
+    from autotune.tuner.space import SearchSpace
+
+    raw = yaml.safe_load((Path(__file__).parents[1] / "e2e" / "data" / "toy.yaml").read_text())
+    raw["model"]["model_config"].update(num_layers=14, offset=0, pp_interleave_num=1)
+    raw["parallel"]["pipeline_config"]["pipeline_interleave"] = False
+    raw["recompute_config"]["recompute"] = False
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    prof = tmp_path / "prof.yaml"
+    prof.write_text(_profile(load_sapp(LAYERS)).model_copy(update={"layer_kinds": [("Decoder", 14)]}).to_yaml())
+    limit = 9000.0
+    res = search(str(cfg), str(prof), space=SearchSpace(pp_interleave_num=[1], recompute_kinds=["full"]),
+                 hbm_mib=limit, trials=20, seed=0)
+    assert res.best is not None
+    P = 4
+    for s in res.best.stages:
+        n, r = s.layers[0], s.recompute[0]
+        balancer = (n * 800 + (P - s.stage) * ((n - r) * 400 + r * 40) + 1000
+                    + (3000 if s.stage == 0 else 0) + (2000 if s.stage == P - 1 else 0))
+        assert s.peak_mib == pytest.approx(balancer, rel=1e-12)
+        assert balancer <= limit
