@@ -239,6 +239,10 @@ def test_cli_over_analytic_warns_every_field_it_fills(tmp_path):
     e = CliRunner().invoke(main, ["evaluate", str(DATA / "llama_small.yaml"), "--profile", str(out)])
     assert e.exit_code == 0, e.output
     assert "p2p_ms" in e.stderr and "taken from the analytic profile" in e.stderr
+    s = CliRunner().invoke(main, ["search", str(DATA / "llama_small.yaml"), "--profile", str(out),
+                                  "--trials", "3", "--quiet", "--hbm", "200GB"])
+    assert s.exit_code == 0, s.output
+    assert f"warning: profile {out}: kinds.dense.full: workspace_mib" in s.stderr
 
 
 def test_cli_strict_fails_naming_the_fields(tmp_path):
