@@ -441,8 +441,8 @@ def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | Non
         relax_prob = Problem(pa_relaxed, P=P, m=m, schedule=SCHEDULE, hbm_mib=hbm, vpp_candidates=Vs,
                              kinds=relax_kinds or ("full",))
         ub = relax_prob.score([Candidate(bV, bc.layers, rec, sel, np.zeros_like(rec))])[0]
-        lb = relaxation_bound(relax_prob, ub.step_ms if ub.excess_mib <= 0 else bc.step_ms,
-                              target_gap=gap or 0.0)
+        lb = min(float(bc.step_ms), relaxation_bound(relax_prob, ub.step_ms if ub.excess_mib <= 0 else bc.step_ms,
+                                                     target_gap=gap or 0.0))
         if not relax_kinds:
             notes.append("recompute 'none' only: the bound also allows full recompute (looser)")
 
