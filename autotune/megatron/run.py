@@ -206,6 +206,8 @@ def build_run(source: str | Path | dict | list | MegatronArgs) -> MegatronRun:
             R_MEGATRON_LAYOUT, R_MEGATRON_UNEVEN, R_MEGATRON_VPP, R_MEGATRON_BATCH,
             R_MEGATRON_WORLD, R_MEGATRON_DIVIDE, R_MEGATRON_RECOMPUTE, R_MEGATRON_VOCAB.
     """
+    if isinstance(source, MegatronRun):
+        return source
     a = read_args(source)
     for key in sorted(a.unresolved):
         if key in READ_KEYS:
