@@ -11,7 +11,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = {"load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult"}
+_API = {"load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult", "load_megatron"}
 
 
 def __getattr__(name: str) -> Any:

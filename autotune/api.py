@@ -25,7 +25,16 @@ from autotune.profile.analytic import analytic_profile
 from autotune.profile.schema import ModelProfile, load_profile
 from autotune.tuner.space import SearchSpace, load_search_space
 
-__all__ = ["load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult"]
+__all__ = ["load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult",
+           "load_megatron"]
+
+
+def load_megatron(source: Any) -> Any:
+    """A validated Megatron-LM run (:class:`autotune.megatron.run.MegatronRun`) from a YAML/JSON
+    file of arguments, a launch script, a mapping or an argv list (docs/megatron.md)."""
+    from autotune.megatron.run import build_run
+
+    return build_run(source)
 
 DEFAULT_DEVICE = "ascend-910b"
 #: Safety net of one ``search`` without ``timeout`` (s). The default search is bounded by work,
@@ -256,12 +265,13 @@ def _patterns(layout: Layout | None) -> tuple[list[str] | None, list[str] | None
 OBJECTIVES = ("time", "time,memory")
 
 
-def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
+def search(config: Any = None, profile: str | Path | ModelProfile | None = None, *,
            space: SearchSpace | str | Path | None = None, trials: int = 200,
            timeout: float | None = None, seed: int | None = 0, storage: Any = None,
            study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
            overrides: dict[str, float] | None = None, progress: bool | str = False,
-           gap: float | None = 0.005, objective: str = "time") -> SearchResult:
+           gap: float | None = 0.005, objective: str = "time", megatron_args: Any = None,
+           megatron_space: Any = None) -> Any:
     """Tune offset, pp_interleave_num and recompute (and the space's other free knobs) for a config.
 
     Args:
@@ -283,6 +293,13 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
             the Pareto front of step time vs worst-stage peak MiB (``SearchResult.pareto``; exact
             on enumerable spaces, see :mod:`autotune.tuner.pareto`; every sub-problem is searched).
 
+        megatron_args: a Megatron-LM run instead of ``config`` (path to an argument YAML/JSON or a
+            launch script, a mapping, an argv list or a :func:`load_megatron` result; ``config`` may
+            also be a MegatronRun): searches what Megatron's flags express
+            (:func:`autotune.megatron.search.search_megatron`, space ``megatron_space`` or
+            ``search_spaces/megatron.yaml``; ``device`` defaults to h100) and returns a
+            :class:`~autotune.megatron.search.MegatronResult`.
+
     Without ``timeout`` the run is deterministic: same inputs and seed, same trials and answer.
     With ``timeout``, half of it goes to the bound and the solver seeds, the rest to Optuna (the
     answer may then depend on machine speed). Small spaces are enumerated exactly
@@ -300,6 +317,16 @@ def search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfi
     from autotune.tuner.solve import bound_and_seeds
     from autotune.tuner.space import expand_space
 
+    from autotune.megatron.run import MegatronRun
+
+    if megatron_args is not None or isinstance(config, MegatronRun):
+        from autotune.megatron.search import search_megatron
+
+        run = load_megatron(megatron_args if megatron_args is not None else config)
+        return search_megatron(run, space=megatron_space, device="h100" if device == DEFAULT_DEVICE else device,
+                               hbm_mib=hbm_mib, overrides=overrides, seed=seed or 0, gap=gap)
+    if config is None:
+        raise ConfigError("give a config (or megatron_args)", field="config", value=None, rule="missing_key")
     t0 = time.monotonic()
     if gap is not None and not gap >= 0:
         raise ConfigError(f"gap must be a fraction >= 0 or None (no early stop), got {gap}", field="gap",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from autotune.commands import _megatron
 from autotune.errors import ConfigError
 from autotune.units import parse_memory_mib
 
@@ -84,9 +85,11 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 
 
 @click.command("search")
-@_config_arg
+@click.argument("config", type=click.Path(dir_okay=False), required=False)
 @_profile_opt
-@_device_opt
+@click.option("--device", default=None,
+              help="Device preset for the analytic profile (ascend-910b, h100, h200, a100, b200; default "
+                   "ascend-910b, h100 for Megatron input).")
 @_hbm_opt
 @_set_opt
 @click.option("--out", "out", default=None, help="Write the tuned config (your YAML with the tuned keys) here.")
@@ -111,13 +114,30 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--dry-run", is_flag=True, help="Print the search space (size, free knobs, constraints) and exit.")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Also write report.html, report.md and the pictures (timeline, memory, stages, study) here.")
-def search_cmd(config: str, profile: str | None, device: str, hbm: str | None, sets: tuple[str, ...],
-               out: str | None, force: bool, space: str | None, trials: int, timeout: float | None,
-               seed: int, storage: str | None, study_name: str | None, fmt: str, quiet: bool,
-               gap: float, objective: str, dry_run: bool, report_dir: str | None) -> None:
+@_megatron.options
+def search_cmd(config: str | None, profile: str | None, device: str | None, hbm: str | None,
+               sets: tuple[str, ...], out: str | None, force: bool, space: str | None, trials: int,
+               timeout: float | None, seed: int, storage: str | None, study_name: str | None, fmt: str,
+               quiet: bool, gap: float, objective: str, dry_run: bool, report_dir: str | None,
+               source_kind: str = "auto", megatron_args: str | None = None, in_place: bool = False,
+               layout_flags: str | None = None) -> None:
     """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table, the lower
-    bound and certified gap, and write the tuned YAML to --out."""
+    bound and certified gap, and write the tuned YAML to --out. Megatron-LM arguments (a YAML/JSON
+    of flags, or --megatron-args train.sh) are detected by content: see docs/megatron.md."""
     from autotune.api import search
+
+    if config is None and megatron_args is None:
+        raise ConfigError("give CONFIG or --megatron-args SCRIPT", field="CONFIG", value=None, rule="usage")
+    if megatron_args is not None or source_kind == "megatron" or (
+            source_kind == "auto" and _megatron.is_megatron_input(config)):
+        _megatron.run(megatron_args or config, device=device, hbm_mib=_hbm(hbm), overrides=_overrides(sets),
+                      space=space, seed=seed, gap=gap, fmt=fmt, out=out, force=force, in_place=in_place,
+                      layout_flags=layout_flags, quiet=quiet)
+        return
+    if in_place or layout_flags:
+        raise ConfigError("--in-place and --layout-flags are for Megatron input (MindFormers: use autotune apply)",
+                          field="--in-place" if in_place else "--layout-flags", value=True, rule="usage")
+    device = device or "ascend-910b"
 
     if dry_run:
         from autotune.tuner.describe import describe_space

@@ -37,6 +37,10 @@ DEVICES: dict[str, Device] = {
     "a100": Device(
         "a100", peak_tflops=312.0, hbm_gib=80.0, p2p_gbps=25.0, p2p_latency_ms=0.01,
         source="NVIDIA A100 SXM4 80GB datasheet: 312 TFLOPS dense BF16; p2p over 200 Gb/s HDR IB (25 GB/s)"),
+    "b200": Device(
+        "b200", peak_tflops=2250.0, hbm_gib=180.0, p2p_gbps=50.0, p2p_latency_ms=0.01,
+        source="NVIDIA HGX B200 datasheet: 2.25 PFLOPS dense FP16/BF16 per GPU (4.5 sparse), 180 GB HBM3e; "
+               "p2p over 400 Gb/s NDR IB (50 GB/s)"),
 }
 ALIASES = {"910b": "ascend-910b", "ascend910b": "ascend-910b", "atlas-a2": "ascend-910b"}
 

@@ -1,0 +1,588 @@
+"""Search what Megatron-LM's flags can express, and nothing more.
+
+The space (``search_spaces/megatron.yaml``, :class:`MegatronSpace`):
+
+- **layout**: decoder layers per virtual stage through ``--pipeline-model-parallel-layout`` (any
+  table [vpp][pp] whose middle virtual stages hold >= 1 layer; E on the first, MTP and L on the
+  last), or — ``layout_flags: first_last`` — the older ``--decoder-first/last-pipeline-num-layers``
+  (+ ``--num-virtual-stages-per-pipeline-rank``): equal middle ranks, every rank's layers split
+  evenly over its virtual stages;
+- **recompute**, one choice for the whole run: none; full with ``--recompute-method block
+  --recompute-num-layers N`` (the first N layers of every virtual stage; N is one integer for all
+  stages in every Megatron release); or selective with one ``--recompute-modules`` set for every
+  layer.
+
+Mapping onto the cost model (:mod:`autotune.megatron.profile`): full block N -> recompute count
+``min(N, layers)`` in every mini-stage; a module set -> the kinds' ``select`` option, select count =
+all layers of every mini-stage.
+
+Method: every (recompute choice, vpp) is scored on seed layouts (even split, the user's, the
+first/last-lighter variants, the relaxation's answer; in ``first_last`` mode every valid
+(first, last) pair), then the best few are improved by moving one layer between two virtual stages
+at a time (all pairs, batched through the cost model) while the step time drops.
+
+**Lower bound**: a relaxation with MindFormers' per-stage freedom — per-mini-stage full and select
+counts — on a profile whose ``select`` option is, per layer kind, the least activation and the least
+replay time over all candidate module sets (each no larger than any real set's, so every Megatron
+config maps to a relaxed config that is no slower and no larger: the event simulation is monotone).
+Its bound (from :func:`autotune.search`) is therefore a lower bound on every Megatron config of the
+space; the certified gap is (best − bound) / bound. The same search with the winning choice's real
+profile shows what per-stage recompute (MindFormers' freedom) would gain over Megatron's flags.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autotune.config.layout import make_layout
+from autotune.cost.inputs import ProfileArrays
+from autotune.cost.report import CostReport, evaluate_layout
+from autotune.errors import ConfigError
+from autotune.megatron.layout import first_last_counts
+from autotune.megatron.profile import megatron_profile, selective_option, training_config
+from autotune.megatron.run import MODULES, MegatronRun
+from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile
+from autotune.profile.devices import get_device
+from autotune.units import BYTES_PER_MIB
+
+DEFAULT_MEGATRON_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "megatron.yaml"
+SCHEDULE = "1f1b"   # Megatron's 1F1B; interleaved 1F1B when vpp > 1
+
+
+class MegatronSpace(BaseModel):
+    """What the Megatron search may change (module docstring; ``search_spaces/megatron.yaml``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    virtual_pipeline: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=1)
+    layout_flags: Literal["layout", "first_last"] = "layout"
+    recompute: list[Literal["none", "full", "selective"]] = Field(
+        default_factory=lambda: ["none", "full", "selective"], min_length=1)
+    recompute_num_layers: list[int] | None = None
+    recompute_modules: Literal["subsets"] | list[list[str]] = "subsets"
+    max_modules: int = Field(4, ge=1, le=len(MODULES))
+    refine: int = Field(3, ge=0, le=64)
+    max_moves: int = Field(60, ge=0)
+    relaxation_trials: int = Field(40, ge=1)
+    compare_mindformers: bool = True
+
+
+def load_megatron_space(path: str | Path | None = None) -> MegatronSpace:
+    """Read a Megatron search space (default ``search_spaces/megatron.yaml``).
+
+    Raises:
+        ConfigError: missing file, not YAML, or a field breaking the schema (named).
+    """
+    from autotune.config.training import read_yaml
+
+    if path is None:
+        if not DEFAULT_MEGATRON_SPACE.is_file():
+            return MegatronSpace()
+        path = DEFAULT_MEGATRON_SPACE
+    data = read_yaml(path)
+    try:
+        return MegatronSpace.model_validate(data or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"{err['msg']} (search space {path})", field=loc, value=err.get("input"),
+                          rule="search_space") from None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One recompute choice: ``kind`` none / full / selective, ``n`` (full block count),
+    ``modules`` (selective set)."""
+
+    kind: str
+    n: int = 0
+    modules: tuple[str, ...] = ()
+
+    def label(self) -> str:
+        if self.kind == "full":
+            return f"full block {self.n}"
+        if self.kind == "selective":
+            return "selective " + "+".join(self.modules)
+        return "no recompute"
+
+
+@dataclass
+class MegatronResult:
+    """Outcome of :func:`search_megatron` (times ms, memory MiB).
+
+    Attributes:
+        run: the input run; best / closest: cost report of the best feasible config (closest when
+            none fits); choice, vpp, layers_vp: what the flags say; flags: argument name ->
+            value to set (None = remove); baselines: ``user``, ``even_full_recompute``,
+            ``even_no_recompute``; lower_bound_ms / certified_gap; mindformers: the per-stage-freedom
+            answer (report + its recompute table) or None; theoretical: Megatron's own estimate of
+            the best config and of the user's (MB); seconds, cpu_seconds; evaluated: configs scored.
+    """
+
+    run: MegatronRun
+    best: CostReport | None
+    closest: CostReport | None
+    choice: Choice
+    vpp: int
+    layers_vp: list[list[int]]
+    flags: dict[str, Any]
+    baselines: dict[str, CostReport | None]
+    lower_bound_ms: float | None
+    certified_gap: float | None
+    mindformers: dict[str, Any] | None
+    theoretical: dict[str, dict[str, float]]
+    seconds: float
+    cpu_seconds: float
+    evaluated: int
+    hbm_mib: float
+    device: str
+    user_choice: Choice | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def step_time_ms(self) -> float | None:
+        return None if self.best is None else self.best.step_time_ms
+
+    def flag_lines(self) -> list[str]:
+        """The arguments to paste, one ``--flag value`` per line (removals as comments)."""
+        from autotune.megatron.emit import flag_lines
+
+        return flag_lines(self.flags)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape: the MindFormers ``search --format json`` keys plus ``megatron``."""
+        def d(r: CostReport | None) -> dict[str, Any] | None:
+            if r is None:
+                return None
+            try:
+                return r.to_dict()
+            except ConfigError:   # e.g. an empty middle stage: Megatron allows it, MindFormers does not
+                return {"step_time_ms": r.step_time_ms, "bubble_fraction": r.bubble_fraction, "fits": r.fits,
+                        "hbm_budget_mib": r.hbm_budget_mib, "peak_mib": r.peak_mib, "schedule": r.schedule,
+                        "micro_batch_num": r.micro_batch_num, "stages": [x.to_dict() for x in r.stages],
+                        "config": None}
+        mf = None
+        if self.mindformers is not None:
+            mf = {k: (d(v) if isinstance(v, CostReport) else v) for k, v in self.mindformers.items()}
+        return {"best": d(self.best), "closest": d(self.closest) if self.best is None else None,
+                "baselines": {k: d(v) for k, v in self.baselines.items()},
+                "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
+                "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "trials": self.evaluated,
+                "megatron": {"flags": {k: v for k, v in self.flags.items()},
+                             "flag_lines": self.flag_lines(), "recompute": self.choice.label(),
+                             "virtual_pipeline": self.vpp, "layers_per_virtual_stage": self.layers_vp,
+                             "theoretical_memory_mb": self.theoretical, "device": self.device,
+                             "hbm_budget_mib": self.hbm_mib, "notes": list(self.notes)},
+                "mindformers_per_stage": mf}
+
+
+def module_sets(run: MegatronRun, space: MegatronSpace) -> list[tuple[str, ...]]:
+    """Candidate ``--recompute-modules`` sets: the space's list (modules the model cannot take are
+    rejected), or every subset of the applicable modules up to ``max_modules`` without redundant
+    members (``moe`` already recomputes ``moe_act`` and ``shared_experts``)."""
+    ok = run.applicable_modules()
+    if isinstance(space.recompute_modules, list):
+        out = []
+        for s in space.recompute_modules:
+            bad = [x for x in s if x not in ok]
+            if bad:
+                raise ConfigError(f"module {bad[0]!r} does not apply to this model (applicable: {', '.join(ok)})",
+                                  field="recompute_modules", value=s, rule="search_space")
+            out.append(tuple(x for x in MODULES if x in s))
+        return list(dict.fromkeys(out))
+    sets = []
+    for k in range(1, min(space.max_modules, len(ok)) + 1):
+        for combo in itertools.combinations(ok, k):
+            if "moe" in combo and ("moe_act" in combo or "shared_experts" in combo):
+                continue
+            sets.append(combo)
+    return sets
+
+
+def _prune(run: MegatronRun, sets: list[tuple[str, ...]], base: Any, flops_per_ms: float,
+           frac: float) -> tuple[list[tuple[str, ...]], dict[tuple[str, ...], dict[str, tuple[float, float]]]]:
+    """Drop module sets another set dominates on every layer kind (keeps no more activation and
+    replays no longer); returns the kept sets and each set's (act bytes, replay ms) per kind."""
+    from autotune.megatron.profile import _components
+
+    vals: dict[tuple[str, ...], dict[str, tuple[float, float]]] = {}
+    for s in sets:
+        v = {}
+        for name, lk in base.kinds.items():
+            moe = name == "moe"
+            act = sum(_components(run, moe).values())
+            v[name] = selective_option(run, s, moe, act, lk.bwd_ms, flops_per_ms, frac)
+        vals[s] = v
+    kept = []
+    for s in sets:
+        dom = False
+        for o in sets:
+            if o == s:
+                continue
+            le = all(vals[o][k][0] <= vals[s][k][0] + 1e-6 and vals[o][k][1] <= vals[s][k][1] + 1e-9 for k in vals[s])
+            lt = any(vals[o][k][0] < vals[s][k][0] - 1e-6 or vals[o][k][1] < vals[s][k][1] - 1e-9 for k in vals[s])
+            if le and (lt or len(o) < len(s)):
+                dom = True
+                break
+        if not dom:
+            kept.append(s)
+    return kept, vals
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | None = None, device: str = "h100",
+                    hbm_mib: float | None = None, overrides: dict[str, float] | None = None, seed: int = 0,
+                    gap: float | None = 0.005, progress: bool | str = False) -> MegatronResult:
+    """Find the fastest Megatron configuration of the space that fits the HBM budget.
+
+    Args:
+        run: the Megatron run (:func:`autotune.megatron.run.build_run`).
+        space: :class:`MegatronSpace`, a YAML path, or None for ``search_spaces/megatron.yaml``.
+        device: device preset (h100, h200, a100, b200, ascend-910b); hbm_mib: budget per GPU (MiB),
+            default the device's HBM; overrides: analytic-profile assumptions (``--set``).
+        seed, gap: passed to the relaxation search (:func:`autotune.search`).
+
+    Returns:
+        :class:`MegatronResult` with the flags to set, step time, per-stage reports, the lower
+        bound and the certified gap.
+
+    Raises:
+        ConfigError: bad space, no runnable virtual-pipeline size, unknown device/assumption.
+    """
+    from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
+
+    t0, c0 = time.monotonic(), _cpu()
+    sp = space if isinstance(space, MegatronSpace) else load_megatron_space(space)
+    dev = get_device(device)
+    hbm = float(hbm_mib) if hbm_mib is not None else dev.hbm_gib * 1024.0
+    cfg = training_config(run, hbm_mib=hbm)
+    base = analytic_profile(cfg, dev, overrides=overrides)
+    A = dict(DEFAULT_ASSUMPTIONS)
+    A.update({k: float(v) for k, v in (overrides or {}).items()})
+    fpm = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
+    N, P, m = run.num_layers, run.pp, run.m
+    notes: list[str] = []
+
+    Vs = runnable_vpp(N, P, m, SCHEDULE, sp.virtual_pipeline)
+    Vs = [V for V in Vs if V == 1 or P > 2 or run.overlap_p2p]
+    if sp.layout_flags == "first_last":
+        Vs = [V for V in Vs if V == 1 or P > 1]
+    if not Vs:
+        raise ConfigError(f"no virtual-pipeline size in {sp.virtual_pipeline} can run num_layers {N} on pp {P} "
+                          f"with {m} micro-batches", field="virtual_pipeline", value=sp.virtual_pipeline,
+                          rule="search_space")
+
+    # ---- recompute choices and their profiles -------------------------------------------------
+    plain = megatron_profile(run, device, overrides=overrides, base=base)
+    pa_plain = ProfileArrays.from_profile(plain)
+    sets: list[tuple[str, ...]] = []
+    vals: dict = {}
+    if "selective" in sp.recompute:
+        sets, vals = _prune(run, module_sets(run, sp), base, fpm, A["select_extra_frac"])
+    profiles: dict[tuple[str, ...], Any] = {(): plain}
+    arrays: dict[tuple[str, ...], ProfileArrays] = {(): pa_plain}
+    for s in sets:
+        profiles[s] = megatron_profile(run, device, modules=s, overrides=overrides, base=base)
+        arrays[s] = ProfileArrays.from_profile(profiles[s])
+    max_layers = max(2, -(-N // (P * min(Vs))) + 3)
+    ns = sp.recompute_num_layers or list(range(1, max_layers + 1))
+    choices: list[Choice] = []
+    if "none" in sp.recompute:
+        choices.append(Choice("none"))
+    if "full" in sp.recompute:
+        choices += [Choice("full", n=k) for k in ns if k >= 1]
+    choices += [Choice("selective", modules=s) for s in sets]
+
+    problems = {V: {key: Problem(arrays[key], P=P, m=m, schedule=SCHEDULE, hbm_mib=hbm, vpp_candidates=[V])
+                    for key in arrays} for V in Vs}
+
+    def tables(ch: Choice, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        z = np.zeros_like(layers)
+        if ch.kind == "full":
+            return np.minimum(layers, ch.n), z
+        if ch.kind == "selective":
+            return z, layers.copy()
+        return z, z
+
+    evaluated = 0
+
+    def score(ch: Choice, V: int, layer_list: list[np.ndarray]) -> list[Candidate]:
+        nonlocal evaluated
+        prob = problems[V][ch.modules]
+        cands = []
+        for L in layer_list:
+            rec, sel = tables(ch, L)
+            cands.append(Candidate(V, L, rec, sel, np.zeros_like(L), origin=ch.label()))
+        evaluated += len(cands)
+        return prob.score(cands)
+
+    # ---- relaxation profile (per kind: least activation and least replay over the module sets) --
+    relax_kinds = tuple((["full"] if "full" in sp.recompute else []) + (["select"] if sets else []))
+    over = {k: (min(vals[s_][k][0] for s_ in sets) / BYTES_PER_MIB, min(vals[s_][k][1] for s_ in sets))
+            for k in plain.kinds} if sets else None
+    relaxed = megatron_profile(run, device, overrides=overrides, base=base, select_override=over) if over else plain
+    pa_relaxed = ProfileArrays.from_profile(relaxed)
+
+    # ---- seeds per V -----------------------------------------------------------------------
+    user_table = np.asarray(run.layers_vp, dtype=np.int64)
+
+    def valid(L: np.ndarray) -> bool:
+        lo = np.ones_like(L)
+        lo[0, 0] = 0
+        lo[-1, -1] = 0
+        if (L < lo).any() or int(L.sum()) != N:
+            return False
+        return sp.layout_flags == "layout" or first_last_counts(L.tolist()) is not None
+
+    def seeds_for(V: int) -> list[np.ndarray]:
+        out: list[np.ndarray] = []
+        if sp.layout_flags == "first_last":
+            for first in range(0, N + 1):
+                for last in range(0, N + 1 - first):
+                    left = P - 2
+                    rest = N - first - last
+                    if P == 1:
+                        if first or last:
+                            continue
+                        per = [N]
+                    elif left == 0:
+                        if rest:
+                            continue
+                        per = [first, last]
+                    else:
+                        if rest % left or rest // left < V:
+                            continue
+                        per = [first] + [rest // left] * left + [last]
+                    if any(x % V for x in per):
+                        continue
+                    out.append(np.asarray([[x // V for x in per] for _ in range(V)], dtype=np.int64))
+            return [L for L in out if valid(L)]
+        ev = even_layers(N, P, V)
+        out.append(ev)
+        if user_table.shape == ev.shape:
+            out.append(user_table.copy())
+        flat = ev.reshape(-1)
+        for k1 in range(0, 4):
+            for k2 in range(0, 4):
+                if not k1 and not k2:
+                    continue
+                f = flat.copy()
+                take = min(k1, f[0]), min(k2, f[-1])
+                f[0] -= take[0]
+                f[-1] -= take[1]
+                for i in range(take[0] + take[1]):
+                    f[1 + i % (len(f) - 2 if len(f) > 2 else 1)] += 1
+                out.append(f.reshape(V, P))
+        uniq = {L.tobytes(): L for L in out if valid(L)}
+        return list(uniq.values())
+
+    # ---- screen every (choice, V) on the seeds -----------------------------------------------
+    best_of: dict[tuple[Choice, int], Candidate] = {}
+    seed_cache = {V: seeds_for(V) for V in Vs}
+    for V in Vs:
+        for ch in choices:
+            got = score(ch, V, seed_cache[V])
+            best_of[(ch, V)] = min(got, key=lambda c: c.rank())
+
+    # ---- refine the best few by single-layer moves ------------------------------------------
+    ranked = sorted(best_of.items(), key=lambda kv: kv[1].rank())
+    refine = ranked[:sp.refine] if sp.layout_flags == "layout" else []
+    for (ch, V), cand in refine:
+        cur = cand
+        for _ in range(sp.max_moves):
+            L = cur.layers
+            flat = L.reshape(-1)
+            moves = []
+            S = flat.size
+            # moves between neighbouring virtual stages and to/from the first and last one (the
+            # embedding / loss stages), not all S² pairs: a work cap that keeps 40 stages cheap
+            pairs = {(i, i + 1) for i in range(S - 1)} | {(i + 1, i) for i in range(S - 1)}
+            pairs |= {(e, j) for e in (0, S - 1) for j in range(S) if j != e}
+            pairs |= {(j, e) for e in (0, S - 1) for j in range(S) if j != e}
+            for i, j in sorted(pairs):
+                if flat[i] == 0:
+                    continue
+                f = flat.copy()
+                f[i] -= 1
+                f[j] += 1
+                M = f.reshape(L.shape)
+                if valid(M):
+                    moves.append(M)
+            neigh = [(ch, moves)]
+            if ch.kind == "full":
+                neigh += [(Choice("full", n=k), [L]) for k in (ch.n - 1, ch.n + 1) if k >= 1]
+            best_n = cur
+            best_ch = ch
+            for c2, layer_list in neigh:
+                if not layer_list:
+                    continue
+                got = score(c2, V, layer_list)
+                top = min(got, key=lambda c: c.rank())
+                if top.rank() < best_n.rank():
+                    best_n, best_ch = top, c2
+            if best_n is cur:
+                break
+            cur, ch = best_n, best_ch
+        key = (ch, V)
+        if key not in best_of or cur.rank() < best_of[key].rank():
+            best_of[key] = cur
+
+    (bch, bV), bc = min(best_of.items(), key=lambda kv: kv[1].rank())
+    fits = bc.excess_mib <= 0
+
+    # ---- lower bound: the relaxation's bound against the answer's relaxed score --------------
+    lb = None
+    if fits:
+        rec, sel = tables(bch, bc.layers)
+        relax_prob = Problem(pa_relaxed, P=P, m=m, schedule=SCHEDULE, hbm_mib=hbm, vpp_candidates=Vs,
+                             kinds=relax_kinds or ("full",))
+        ub = relax_prob.score([Candidate(bV, bc.layers, rec, sel, np.zeros_like(rec))])[0]
+        lb = min(float(bc.step_ms), relaxation_bound(relax_prob, ub.step_ms if ub.excess_mib <= 0 else bc.step_ms,
+                                                     target_gap=gap or 0.0))
+        if not relax_kinds:
+            notes.append("recompute 'none' only: the bound also allows full recompute (looser)")
+
+    def report(ch: Choice, c: Candidate) -> CostReport:
+        lay = make_layout(c.layers, c.rec, c.sel, c.com)
+        return evaluate_layout(profiles[ch.modules], lay, micro_batch_num=m, schedule=SCHEDULE, hbm_mib=hbm)
+
+    best_rep = report(bch, bc)
+    # ---- baselines ----------------------------------------------------------------------------
+    baselines: dict[str, CostReport | None] = {"user": None}
+    user_choice = None
+    if run.granularity == "full":
+        user_choice = Choice("full", n=run.recompute_num_layers if run.method == "block" else max_layers)
+    elif run.granularity == "selective":
+        user_choice = Choice("selective", modules=tuple(x for x in MODULES if x in run.modules))
+    else:
+        user_choice = Choice("none")
+    try:
+        if user_choice.modules not in profiles:
+            profiles[user_choice.modules] = megatron_profile(run, device, modules=user_choice.modules,
+                                                             overrides=overrides, base=base)
+        rec, sel = tables(user_choice, user_table)
+        z = np.zeros_like(user_table)
+        baselines["user"] = evaluate_layout(profiles[user_choice.modules], make_layout(user_table, rec, sel, z),
+                                            micro_batch_num=m, schedule=SCHEDULE, hbm_mib=hbm)
+    except (ValueError, ConfigError) as exc:
+        notes.append(f"your own config could not be evaluated: {exc}")
+    V0 = run.vpp if run.vpp in Vs else Vs[0]
+    ev = even_layers(N, P, V0)
+    z = np.zeros_like(ev)
+    baselines["even_full_recompute"] = evaluate_layout(plain, make_layout(ev, ev, z, z), micro_batch_num=m,
+                                                       schedule=SCHEDULE, hbm_mib=hbm)
+    baselines["even_no_recompute"] = evaluate_layout(plain, make_layout(ev, z, z, z), micro_batch_num=m,
+                                                     schedule=SCHEDULE, hbm_mib=hbm)
+
+    # ---- MindFormers' per-stage freedom: per-mini-stage recompute counts from the answer --------
+    mf = None
+    if sp.compare_mindformers and fits and bch.kind != "none":
+        per = per_stage_recompute(problems[bV][bch.modules], bc, bch.kind)
+        evaluated += per[1]
+        pc = per[0]
+        if pc.step_ms < bc.step_ms - 1e-6:
+            rep = evaluate_layout(profiles[bch.modules], make_layout(pc.layers, pc.rec, pc.sel, pc.com),
+                                  micro_batch_num=m, schedule=SCHEDULE, hbm_mib=hbm)
+            mf = {"report": rep, "step_time_ms": rep.step_time_ms,
+                  "gain_vs_megatron": rep.step_time_ms / best_rep.step_time_ms - 1.0,
+                  "recompute": pc.rec.tolist(), "select_recompute": pc.sel.tolist(),
+                  "layers": pc.layers.tolist(), "modules": list(bch.modules)}
+            notes.append(f"per-stage recompute counts (MindFormers' recompute table; Megatron has one "
+                         f"--recompute-num-layers / one module set for every stage) would run "
+                         f"{rep.step_time_ms:.1f} ms ({mf['gain_vs_megatron']:+.2%}): recompute "
+                         f"{pc.rec.tolist() if bch.kind == 'full' else pc.sel.tolist()}")
+    cert = None
+    if fits and lb is not None and lb > 0:
+        lb = min(lb, best_rep.step_time_ms)
+        cert = max(0.0, (best_rep.step_time_ms - lb) / lb)
+    from autotune.megatron.emit import flags_for
+    from autotune.megatron.memory import theoretical_memory
+
+    flags = flags_for(run, bch, bc.layers.tolist(), sp.layout_flags)
+    theo = {"user": theoretical_memory(run, m),
+            "best": theoretical_memory(_with(run, bch, bV, bc.layers.tolist()), m)}
+    return MegatronResult(
+        run=run, best=best_rep if fits else None, closest=None if fits else best_rep, choice=bch, vpp=bV,
+        layers_vp=bc.layers.tolist(), flags=flags, baselines=baselines, lower_bound_ms=lb, certified_gap=cert,
+        mindformers=mf, theoretical=theo, seconds=time.monotonic() - t0, cpu_seconds=_cpu() - c0,
+        evaluated=evaluated, hbm_mib=hbm, device=dev.name, user_choice=user_choice, notes=notes)
+
+
+def _with(run: MegatronRun, ch: Choice, V: int, layers: list[list[int]]) -> MegatronRun:
+    """A copy of ``run`` with the answer's virtual-pipeline size and recompute (for Megatron's own
+    memory estimate of the answer)."""
+    import dataclasses
+
+    gran = {"none": None, "full": "full", "selective": "selective"}[ch.kind]
+    return dataclasses.replace(run, vpp=V, layers_vp=layers, granularity=gran,
+                               method="block" if ch.kind == "full" else None,
+                               recompute_num_layers=ch.n if ch.kind == "full" else None, modules=list(ch.modules))
+
+
+def relaxation_bound(problem: Any, upper_ms: float, target_gap: float = 0.0) -> float:
+    """A lower bound (ms) on every memory-feasible layout of ``problem`` (all its V candidates):
+    the project's path / stage DP bound (:func:`autotune.tuner.bounds.lower_bound`), raised for
+    V > 1 by the device-by-device DP (:func:`autotune.tuner.device_dp.device_dp_bound`; lowest V
+    first, until the bound is within ``target_gap`` of ``upper_ms``), never
+    above ``upper_ms`` (a step time some layout of ``problem`` reaches). The integer program of the
+    full MindFormers search is skipped: it costs minutes on 40 virtual stages × 64 micro-batches."""
+    from autotune.tuner.bounds import lower_bound
+    from autotune.tuner.device_dp import device_dp_bound
+
+    b = lower_bound(problem, upper_ms=upper_ms)
+    per = {V: float(v) for V, v in b.per_v_ms.items()}
+    if not per:
+        return float(upper_ms)
+    # raise the lowest V first; stop once the minimum is within ``target_gap`` of upper_ms (the
+    # bound is the minimum over V: raising another V cannot change it)
+    tried: set[int] = set()
+    while True:
+        V = min(per, key=lambda v: per[v])
+        if V in tried or V == 1 or per[V] >= upper_ms or upper_ms <= per[V] * (1 + target_gap):
+            break
+        tried.add(V)
+        dd = device_dp_bound(problem, V, upper_ms=upper_ms)
+        if dd is not None:
+            per[V] = max(per[V], float(dd.bound_ms))
+    return float(min(min(per.values()), upper_ms))
+
+
+def per_stage_recompute(problem: Any, cand: Any, kind: str, max_rounds: int = 40) -> tuple[Any, int]:
+    """MindFormers' freedom on top of a Megatron answer: coordinate descent on the per-mini-stage
+    recompute count (full: ``rec``, selective: ``sel``; the first r layers), one step down or up in
+    one mini-stage at a time, batched, keeping the layout. Returns (best candidate, configs scored)."""
+    from autotune.tuner.problem import Candidate
+
+    cur = cand
+    scored = 0
+    for _ in range(max_rounds):
+        tab = cur.rec if kind == "full" else cur.sel
+        moves = []
+        for idx in np.ndindex(tab.shape):
+            for d in (-1, 1):
+                t2 = tab.copy()
+                t2[idx] += d
+                if not 0 <= t2[idx] <= cur.layers[idx]:
+                    continue
+                rec, sel = (t2, cur.sel) if kind == "full" else (cur.rec, t2)
+                moves.append(Candidate(cur.V, cur.layers, rec, sel, cur.com, origin="per-stage"))
+        if not moves:
+            break
+        scored += len(moves)
+        top = min(problem.score(moves), key=lambda c: c.rank())
+        if top.rank() >= cur.rank():
+            break
+        cur = top
+    return cur, scored
