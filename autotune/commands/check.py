@@ -122,18 +122,25 @@ def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str
 @click.command("apply")
 @click.argument("best", type=click.Path(dir_okay=False))
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--out", "output", type=click.Path(dir_okay=False), default=None,
               help="Write here (default: stdout).")
+@click.option("--output", "output_alias", type=click.Path(dir_okay=False), default=None, hidden=True,
+              help="Old name of --out (kept so existing scripts work).")
 @click.option("--in-place", is_flag=True, help="Overwrite CONFIG.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @click.option("--mindformers-version", "version", type=click.Choice(VERSIONS), default="1.8",
               show_default=True, help="The result must pass `check` for this release.")
-def apply(best: str, config: str, output: str | None, in_place: bool, force: bool, version: str) -> None:
+def apply(best: str, config: str, output: str | None, output_alias: str | None, in_place: bool, force: bool,
+          version: str) -> None:
     """Write the tuned values of BEST (a partial MindFormers YAML, e.g. the block `autotune` emits)
     into CONFIG, changing only those values' text; comments and formatting stay as they were.
 
     The result must pass `autotune check` (strict); otherwise nothing is written.
     """
+    if output and output_alias and output != output_alias:
+        raise ConfigError("give the output once (--out / -o; --output is its old name)", field="--out",
+                          value=output_alias, rule="cli")
+    output = output or output_alias
     try:
         tuned = read_yaml(best)
         path = Path(config)
@@ -151,10 +158,10 @@ def apply(best: str, config: str, output: str | None, in_place: bool, force: boo
                               f"{exc.field}: {exc.message}); nothing written", field=exc.field,
                               value=exc.value, rule=exc.rule) from None
         if output and Path(output).resolve() == path.resolve() and not in_place:
-            raise ConfigError("refusing to overwrite the input; pass --in-place", field="--output",
+            raise ConfigError("refusing to overwrite the input; pass --in-place", field="--out",
                               value=output, rule="R_OVERWRITE")
         if output and Path(output).exists() and Path(output).resolve() != path.resolve() and not force:
-            raise ConfigError(f"{output} exists; pass --force to overwrite it", field="--output",
+            raise ConfigError(f"{output} exists; pass --force to overwrite it", field="--out",
                               value=output, rule="R_OVERWRITE")
     except AutotuneError:
         raise

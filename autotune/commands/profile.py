@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from autotune.commands._paths import check_out_dir, check_out_file
 from autotune.commands.tune import _device_opt, _overrides, _set_opt, _write
 from autotune.errors import ConfigError
 
@@ -68,6 +69,8 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
                 out: str | None, force: bool) -> None:
     """Derive a layer profile: analytic from CONFIG's model dims and parallel sizes, overlaid with
     measurements (--from-trace, --from-dryrun, --from-sapp) where given."""
+    check_out_file(out, force=force, option="--out")  # before any work: a clash must not waste a fit
+    check_out_file(report_path, force=force, option="--report")
     from autotune.api import load_config
     from autotune.profile.analytic import analytic_profile
 
@@ -238,6 +241,7 @@ def probe_cmd(pp: int, num_layers: int, kinds: str, mbn: int | None, seed: int, 
                       + dump_yaml(p.yaml_block()))
     if out:
         d = Path(out)
+        check_out_dir(d, force=force, names=[f"{p.label}.yaml" for p in plan.probes] + ["runs.yaml"])
         for p, b in zip(plan.probes, blocks):
             _write(str(d / f"{p.label}.yaml"), b, force)
         _write(str(d / "runs.yaml"), dump_yaml(plan.manifest()), force)

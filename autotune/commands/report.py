@@ -6,7 +6,9 @@ import json
 
 import click
 
+from autotune.commands._paths import check_out_dir
 from autotune.commands.tune import _overrides
+from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.units import parse_memory_mib
 
 
@@ -18,6 +20,7 @@ from autotune.units import parse_memory_mib
               help="A second config (e.g. your current one) to show side by side.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Folder for report.html, report.md, timeline.png/.svg, memory.png, stages.png.")
+@click.option("--force", is_flag=True, help="Overwrite report files already in --out.")
 @click.option("--device", default="ascend-910b", show_default=True,
               help="Device preset for the analytic profile (ascend-910b, h100, h200, a100).")
 @click.option("--hbm", default=None, help="HBM budget per device, e.g. 60GB (default: "
@@ -25,11 +28,13 @@ from autotune.units import parse_memory_mib
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override an analytic-profile assumption (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def report_cmd(config: str, profile: str | None, compare: str | None, out: str, device: str,
+def report_cmd(config: str, profile: str | None, compare: str | None, out: str, force: bool, device: str,
                hbm: str | None, sets: tuple[str, ...], fmt: str) -> None:
     """Draw CONFIG's pipeline timeline, memory over time and per-stage bars, and write a
     self-contained report.html (+ report.md) into --out. --compare puts another config beside it.
+    Report files already in --out are kept unless --force.
     """
+    check_out_dir(out, force=force, option="--out", names=REPORT_FILES, patterns=REPORT_PATTERNS)
     from autotune.api import evaluate, load_config, resolve_profile
     from autotune.emit.html_report import write_report
     from autotune.emit.render import summary_line

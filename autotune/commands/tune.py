@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
 from autotune.commands import _megatron
+from autotune.commands._paths import check_out_dir, check_out_file, write_text
+from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.errors import ConfigError
 from autotune.units import parse_memory_mib
 
@@ -33,13 +34,9 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def _write(path: str, text: str, force: bool) -> None:
-    p = Path(path)
-    if p.exists() and not force:
-        raise ConfigError(f"{path} exists; pass --force to overwrite it", field="--out", value=path,
-                          rule="overwrite")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
+def _write(path: str, text: str, force: bool, option: str = "--out") -> None:
+    check_out_file(path, force=force, option=option)
+    write_text(path, text)
 
 
 def _profile_warnings(profile: str | None) -> None:
@@ -93,7 +90,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @_hbm_opt
 @_set_opt
 @click.option("--out", "out", default=None, help="Write the tuned config (your YAML with the tuned keys) here.")
-@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite --out, and the report files in --report, if they exist.")
 @click.option("--space", default=None, type=click.Path(dir_okay=False),
               help="Search-space YAML (default: search_spaces/default.yaml).")
 @click.option("--trials", default=200, show_default=True, type=click.IntRange(1))
@@ -126,6 +123,9 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     of flags, or --megatron-args train.sh) are detected by content: see docs/megatron.md."""
     from autotune.api import search
 
+    # every output path is checked before the search: a clash must not throw a finished search away
+    check_out_file(out, force=force, option="--out")
+    check_out_dir(report_dir, force=force, option="--report", names=REPORT_FILES, patterns=REPORT_PATTERNS)
     if config is None and megatron_args is None:
         raise ConfigError("give CONFIG or --megatron-args SCRIPT", field="CONFIG", value=None, rule="usage")
     if megatron_args is not None or source_kind == "megatron" or (
@@ -160,7 +160,7 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
                     storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
                     overrides=_overrides(sets), progress=progress, gap=gap, objective=objective)
     if out:
-        _write(out, result.to_yaml(full=True), force)
+        write_text(out, result.to_yaml(full=True))
     if report_dir:
         files = result.write_report(report_dir)
         if fmt != "json":

@@ -27,6 +27,12 @@ from autotune.cost.report import CostReport
 from autotune.emit.render import summary_line
 from autotune.errors import ConfigError
 
+#: Files :func:`write_report` may write into its folder (the CLI refuses to overwrite them without
+#: ``--force``), and the globs of the study views.
+REPORT_FILES = ("timeline.png", "timeline.svg", "timeline_compare.png", "memory.png", "stages.png",
+                "report.html", "report.md")
+REPORT_PATTERNS = ("study_*.png", "study_*.html")
+
 _TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
