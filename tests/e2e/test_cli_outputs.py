@@ -106,7 +106,8 @@ def test_search_unwritable_folder_as_seen_by_access(toy, tmp_path, no_search, mo
     ro = tmp_path / "ro"
     ro.mkdir()
     real = os.access
-    monkeypatch.setattr(paths.os, "access", lambda p, mode: False if str(p) == str(ro) else real(p, mode))
+    monkeypatch.setattr(paths.os, "access",
+                        lambda p, mode: False if str(p) == str(ro) and mode & os.W_OK else real(p, mode))
     res = run("search", cfg, "--profile", prof, "--out", ro / "sub" / "best.yaml")
     assert res.exit_code == 2 and f"the folder {ro} is not writable" in one_error(res)
     res = run("search", cfg, "--profile", prof, "--report", ro)
