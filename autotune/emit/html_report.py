@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.cost.report import CostReport
-from autotune.emit.render import summary_line
+from autotune.emit.render import TERMS, budget_of, headroom_text, summary_line
 from autotune.errors import ConfigError
 
 #: Files :func:`write_report` may write into its folder (the CLI refuses to overwrite them without
@@ -79,6 +79,8 @@ pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:.8em;overflow-x:auto;fon
 {% if study_html %}<p class="note">Interactive versions (open offline):
 {% for f in study_html %}<a href="{{ f }}">{{ f }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</p>{% endif %}
 {% endif %}
+<h2>Terms</h2>
+<dl class="note">{% for term, text in terms %}<dt><b>{{ term }}</b></dt><dd>{{ text }}</dd>{% endfor %}</dl>
 </body></html>
 """
 
@@ -92,29 +94,33 @@ def _fmt(x: float | None, spec: str = ",.0f") -> str:
 
 
 def comparison_rows(main: CostReport | None, others: dict[str, CostReport | None],
-                    main_name: str = "tuned") -> list[list[str]]:
-    """Rows [name, step ms, vs main, bubble, worst peak MiB, fits] (header first)."""
-    rows = [["config", "step time (ms)", f"vs {main_name}", "bubble", "worst-stage peak (MiB)", "fits"]]
+                    main_name: str = "tuned", margin_mib: float = 0.0) -> list[list[str]]:
+    """Rows [name, step ms, vs main, idle share of device time, worst peak MiB, headroom to the full
+    budget (MiB and %), fits] (header first). ``margin_mib``: the reports' budget is budget − margin."""
+    rows = [["config", "step time (ms)", f"vs {main_name}", "idle (bubble)", "worst-stage peak (MiB)",
+             "headroom", "fits"]]
     ref = main.step_time_ms if main is not None else None
     for name, r in [(main_name, main), *others.items()]:
         if r is None:
-            rows.append([name, "-", "-", "-", "-", "not runnable / invalid"])
+            rows.append([name, "-", "-", "-", "-", "-", "not runnable / invalid"])
             continue
         rel = "-" if ref is None or r is main else f"{r.step_time_ms / ref - 1:+.1%}"
-        rows.append([name, f"{r.step_time_ms:,.1f}", rel, f"{r.bubble_fraction:.1%}", f"{r.peak_mib:,.0f}",
+        room = headroom_text(r.peak_mib, budget_of(r, margin_mib)).replace(" headroom", "") or "-"
+        rows.append([name, f"{r.step_time_ms:,.1f}", rel, f"{r.bubble_fraction:.1%}", f"{r.peak_mib:,.0f}", room,
                      {True: "yes", False: "NO", None: "unknown"}[r.fits]])
     return rows
 
 
-def stage_rows(report: CostReport) -> list[list[str]]:
-    """Per-stage rows (header first): layers and recompute counts per chunk, times, memory."""
+def stage_rows(report: CostReport, margin_mib: float = 0.0) -> list[list[str]]:
+    """Per-stage rows (header first): layers and recompute counts per chunk, times, memory, headroom
+    to the full budget (the report's budget + ``margin_mib``)."""
     j = lambda xs: "/".join(str(x) for x in xs)  # noqa: E731
     rows = [["stage", "layers", "full rec.", "select rec.", "comm rec.", "fwd ms", "bwd ms", "recompute ms",
              "static MiB", "act MiB", "peak MiB", "headroom MiB"]]
     for s in report.stages:
         rows.append([str(s.stage), j(s.layers), j(s.recompute), j(s.select_recompute), j(s.select_comm_recompute),
                      _fmt(s.fwd_ms), _fmt(s.bwd_ms), _fmt(s.recompute_ms), _fmt(s.static_mib), _fmt(s.act_peak_mib),
-                     _fmt(s.peak_mib), _fmt(s.headroom_mib)])
+                     _fmt(s.peak_mib), _fmt(None if s.headroom_mib is None else s.headroom_mib + margin_mib)])
     return rows
 
 
@@ -147,7 +153,7 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
         others = {"comparison": compare} if compare is not None else {}
         return dict(main=obj, main_name="this config", compare=compare, compare_name="comparison",
                     others=others, study=study, profile=None, yaml_block=_yaml_for_report(obj),
-                    title="autotune report", notes=[])
+                    title="autotune report", notes=[], margin_mib=0.0)
     best = getattr(obj, "best", None)
     closest = getattr(obj, "closest", None)
     main = best or closest
@@ -177,7 +183,8 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
                 compare=cmp_, compare_name="comparison" if compare is not None else "your config",
                 others=others, study=study if study is not None else getattr(obj, "study", None),
                 profile=getattr(obj, "profile", None), yaml_block=_dump(obj.tuned_block()),
-                title="autotune search report", notes=notes)
+                title="autotune search report", notes=notes,
+                margin_mib=float(getattr(obj, "hbm_margin_mib", 0.0) or 0.0))
 
 
 def search_bound_line(result: Any) -> str:
@@ -197,8 +204,13 @@ def _dump(block: dict[str, Any]) -> str:
 
 
 def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostReport | None = None,
-                 study: Any = None, profile: Any = None, compare_profile: Any = None) -> list[Path]:
-    """Write the report files (see module docstring) into ``out_dir`` (created; files overwritten).
+                 study: Any = None, profile: Any = None, compare_profile: Any = None,
+                 margin_mib: float | None = None) -> list[Path]:
+    """Write the report files (see module docstring) into ``out_dir`` (created; files overwritten:
+    the CLI checks :data:`REPORT_FILES` first and refuses without ``--force``).
+
+    Both timelines share one time axis (:func:`plots.shared_time_axis`), so the faster config is
+    the shorter picture.
 
     Args:
         report_or_result: a :class:`CostReport` or an ``autotune.api.SearchResult`` (its best, or
@@ -209,6 +221,8 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
         profile: layer profile of the main config (default: the result's); needed for the memory
             picture and the recompute savings unless the cost report carries its per-chunk costs.
         compare_profile: the comparison's profile (default: ``profile``).
+        margin_mib: HBM safety margin (MiB) the reports' budget already excludes (default: the
+            search result's ``hbm_margin_mib``, else 0); headroom is shown to the full budget.
 
     Returns:
         the paths written, report.html and report.md last.
@@ -227,23 +241,31 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
     cmp_: CostReport | None = info["compare"]
     prof = profile if profile is not None else info["profile"]
     cprof = compare_profile if compare_profile is not None else prof
+    margin = float(info["margin_mib"] if margin_mib is None else margin_mib)
     written: list[Path] = []
     notes: list[str] = list(info["notes"])
+    if margin > 0 and main.hbm_budget_mib is not None:
+        notes.append(f"safety margin {margin:,.0f} MiB: configs must leave at least this much of the "
+                     f"{budget_of(main, margin):,.0f} MiB budget free (limit {main.hbm_budget_mib:,.0f} MiB)")
 
-    fig = plots.timeline_figure(main, profile=prof, label=info["main_name"])
+    axis = None
+    if cmp_ is not None:  # one time axis for both timelines: the faster run is the shorter picture
+        axis = plots.shared_time_axis([main, cmp_], [prof, cprof])
+    fig = plots.timeline_figure(main, profile=prof, label=info["main_name"], time_axis=axis)
     written.append(plots.save_figure(fig, out / "timeline.png"))
     written.append(plots.save_figure(fig, out / "timeline.svg"))
     if cmp_ is not None:
-        fig = plots.timeline_figure(cmp_, profile=cprof, label=info["compare_name"])
+        fig = plots.timeline_figure(cmp_, profile=cprof, label=info["compare_name"], time_axis=axis)
         written.append(plots.save_figure(fig, out / "timeline_compare.png"))
     try:
-        fig = plots.memory_figure(main, profile=prof, label=info["main_name"])
+        fig = plots.memory_figure(main, profile=prof, label=info["main_name"], margin_mib=margin)
         written.append(plots.save_figure(fig, out / "memory.png"))
     except ConfigError:
         notes.append("memory over time left out: no per-chunk costs (pass a profile).")
     reports = [main] + ([cmp_] if cmp_ is not None else [])
     names = [info["main_name"]] + ([info["compare_name"]] if cmp_ is not None else [])
-    fig = plots.stages_figure(reports, names, profiles=[prof] + ([cprof] if cmp_ is not None else []))
+    fig = plots.stages_figure(reports, names, profiles=[prof] + ([cprof] if cmp_ is not None else []),
+                              margin_mib=margin)
     written.append(plots.save_figure(fig, out / "stages.png"))
     study_files: list[Path] = []
     if info["study"] is not None:
@@ -253,9 +275,9 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
     images = {p.name: _data_uri(p) for p in written if p.suffix == ".png"}
     study_png = [(p.stem, images[p.name]) for p in study_files if p.suffix == ".png"]
     study_html = [p.name for p in study_files if p.suffix == ".html"]
-    comp_rows = comparison_rows(main, info["others"], info["main_name"])
-    st_rows = stage_rows(main)
-    summary = f"{info['main_name']}: {summary_line(main)}"
+    comp_rows = comparison_rows(main, info["others"], info["main_name"], margin)
+    st_rows = stage_rows(main, margin)
+    summary = f"{info['main_name']}: {summary_line(main, margin)}"
     if cmp_ is not None and cmp_ is not main:
         summary += (f" — {info['compare_name']}: {cmp_.step_time_ms:,.1f} ms "
                     f"({main.step_time_ms / cmp_.step_time_ms - 1:+.1%} for {info['main_name']})")
@@ -273,7 +295,7 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
         comparison_html=jinja2.utils.markupsafe.Markup(html_table(comp_rows)),
         stage_html=jinja2.utils.markupsafe.Markup(html_table(st_rows)), yaml_block=info["yaml_block"],
         images=images, main_name=info["main_name"], compare_name=info["compare_name"],
-        study_images=study_png, study_html=study_html)
+        study_images=study_png, study_html=study_html, terms=list(TERMS.items()))
     (out / "report.html").write_text(html, encoding="utf-8")
 
     md = [f"# {info['title']}", "", summary, ""]
@@ -284,5 +306,6 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
     md += ["", "## Per stage", "", md_table(st_rows), ""]
     if study_html:
         md += ["Interactive search views: " + ", ".join(f"[{f}]({f})" for f in study_html), ""]
+    md += ["## Terms", ""] + [f"- **{term}**: {text}" for term, text in TERMS.items()] + [""]
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
     return written + [out / "report.html", out / "report.md"]

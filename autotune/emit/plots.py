@@ -307,27 +307,28 @@ def _title(report: CostReport, label: str | None) -> str:
     head = f"{label}: " if label else ""
     k = _seq_split(report)
     split = f" × {k} sequence chunks" if k > 1 else ""
-    text = (f"{head}step time {report.step_time_ms:,.1f} ms, bubble {report.bubble_fraction:.1%}  "
-            f"({report.schedule}, {lay.pp} stages × {lay.vpp} chunks, {report.micro_batch_num} "
+    text = (f"{head}step time {report.step_time_ms:,.1f} ms, idle (bubble) {report.bubble_fraction:.1%} of device "
+            f"time  ({report.schedule}, {lay.pp} stages × {lay.vpp} chunks, {report.micro_batch_num} "
             f"micro-batches{split})")
     parts = bubble_parts(report)
     if parts:
-        text += "\nbubble breakdown (share of compute): " + " + ".join(f"{n} {v:.1%}" for n, v in parts)
+        text += "\ndevice time: " + " + ".join(f"{n} {v:.1%}" for n, v in parts)
     return text
 
 
 def bubble_parts(report: CostReport) -> list[tuple[str, float]]:
-    """The cost model's bubble breakdown ``[(term, fraction of compute)]`` (ideal, imbalance,
-    recompute, comm), or [] when the report has none."""
-    bub = getattr(report, "bubble", None) or {}
-    return [(n, float(bub[n])) for n in ("ideal", "imbalance", "recompute", "comm") if n in bub]
+    """Device time in one unit, ``[(term, share of P × step time)]``: compute, recompute replay, and
+    the idle time split into fill/drain, p2p wait and imbalance (none negative; they sum to 1,
+    :func:`autotune.emit.render.device_time_shares`); [] when the report has no breakdown."""
+    from autotune.emit.render import SHARE_NAMES, device_time_shares
+
+    sh = device_time_shares(report)
+    return [(SHARE_NAMES[k], sh[k]) for k in ("compute", "recompute", "fill_drain", "comm", "imbalance") if sh]
 
 
-def timeline_geometry(report: CostReport, segments: Sequence[Segment], *, min_op_px: float = MIN_OP_PX,
-                      dpi: int = DPI) -> tuple[float, float]:
-    """(width_in, height_in) of the timeline: wide enough that the shortest forward/backward box
-    is ``min_op_px`` pixels, or wider when the longest micro-batch id needs it (capped at
-    ``MAX_TIMELINE_WIDTH_IN``), 0.42 in per stage."""
+def _plot_in_per_ms(report: CostReport, segments: Sequence[Segment], min_op_px: float, dpi: int) -> float:
+    """Inches of plot per ms such that the shortest forward/backward box is ``min_op_px`` pixels
+    (or wider, when the longest micro-batch id needs it), at least 9 in for the whole step."""
     durs = [g.dur_ms for g in segments if g.kind in ("fwd", "bwd") and g.dur_ms > 0]
     step = max(float(report.step_time_ms), 1e-9)
     digits = len(str(max(report.micro_batch_num - 1, 0))) + (2 if _seq_split(report) > 1 else 0)
@@ -335,34 +336,70 @@ def timeline_geometry(report: CostReport, segments: Sequence[Segment], *, min_op
     plot_in = 9.0
     if durs:
         plot_in = max(plot_in, step * min_op_px / min(durs) / dpi)
+    return plot_in / step
+
+
+def timeline_geometry(report: CostReport, segments: Sequence[Segment], *, min_op_px: float = MIN_OP_PX,
+                      dpi: int = DPI, axis: tuple[float, float] | None = None) -> tuple[float, float]:
+    """(width_in, height_in) of the timeline: wide enough that the shortest forward/backward box
+    is ``min_op_px`` pixels, or wider when the longest micro-batch id needs it (capped at
+    ``MAX_TIMELINE_WIDTH_IN``), 0.42 in per stage. ``axis`` = (end ms, plot inches per ms) of a
+    shared time axis (:func:`shared_time_axis`) overrides the width."""
+    if axis is not None:
+        plot_in = axis[0] * axis[1]
+    else:
+        plot_in = float(report.step_time_ms) * _plot_in_per_ms(report, segments, min_op_px, dpi)
     width = min(plot_in + 1.6, MAX_TIMELINE_WIDTH_IN)
     height = 2.15 + 0.42 * report.layout.pp
     return width, height
 
 
+def shared_time_axis(reports: Sequence[CostReport], profiles: Sequence[Any] | None = None, *,
+                     min_op_px: float = MIN_OP_PX, dpi: int = DPI) -> tuple[float, float]:
+    """One time axis for timelines drawn side by side (e.g. tuned vs your config): (end ms, plot
+    inches per ms). The end is the longest step; the scale is the finest any of them needs (so every
+    id stays readable), reduced when the widest picture would pass ``MAX_TIMELINE_WIDTH_IN``. Drawn
+    with the same axis, a faster run is a shorter row of boxes, never a longer one."""
+    profiles = list(profiles) if profiles is not None else [None] * len(reports)
+    end = max(float(r.step_time_ms) for r in reports)
+    scale = max(_plot_in_per_ms(r, timeline_segments(r, p), min_op_px, dpi) for r, p in zip(reports, profiles))
+    scale = min(scale, (MAX_TIMELINE_WIDTH_IN - 1.6) / max(end, 1e-9))
+    return end, scale
+
+
 def timeline_figure(report: CostReport, *, profile: Any = None, label: str | None = None,
-                    min_op_px: float = MIN_OP_PX, labels: bool = True) -> Figure:
+                    min_op_px: float = MIN_OP_PX, labels: bool = True,
+                    time_axis: tuple[float, float] | None = None, max_width_in: float | None = None) -> Figure:
     """Pipeline timeline: one row per stage (stage 0 on top), time (ms) across.
 
     Forward boxes in blue, backward in orange, recompute replay in red, p2p hops as a thin grey
     strip under the row; interleave chunks are lighter shades (legend). Each forward/backward box
-    carries its micro-batch id when it is wide enough. Title: step time and bubble.
+    carries its micro-batch id when it is wide enough. Title: step time and the device-time shares.
+
+    ``time_axis`` (from :func:`shared_time_axis`) draws on a shared axis: same end and same inches
+    per ms as the other pictures drawn with it, and a dotted line where this step ends.
+    ``max_width_in`` caps the width (a compact picture, e.g. for a notebook; ids that no longer fit
+    their box are left out).
 
     Artists carry gids for tests: ``timeline-<kind>-c<chunk>`` per collection of boxes.
     """
-    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     segs = timeline_segments(report, profile)
     P, V = report.layout.pp, report.layout.vpp
-    w_in, h_in = timeline_geometry(report, segs, min_op_px=min_op_px)
-    fig = Figure(figsize=(w_in, h_in), dpi=DPI)
+    w_in, h_in = timeline_geometry(report, segs, min_op_px=min_op_px, axis=time_axis)
+    if max_width_in is not None:
+        w_in = min(w_in, max_width_in)
+    fig = new_figure(figsize=(w_in, h_in), dpi=DPI)
     left, right = 0.8 / w_in, 1 - 0.8 / w_in
     bottom, top = 1.05 / h_in, 1 - 0.8 / h_in
     ax = fig.add_axes((left, bottom, right - left, top - bottom))
     step = float(report.step_time_ms)
+    end = step if time_axis is None else max(float(time_axis[0]), step)
     ax.set_facecolor("white")  # idle time must read as white whatever the global style
-    ax.set_xlim(0, step * 1.002)
+    ax.set_xlim(0, end * 1.002)
+    if time_axis is not None:
+        ax.axvline(step, color="#333333", linestyle=":", linewidth=1.0, gid="step-end")
     ax.set_ylim(P - 0.5, -0.5)
     bar_h, strip_h = 0.72, 0.12
     groups: dict[tuple[str, int], list[Segment]] = {}
@@ -383,7 +420,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
             coll.set_gid(f"timeline-{kind}-c{v}-s{p}")
     k = _seq_split(report)
     if labels:
-        px_per_ms = (right - left) * w_in * DPI / (step * 1.002)
+        px_per_ms = (right - left) * w_in * DPI / (end * 1.002)
         fontsize = 7
         for g in segs:
             if g.kind not in ("fwd", "bwd", "wgrad"):
@@ -419,16 +456,29 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
     return fig
 
 
-def memory_figure(report: CostReport, *, profile: Any = None, label: str | None = None) -> Figure:
-    """Live memory over time, one panel per stage (shared axes): static memory in grey, activations
-    on top in blue, the HBM budget as a red dashed line and each stage's peak marked (▼ + MiB)."""
-    from matplotlib.figure import Figure
+def peak_label(peak_mib: float, budget_mib: float | None) -> str:
+    """Label of a stage's peak: ``peak 55,645 MiB (99.7% of budget, 163 MiB headroom (0.3%))`` —
+    one decimal, never 100 % below the budget (:func:`autotune.emit.render.pct_of_budget`)."""
+    from autotune.emit.render import headroom_text, pct_of_budget
 
+    if not budget_mib:
+        return f"peak {peak_mib:,.0f} MiB"
+    return f"peak {peak_mib:,.0f} MiB ({pct_of_budget(peak_mib, budget_mib)} of budget, " \
+           f"{headroom_text(peak_mib, budget_mib)})"
+
+
+def memory_figure(report: CostReport, *, profile: Any = None, label: str | None = None,
+                  margin_mib: float = 0.0) -> Figure:
+    """Live memory over time, one panel per stage (shared axes): static memory in grey, activations
+    on top in blue, the HBM budget as a red dashed line and each stage's peak marked (▼ + MiB, % of
+    the budget and headroom). With ``margin_mib`` (the report's budget is then the limit budget −
+    margin) the full budget is the red line and the limit a dotted one."""
     series = memory_series(report, profile)
     P = len(series)
-    budget = report.hbm_budget_mib
+    limit = report.hbm_budget_mib
+    budget = None if limit is None else float(limit) + margin_mib
     h_in = 1.4 + 0.75 * P
-    fig = Figure(figsize=(12, h_in), dpi=DPI)
+    fig = new_figure(figsize=(12, h_in), dpi=DPI)
     axs = fig.subplots(P, 1, sharex=True, sharey=True, squeeze=False)[:, 0]
     fig.subplots_adjust(left=0.1, right=0.97, top=1 - 0.6 / h_in, bottom=0.65 / h_in, hspace=0.12)
     ymax = max(float(y.max()) for _, y in series)
@@ -442,11 +492,12 @@ def memory_figure(report: CostReport, *, profile: Any = None, label: str | None 
         ax.plot(t, y, color=COLORS["fwd"], linewidth=1.0, gid=f"memory-s{p}")
         k = int(np.argmax(y))
         ax.plot([t[k]], [y[k]], marker="v", color=PEAK_COLOR, markersize=6, linestyle="none", gid=f"peak-s{p}")
-        pct = f" ({y[k] / budget:.0%} of budget)" if budget else ""
-        ax.annotate(f"peak {y[k]:,.0f} MiB{pct}", (t[k], y[k]), xytext=(4, 3), textcoords="offset points",
-                    fontsize=7, va="bottom")
+        ax.annotate(peak_label(float(y[k]), budget), (t[k], y[k]), xytext=(4, 3), textcoords="offset points",
+                    fontsize=7, va="bottom", gid=f"peak-label-s{p}")
         if budget is not None:
             ax.axhline(budget, color=BUDGET_COLOR, linestyle="--", linewidth=1.0, gid=f"budget-s{p}")
+            if margin_mib > 0:
+                ax.axhline(limit, color=BUDGET_COLOR, linestyle=":", linewidth=0.8, gid=f"limit-s{p}")
         ax.set_ylabel(f"stage {p}", rotation=0, ha="right", va="center", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(axis="y", color="#e5e5e5", linewidth=0.5)
@@ -456,6 +507,8 @@ def memory_figure(report: CostReport, *, profile: Any = None, label: str | None 
     axs[0].set_xlim(0, float(report.step_time_ms))
     axs[-1].set_xlabel("time in step (ms)")
     btxt = "no HBM budget" if budget is None else f"HBM budget {budget:,.0f} MiB (red dashed)"
+    if budget is not None and margin_mib > 0:
+        btxt += f", minus safety margin {margin_mib:,.0f} MiB (red dotted)"
     head = f"{label}: " if label else ""
     fig.suptitle(f"{head}live memory per stage (MiB): static (grey) + activations (blue); {btxt}",
                  x=0.1, ha="left", fontsize=10)
@@ -490,7 +543,7 @@ def _tag(container: Any, gid: str) -> None:
 
 
 def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
-                  profiles: Sequence[Any] | None = None) -> Figure:
+                  profiles: Sequence[Any] | None = None, margin_mib: float = 0.0) -> Figure:
     """Per-stage bars, one bar per report side by side (e.g. tuned vs your config).
 
     Left: peak memory by component (static, activations and backward workspace at the peak, see
@@ -498,7 +551,6 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
     backward, recompute replay). Bar containers are labelled (and their patches gid-tagged)
     ``mem-<static|act|workspace|saved>-<report index>`` and ``time-<fwd|bwd|recompute>-<report index>``.
     """
-    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     if len(reports) != len(names):
@@ -507,7 +559,7 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
     P = max(r.layout.pp for r in reports)
     n = len(reports)
     width = 0.8 / n
-    fig = Figure(figsize=(max(12.0, 1.2 + 0.9 * P * n), 5.6), dpi=DPI)
+    fig = new_figure(figsize=(max(12.0, 1.2 + 0.9 * P * n), 5.6), dpi=DPI)
     ax_m, ax_t = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.87, bottom=0.28, wspace=0.22)
     hatches = ["", "//", "..", "xx"]
@@ -538,7 +590,7 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
                          linewidth=0.5, hatch=hatches[k % 4])
             _tag(b, f"time-{comp}-{k}")
             bottoms = bottoms + vals
-    budget = next((r.hbm_budget_mib for r in reports if r.hbm_budget_mib is not None), None)
+    budget = next((r.hbm_budget_mib + margin_mib for r in reports if r.hbm_budget_mib is not None), None)
     if budget is not None:
         ax_m.axhline(budget, color=BUDGET_COLOR, linestyle="--", linewidth=1.0, gid="budget")
     for ax, title, unit in ((ax_m, "peak memory per stage", "MiB"), (ax_t, "compute time per step", "ms")):
@@ -563,7 +615,7 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
     handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[k % 4], label=f"bar {k + 1}: {nm}")
                 for k, nm in enumerate(names)]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    summary = "   vs   ".join(f"{nm}: {r.step_time_ms:,.1f} ms, bubble {r.bubble_fraction:.1%}, "
+    summary = "   vs   ".join(f"{nm}: {r.step_time_ms:,.1f} ms, idle {r.bubble_fraction:.1%}, "
                               f"peak {r.peak_mib:,.0f} MiB" for nm, r in zip(names, reports))
     fig.suptitle(summary, fontsize=10, x=0.07, ha="left")
     return fig
@@ -655,6 +707,14 @@ def write_study_plots(study: Any, out_dir: str | Path) -> list[Path]:
 
 
 # -------------------------------------------------------------------------------------- files ---
+
+def new_figure(**kwargs: Any) -> Figure:
+    """A :class:`autotune.emit.figure.ReportFigure` (a matplotlib Figure that Jupyter displays as a
+    picture without ``%matplotlib inline``); keywords go to ``Figure``."""
+    from autotune.emit.figure import ReportFigure
+
+    return ReportFigure(**kwargs)
+
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int | None = None) -> Path:
     """Save a figure (PNG/SVG by suffix) without metadata that names a URL; returns the path."""

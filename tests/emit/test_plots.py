@@ -116,7 +116,10 @@ def test_timeline_artists_sit_where_simulation_says(toy_report, toy_profile):
     np.testing.assert_allclose(_boxes(fig, "timeline-fwd-c0-s0"), [(0, 2), (2, 4), (14, 16)])
     np.testing.assert_allclose(_boxes(fig, "timeline-bwd-c0-s0"), [(10, 14), (17, 21), (24, 28)])
     title = fig.axes[0].get_title(loc="left")
-    assert "step time 28.0 ms" in title and "bubble 30.4%" in title
+    assert "step time 28.0 ms" in title and "idle (bubble) 30.4% of device time" in title
+    # one unit, device time P·T = 56 ms: compute 36, replay 3, idle 17 = fill/drain 12 + p2p 2 + imbalance 3
+    assert ("device time: compute 64.3% + recompute replay 5.4% + fill/drain 21.4% + p2p wait 3.6% + "
+            "imbalance 5.4%") in title
     texts = sorted((t.get_position(), t.get_text()) for t in fig.axes[0].texts)
     assert ((1.0, 0), "0") in texts and ((26.0, 0), "2") in texts   # micro-batch ids centred
 
