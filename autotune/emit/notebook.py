@@ -6,7 +6,11 @@ The result classes delegate to these functions (attached as methods by :mod:`aut
     from autotune.emit.notebook import plot_timeline, plot_memory
     fig = plot_timeline(report, profile=profile)     # matplotlib Figure; Jupyter shows it inline
 
-matplotlib is imported only when a figure is drawn.
+The figures are :class:`autotune.emit.figure.ReportFigure` objects (matplotlib Figures with a
+``_repr_png_``), so Jupyter shows them as pictures without ``%matplotlib inline``. The HTML views
+inline one compact timeline (at most :data:`REPR_WIDTH_IN` in wide at :data:`REPR_DPI` dpi, a
+64-colour PNG: tens of kB, not the full-size picture of megabytes); ``plot_timeline`` draws the full
+one. matplotlib is imported only when a figure is drawn.
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from markupsafe import escape
 
 from autotune.cost.report import CostReport
 from autotune.emit.html_report import comparison_rows, html_table, search_bound_line, stage_rows
-from autotune.emit.render import summary_line
+from autotune.emit.render import bubble_line, summary_line
 from autotune.errors import ConfigError
+
+#: Width (in) and resolution (dpi) of the timeline inlined in the HTML views.
+REPR_WIDTH_IN = 14.0
+REPR_DPI = 80
 
 
 def _main_report(obj: Any) -> tuple[CostReport, Any]:
@@ -57,22 +65,35 @@ def plot_memory(obj: Any, *, profile: Any = None, **kwargs: Any) -> Any:
     from autotune.emit.plots import memory_figure
 
     rep, prof = _main_report(obj)
+    kwargs.setdefault("margin_mib", _margin(obj))
     return memory_figure(rep, profile=profile if profile is not None else prof, **kwargs)
 
 
-def _img(fig: Any, max_width: str = "100%") -> str:
-    from autotune.emit.plots import figure_png_bytes
+def _timeline_img(obj: Any, profile: Any = None) -> str:
+    """The compact timeline of ``obj`` as an inline ``<img>`` (see the module docstring)."""
+    from autotune.emit.figure import compact_png
 
-    data = base64.b64encode(figure_png_bytes(fig)).decode("ascii")
-    return f'<div style="overflow-x:auto"><img style="max-width:{max_width}" src="data:image/png;base64,{data}"></div>'
+    fig = plot_timeline(obj, profile=profile, labels=True, max_width_in=REPR_WIDTH_IN)
+    data = base64.b64encode(compact_png(fig, dpi=REPR_DPI, colors=64)).decode("ascii")
+    return ('<div style="overflow-x:auto"><img style="max-width:100%" src="data:image/png;base64,'
+            f'{data}"></div><p style="color:#666;font-size:85%">compact view; <code>plot_timeline(…)</code> '
+            'draws the full-size picture</p>')
+
+
+def _margin(obj: Any) -> float:
+    return float(getattr(obj, "hbm_margin_mib", 0.0) or 0.0)
 
 
 def cost_report_html(report: CostReport, *, figures: bool = True, profile: Any = None) -> str:
-    """HTML for ``CostReport._repr_html_``: summary line, per-stage table and (``figures``) the
-    timeline as an inline PNG."""
-    parts = [f"<p><b>{escape(summary_line(report))}</b></p>", html_table(stage_rows(report))]
+    """HTML for ``CostReport._repr_html_``: summary line, device-time breakdown, per-stage table and
+    (``figures``) the compact timeline as an inline PNG."""
+    parts = [f"<p><b>{escape(summary_line(report))}</b></p>"]
+    line = bubble_line(report)
+    if line:
+        parts.append(f"<p>{escape(line)}</p>")
+    parts.append(html_table(stage_rows(report)))
     if figures:
-        parts.append(_img(plot_timeline(report, profile=profile, labels=True), max_width="none"))
+        parts.append(_timeline_img(report, profile=profile))
     return "<div>" + "".join(parts) + "</div>"
 
 
@@ -85,7 +106,8 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     names = {"user": "your config", "even_full_recompute": "even split + full recompute",
              "even_no_recompute": "even split, no recompute"}
     others = {names.get(k, k): v for k, v in getattr(result, "baselines", {}).items()}
-    head = f"{name}: {summary_line(rep)}"
+    margin = _margin(result)
+    head = f"{name}: {summary_line(rep, margin)}"
     trials = getattr(result, "trials", None)
     if trials is not None:
         head += f" | {trials} trials in {getattr(result, 'seconds', 0.0):.1f} s"
@@ -93,14 +115,14 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     bound = search_bound_line(result)
     if bound:
         parts.append(f"<p>{escape(bound)}</p>")
-    parts.append(html_table(comparison_rows(rep, others, name)))
+    parts.append(html_table(comparison_rows(rep, others, name, margin)))
     try:
         from autotune.emit.yaml_block import dump_yaml
 
         parts.append(f"<pre>{escape(dump_yaml(result.tuned_block()).rstrip())}</pre>")
     except Exception:  # noqa: BLE001 - the YAML is a convenience here
         pass
-    parts.append(html_table(stage_rows(rep)))
+    parts.append(html_table(stage_rows(rep, margin)))
     if figures:
-        parts.append(_img(plot_timeline(result), max_width="none"))
+        parts.append(_timeline_img(result))
     return "<div>" + "".join(parts) + "</div>"

@@ -5,3 +5,7 @@ Named ``tuner`` rather than ``search`` so that the subpackage never shadows the 
 Modules: problem (batched scoring), params (trial <-> layout), heuristic (seeds, local search),
 bounds / exact (lower bound, exact oracle), solve, runner (the Optuna study), space, describe.
 """
+
+from autotune.tuner.progress_bar import quiet_tqdm_auto as _quiet_tqdm_auto
+
+_quiet_tqdm_auto()  # before any Optuna import: no "IProgress not found" warning in Jupyter

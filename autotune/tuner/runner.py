@@ -216,9 +216,9 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
 
     bar = None
     if progress and progress != "lines":
-        from tqdm.auto import tqdm
+        from autotune.tuner.progress_bar import tqdm_class
 
-        bar = tqdm(total=n_trials, desc="search", unit="trial", leave=False, dynamic_ncols=True)
+        bar = tqdm_class()(total=n_trials, desc="search", unit="trial", leave=False, dynamic_ncols=True)
     last_line = [time.monotonic()]
 
     def status(best: float | None) -> str:
