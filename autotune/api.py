@@ -21,6 +21,7 @@ from autotune.config.training import TrainingConfig, load_config
 from autotune.cost.report import CostReport, evaluate_layout
 from autotune.emit.yaml_block import canonical_values, deep_merge, dump_yaml, tuned_block
 from autotune.errors import ConfigError, InfeasibleError
+from autotune.extras import require
 from autotune.profile.analytic import analytic_profile
 from autotune.profile.schema import ModelProfile, load_profile
 from autotune.tuner.space import SearchSpace, load_search_space
@@ -240,7 +241,12 @@ class SearchResult:
         return write_report(self, out_dir, **kwargs)
 
     def trials_dataframe(self) -> Any:
-        """The Optuna trial history as a pandas DataFrame (needs pandas)."""
+        """The Optuna trial history as a pandas DataFrame.
+
+        Raises:
+            MissingExtraError: pandas is not installed (``pip install 'autotune[report]'``).
+        """
+        require(("pandas",), "report", "trials_dataframe()")
         return self.study.trials_dataframe()
 
 

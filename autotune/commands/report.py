@@ -9,6 +9,7 @@ import click
 from autotune.commands._paths import check_out_dir
 from autotune.commands.tune import _overrides
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
+from autotune.extras import REPORT_MODULES, require
 from autotune.units import parse_memory_mib
 
 
@@ -35,6 +36,7 @@ def report_cmd(config: str, profile: str | None, compare: str | None, out: str, 
     Report files already in --out are kept unless --force.
     """
     check_out_dir(out, force=force, option="--out", names=REPORT_FILES, patterns=REPORT_PATTERNS)
+    require(REPORT_MODULES, "report", "autotune report")
     from autotune.api import evaluate, load_config, resolve_profile
     from autotune.emit.html_report import write_report
     from autotune.emit.render import summary_line

@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from autotune.extras import require_storage
+
 
 @click.command("sweep")
 @click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path(dir_okay=False))
@@ -29,6 +31,7 @@ def sweep_cmd(sweep_file: str, storage: str | None, workers: int, out_dir: str, 
     """
     from autotune.sweep.run import run_sweep
 
+    require_storage(storage)  # before any work: name the extra, not a driver traceback
     outcome = run_sweep(sweep_file, storage=storage, workers=workers, out_dir=out_dir, fresh=fresh,
                         baseline=baseline, report=report)
     n = len(outcome.rows)

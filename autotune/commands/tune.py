@@ -11,6 +11,7 @@ from autotune.commands import _megatron
 from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.errors import ConfigError
+from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
 from autotune.units import parse_memory_mib
 
 FORMATS = click.Choice(["text", "json"])
@@ -123,9 +124,13 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     of flags, or --megatron-args train.sh) are detected by content: see docs/megatron.md."""
     from autotune.api import search
 
-    # every output path is checked before the search: a clash must not throw a finished search away
+    # every output path and optional module is checked before the search: a clash must not throw a
+    # finished search away
     check_out_file(out, force=force, option="--out")
     check_out_dir(report_dir, force=force, option="--report", names=REPORT_FILES, patterns=REPORT_PATTERNS)
+    if report_dir:
+        require(STUDY_VIEW_MODULES, "report", "search --report")
+    require_storage(storage)
     if config is None and megatron_args is None:
         raise ConfigError("give CONFIG or --megatron-args SCRIPT", field="CONFIG", value=None, rule="usage")
     if megatron_args is not None or source_kind == "megatron" or (

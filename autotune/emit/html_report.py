@@ -26,6 +26,7 @@ from typing import Any
 from autotune.cost.report import CostReport
 from autotune.emit.render import TERMS, budget_of, headroom_text, summary_line
 from autotune.errors import ConfigError
+from autotune.extras import REPORT_MODULES, require
 
 #: Files :func:`write_report` may write into its folder (the CLI refuses to overwrite them without
 #: ``--force``), and the globs of the study views.
@@ -126,7 +127,7 @@ def stage_rows(report: CostReport, margin_mib: float = 0.0) -> list[list[str]]:
 
 def html_table(rows: list[list[str]]) -> str:
     """Escaped HTML table of string rows (first row = header)."""
-    from markupsafe import escape
+    from html import escape
 
     head = "".join(f"<th>{escape(c)}</th>" for c in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
@@ -232,6 +233,7 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
     """
     from autotune.emit import plots
 
+    require(REPORT_MODULES, "report", "write_report()")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out} exists and is not a folder", field="--out", value=str(out), rule="out_dir")

@@ -18,12 +18,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from markupsafe import escape
+from html import escape
 
 from autotune.cost.report import CostReport
 from autotune.emit.html_report import comparison_rows, html_table, search_bound_line, stage_rows
 from autotune.emit.render import bubble_line, summary_line
 from autotune.errors import ConfigError
+from autotune.extras import installed, require
 
 #: Width (in) and resolution (dpi) of the timeline inlined in the HTML views.
 REPR_WIDTH_IN = 14.0
@@ -49,6 +50,7 @@ def plot_timeline(obj: Any, *, profile: Any = None, **kwargs: Any) -> Any:
     """
     from autotune.emit.plots import timeline_figure
 
+    require(("matplotlib",), "report", "plot_timeline()")
     rep, prof = _main_report(obj)
     return timeline_figure(rep, profile=profile if profile is not None else prof, **kwargs)
 
@@ -64,13 +66,18 @@ def plot_memory(obj: Any, *, profile: Any = None, **kwargs: Any) -> Any:
     """
     from autotune.emit.plots import memory_figure
 
+    require(("matplotlib",), "report", "plot_memory()")
     rep, prof = _main_report(obj)
     kwargs.setdefault("margin_mib", _margin(obj))
     return memory_figure(rep, profile=profile if profile is not None else prof, **kwargs)
 
 
 def _timeline_img(obj: Any, profile: Any = None) -> str:
-    """The compact timeline of ``obj`` as an inline ``<img>`` (see the module docstring)."""
+    """The compact timeline of ``obj`` as an inline ``<img>`` (see the module docstring); without
+    matplotlib a line that names the extra instead."""
+    if not installed("matplotlib"):
+        return ("<p style=\"color:#666\">the timeline needs matplotlib: pip install "
+                "'autotune[report]'</p>")
     from autotune.emit.figure import compact_png
 
     fig = plot_timeline(obj, profile=profile, labels=True, max_width_in=REPR_WIDTH_IN)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from autotune.errors import ConfigError
+from autotune.extras import installed
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -684,7 +685,7 @@ def write_study_plots(study: Any, out_dir: str | Path) -> list[Path]:
     written: list[Path] = []
     for name, fig in study_figures(study).items():
         written.append(save_figure(fig, out / f"study_{name}.png"))
-    if not _study_ok(study):
+    if not _study_ok(study) or not installed("plotly"):  # the PNG views need only matplotlib
         return written
     from optuna.exceptions import ExperimentalWarning
     from optuna import visualization as ov

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
+from autotune.extras import require_storage
 from autotune.tuner.heuristic import local_search
 from autotune.tuner.params import decode, encode, representable
 from autotune.tuner.problem import Candidate, Problem
@@ -108,6 +109,7 @@ def open_storage(storage: Any) -> Any:
     from autotune.tuner.storage import is_url, normalize_url
     from autotune.tuner.storage import open_storage as open_target
 
+    require_storage(str(storage))  # names the extra instead of a driver ImportError
     target = str(storage)
     return open_target(normalize_url(target) if is_url(target) else target)
 
