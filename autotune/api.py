@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from autotune.config.layout import Layout, layout_from_config
+from autotune.config.margin import apply_margin
 from autotune.config.training import TrainingConfig, load_config
 from autotune.cost.report import CostReport, evaluate_layout
+from autotune.emit.render import memory_text, report_json
 from autotune.emit.yaml_block import canonical_values, deep_merge, dump_yaml, tuned_block
 from autotune.errors import ConfigError, InfeasibleError
 from autotune.extras import require
@@ -134,6 +136,8 @@ class SearchResult:
             every sub-problem's front was computed exactly.
         subproblems: number of sub-problems searched (scheduler × knobs × micro_batch_num × pattern
             sets; 1 for the default space).
+        hbm_margin_mib: the safety margin (MiB) kept free below the budget; the reports' and
+            ``config``'s budget is then the limit budget − margin (:mod:`autotune.config.margin`).
     """
 
     best: CostReport | None
@@ -154,6 +158,7 @@ class SearchResult:
     pareto: list[dict[str, Any]] | None = None
     pareto_exact: bool = False
     subproblems: int = 1
+    hbm_margin_mib: float = 0.0
 
     def tuned_values(self) -> dict[str, Any]:
         """Canonical MindFormers values of the best config (offset, pp_interleave_num, recompute…)."""
@@ -181,7 +186,7 @@ class SearchResult:
         head = ["autotune: tuned pipeline layout"]
         if report is not None:
             head.append(f"predicted step time {report.step_time_ms:.1f} ms, idle (bubble) "
-                        f"{report.bubble_fraction:.1%} of device time, worst-stage peak {report.peak_mib:.0f} MiB")
+                        f"{report.bubble_fraction:.1%} of device time, {memory_text(report, self.hbm_margin_mib)}")
         user = self.baselines.get("user")
         if user is not None and report is not None:
             head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {user.fits}")
@@ -204,7 +209,7 @@ class SearchResult:
         def d(r: CostReport | None) -> dict[str, Any] | None:
             if r is None:
                 return None
-            out = r.to_dict()
+            out = report_json(r, self.hbm_margin_mib)
             out["config"] = canonical_values(r.layout, use_legacy=self.config.use_legacy,
                                              select_patterns=self.select_patterns,
                                              comm_patterns=self.comm_patterns)
@@ -214,7 +219,9 @@ class SearchResult:
                 "trials": self.trials, "seconds": self.seconds,
                 "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
                 "exact": self.exact, "settings": dict(self.settings), "subproblems": self.subproblems,
-                **({"pareto": self.pareto, "pareto_exact": self.pareto_exact}
+                "hbm_margin_mib": self.hbm_margin_mib,
+                **({"pareto": [{**f, "headroom_mib": f["margin_mib"] + self.hbm_margin_mib} for f in self.pareto],
+                    "pareto_exact": self.pareto_exact}
                    if self.pareto is not None else {})}
 
     def _repr_html_(self) -> str:
@@ -277,7 +284,7 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
            study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
            overrides: dict[str, float] | None = None, progress: bool | str = False,
            gap: float | None = 0.005, objective: str = "time", megatron_args: Any = None,
-           megatron_space: Any = None) -> Any:
+           megatron_space: Any = None, hbm_margin: float | str | None = None) -> Any:
     """Tune offset, pp_interleave_num and recompute (and the space's other free knobs) for a config.
 
     Args:
@@ -298,6 +305,9 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
         objective: ``"time"`` (default: the fastest feasible config) or ``"time,memory"``: also
             the Pareto front of step time vs worst-stage peak MiB (``SearchResult.pareto``; exact
             on enumerable spaces, see :mod:`autotune.tuner.pareto`; every sub-problem is searched).
+        hbm_margin: HBM kept free below the budget: a fraction (0.05, "5%") or a size ("2GB");
+            None/0 = none. The pruner and the feasibility check use budget − margin
+            (:func:`autotune.config.margin.apply_margin`).
 
         megatron_args: a Megatron-LM run instead of ``config`` (path to an argument YAML/JSON or a
             launch script, a mapping, an argv list or a :func:`load_megatron` result; ``config`` may
@@ -328,6 +338,9 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
     if megatron_args is not None or isinstance(config, MegatronRun):
         from autotune.megatron.search import search_megatron
 
+        if hbm_margin not in (None, 0):
+            raise ConfigError("hbm_margin is not supported for Megatron-LM input yet; lower hbm_mib instead",
+                              field="hbm_margin", value=hbm_margin, rule="usage")
         run = load_megatron(megatron_args if megatron_args is not None else config)
         return search_megatron(run, space=megatron_space, device="h100" if device == DEFAULT_DEVICE else device,
                                hbm_mib=hbm_mib, overrides=overrides, seed=seed or 0, gap=gap)
@@ -345,6 +358,7 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
     if cfg.hbm_mib is None:
         raise ConfigError("no HBM budget: set context.max_device_memory or pass --hbm",
                           field="context.max_device_memory", value=None, rule="missing_key")
+    cfg, margin_mib = apply_margin(cfg, hbm_margin, field="hbm_margin")
     sp = space if isinstance(space, SearchSpace) else load_search_space(space)
     if sp.pipeline_scheduler == "keep":
         _schedule(cfg)
@@ -470,7 +484,7 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
                         lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
                         exact=all_exact, timed_out=timed_out, settings=dict(var.settings),
                         pareto=front, pareto_exact=bool(front is not None and pareto_exact),
-                        subproblems=len(prepared))
+                        subproblems=len(prepared), hbm_margin_mib=margin_mib)
 
 
 def _front_of(problem: Any, var: Any, outcome: Any, bs: Any, sp: SearchSpace) -> list[tuple[Any, Any]]:

@@ -59,6 +59,21 @@ _hbm_opt = click.option("--hbm", default=None, help="HBM budget per device, e.g.
                         "context.max_device_memory).")
 _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                         help="Override an analytic-profile assumption (repeatable).")
+_margin_opt = click.option("--hbm-margin", "hbm_margin", default=None, metavar="FRACTION|SIZE",
+                           help="HBM to keep free below the budget: a fraction (0.05, 5%%) or a size "
+                                "(2GB, 2048MiB). Configs must peak at most budget - margin. Default: 0 "
+                                "(see the README's 'Safety margin').")
+
+#: Below this headroom (fraction of the budget) and without a margin, the search adds a note.
+TIGHT_HEADROOM = 0.02
+
+
+def _with_margin(config: str, hbm: str | None, margin: str | None) -> tuple[object, float]:
+    """(the config with hbm_mib = budget − margin, margin MiB); errors name --hbm-margin."""
+    from autotune.api import load_config
+    from autotune.config.margin import apply_margin
+
+    return apply_margin(load_config(config, hbm_mib=_hbm(hbm)), margin, field="--hbm-margin")
 
 
 @click.command("evaluate")
@@ -66,20 +81,23 @@ _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
 @_profile_opt
 @_device_opt
 @_hbm_opt
+@_margin_opt
 @_set_opt
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
-def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None, sets: tuple[str, ...],
-                 fmt: str) -> None:
-    """Predict step time, bubble and per-stage peak memory of CONFIG as written."""
+def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None, hbm_margin: str | None,
+                 sets: tuple[str, ...], fmt: str) -> None:
+    """Predict step time, bubble and per-stage peak memory of CONFIG as written (fits = peak at most
+    the budget minus --hbm-margin)."""
     from autotune.api import evaluate
-    from autotune.emit.render import render_report
+    from autotune.emit.render import render_report, report_json
 
     _profile_warnings(profile)
-    report = evaluate(config, profile, device=device, hbm_mib=_hbm(hbm), overrides=_overrides(sets))
+    cfg, margin = _with_margin(config, hbm, hbm_margin)
+    report = evaluate(cfg, profile, device=device, overrides=_overrides(sets))
     if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps(report_json(report, margin), indent=2))
     else:
-        click.echo(render_report(report, title=f"autotune evaluate {config}"))
+        click.echo(render_report(report, title=f"autotune evaluate {config}", margin_mib=margin))
 
 
 @click.command("search")
@@ -89,6 +107,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
               help="Device preset for the analytic profile (ascend-910b, h100, h200, a100, b200; default "
                    "ascend-910b, h100 for Megatron input).")
 @_hbm_opt
+@_margin_opt
 @_set_opt
 @click.option("--out", "out", default=None, help="Write the tuned config (your YAML with the tuned keys) here.")
 @click.option("--force", is_flag=True, help="Overwrite --out, and the report files in --report, if they exist.")
@@ -114,9 +133,9 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
               help="Also write report.html, report.md and the pictures (timeline, memory, stages, study) here.")
 @_megatron.options
 def search_cmd(config: str | None, profile: str | None, device: str | None, hbm: str | None,
-               sets: tuple[str, ...], out: str | None, force: bool, space: str | None, trials: int,
-               timeout: float | None, seed: int, storage: str | None, study_name: str | None, fmt: str,
-               quiet: bool, gap: float, objective: str, dry_run: bool, report_dir: str | None,
+               hbm_margin: str | None, sets: tuple[str, ...], out: str | None, force: bool, space: str | None,
+               trials: int, timeout: float | None, seed: int, storage: str | None, study_name: str | None,
+               fmt: str, quiet: bool, gap: float, objective: str, dry_run: bool, report_dir: str | None,
                source_kind: str = "auto", megatron_args: str | None = None, in_place: bool = False,
                layout_flags: str | None = None) -> None:
     """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table, the lower
@@ -135,6 +154,9 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
         raise ConfigError("give CONFIG or --megatron-args SCRIPT", field="CONFIG", value=None, rule="usage")
     if megatron_args is not None or source_kind == "megatron" or (
             source_kind == "auto" and _megatron.is_megatron_input(config)):
+        if hbm_margin is not None:
+            raise ConfigError("--hbm-margin is not supported for Megatron-LM input yet; lower --hbm instead",
+                              field="--hbm-margin", value=hbm_margin, rule="usage")
         _megatron.run(megatron_args or config, device=device, hbm_mib=_hbm(hbm), overrides=_overrides(sets),
                       space=space, seed=seed, gap=gap, fmt=fmt, out=out, force=force, in_place=in_place,
                       layout_flags=layout_flags, quiet=quiet)
@@ -144,18 +166,21 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
                           field="--in-place" if in_place else "--layout-flags", value=True, rule="usage")
     device = device or "ascend-910b"
 
+    cfg, margin = _with_margin(config, hbm, hbm_margin)  # a bad margin stops here, before the work
     if dry_run:
         from autotune.tuner.describe import describe_space
 
-        info = describe_space(config, profile, space=space, device=device, hbm_mib=_hbm(hbm),
+        info = describe_space(config, profile, space=space, device=device, hbm_mib=cfg.hbm_mib,
                               overrides=_overrides(sets))
+        if margin > 0:
+            info["hbm_margin_mib"] = margin
         if fmt == "json":
             click.echo(json.dumps(info, indent=2))
         else:
             for k, v in info.items():
                 click.echo(f"{k}: {v}")
         return
-    from autotune.emit.render import comparison_table, render_report
+    from autotune.emit.render import comparison_table, headroom_text, render_report
     from autotune.emit.yaml_block import dump_yaml
 
     _profile_warnings(profile)
@@ -163,7 +188,9 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     progress = False if quiet else ("bar" if sys.stderr.isatty() else "lines")
     result = search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
                     storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
-                    overrides=_overrides(sets), progress=progress, gap=gap, objective=objective)
+                    overrides=_overrides(sets), progress=progress, gap=gap, objective=objective,
+                    hbm_margin=hbm_margin)
+    m = result.hbm_margin_mib
     if out:
         write_text(out, result.to_yaml(full=True))
     if report_dir:
@@ -175,22 +202,28 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     else:
         if result.best is None:
             r = result.closest
-            click.echo(render_report(r, title="NO CONFIGURATION FITS the HBM budget; closest found:"))
+            what = "the HBM budget" if m == 0 else "the HBM budget with the safety margin"
+            click.echo(render_report(r, title=f"NO CONFIGURATION FITS {what}; closest found:", margin_mib=m))
             click.echo(f"\nclosest config exceeds memory by {r.excess_mib:.0f} MiB on its worst stage")
         else:
             click.echo(render_report(result.best, title=f"autotune search {config}: best of {result.trials} "
-                                     f"trials in {result.seconds:.1f} s"))
+                                     f"trials in {result.seconds:.1f} s", margin_mib=m))
         click.echo("")
         if result.lower_bound_ms is not None:
             gap_txt = "n/a" if result.certified_gap is None else f"{result.certified_gap:.2%}"
             how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
             click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
                        f"{result.trials} trials | {result.seconds:.1f} s")
-        click.echo(comparison_table(result.best, result.baselines))
+        click.echo(comparison_table(result.best, result.baselines, margin_mib=m))
+        best = result.best
+        if best is not None and m == 0 and best.hbm_budget_mib and \
+                best.hbm_budget_mib - best.peak_mib < TIGHT_HEADROOM * best.hbm_budget_mib:
+            click.echo(f"\nnote: the worst stage leaves {headroom_text(best.peak_mib, best.hbm_budget_mib)}; "
+                       f"peak memory is an estimate, so --hbm-margin 0.05 (or e.g. 2GB) keeps that much free")
         if result.settings:
             click.echo("\nother settings chosen: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
         if result.pareto is not None:
-            click.echo("\n" + pareto_table(result.pareto, exact=result.pareto_exact))
+            click.echo("\n" + pareto_table(result.pareto, exact=result.pareto_exact, margin_mib=m))
         click.echo("\nMindFormers keys to paste:")
         click.echo(dump_yaml(result.tuned_block()).rstrip())
         if out:
@@ -198,19 +231,26 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     if result.best is None:
         r = result.closest
         field = "--hbm" if hbm is not None else "context.max_device_memory"
+        if m > 0:
+            raise ConfigError(f"no configuration leaves the safety margin free: budget {r.hbm_budget_mib + m:.0f} "
+                              f"MiB - margin {m:.0f} MiB = limit {r.hbm_budget_mib:.0f} MiB; the closest found "
+                              f"peaks at {r.peak_mib:.0f} MiB (exceeds the limit by {r.excess_mib:.0f} MiB on its "
+                              f"worst stage): lower --hbm-margin, raise the budget or add pipeline stages",
+                              field="--hbm-margin", value=hbm_margin, rule="R_HBM_INFEASIBLE")
         raise ConfigError(f"no configuration fits the HBM budget of {r.hbm_budget_mib:.0f} MiB; the closest "
                           f"found peaks at {r.peak_mib:.0f} MiB (exceeds by {r.excess_mib:.0f} MiB on its worst "
                           f"stage): raise the budget or add pipeline stages", field=field,
                           value=hbm if hbm is not None else r.hbm_budget_mib, rule="R_HBM_INFEASIBLE")
 
 
-def pareto_table(front: list[dict], *, exact: bool = False) -> str:
-    """The Pareto front (fastest first) as a text table: step ms, worst-stage peak MiB, margin to the
+def pareto_table(front: list[dict], *, exact: bool = False, margin_mib: float = 0.0) -> str:
+    """The Pareto front (fastest first) as a text table: step ms, worst-stage peak MiB, headroom to the
     budget MiB, pp_interleave_num, offset, full / select / comm recompute counts, other settings.
-    (``--format json`` carries each row's full config under ``pareto``.)"""
+    (``--format json`` carries each row's full config under ``pareto``.) ``margin_mib``: the safety
+    margin the rows' ``margin_mib`` (room under budget − margin) leaves out."""
     head = (f"Pareto front, step time vs worst-stage peak ({len(front)} configs, "
-            f"{'exact' if exact else 'best found'}): pick the fastest whose margin you accept")
-    rows = [("step ms", "peak MiB", "margin MiB", "vpp", "offset", "recompute", "select", "comm", "other")]
+            f"{'exact' if exact else 'best found'}): pick the fastest whose headroom you accept")
+    rows = [("step ms", "peak MiB", "headroom MiB", "vpp", "offset", "recompute", "select", "comm", "other")]
 
     def table(v: object) -> str:  # a pattern dict shares one table; False = none
         if isinstance(v, dict):
@@ -220,7 +260,7 @@ def pareto_table(front: list[dict], *, exact: bool = False) -> str:
     for f in front:
         c = f["config"]
         other = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.get("settings", {}).items())
-        rows.append((f"{f['step_time_ms']:.1f}", f"{f['peak_mib']:.0f}", f"{f['margin_mib']:.0f}",
+        rows.append((f"{f['step_time_ms']:.1f}", f"{f['peak_mib']:.0f}", f"{f['margin_mib'] + margin_mib:.0f}",
                      str(c["pp_interleave_num"]), json.dumps(c["offset"]), json.dumps(c["recompute"]),
                      table(c.get("select_recompute")), table(c.get("select_comm_recompute")), other or "-"))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

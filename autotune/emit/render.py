@@ -75,6 +75,32 @@ def device_time_shares(report: CostReport) -> dict[str, float]:
             "imbalance": max(0.0, idle - fill - comm)}
 
 
+def report_json(report: CostReport, margin_mib: float = 0.0) -> dict[str, Any]:
+    """``report.to_dict()`` with the budget terms made explicit (the JSON of ``evaluate`` and of each
+    config of ``search --format json``):
+
+    - ``hbm_budget_mib``: the full budget (the report's own budget + ``margin_mib``);
+      ``hbm_margin_mib``: the safety margin; ``hbm_limit_mib``: budget − margin, what ``fits``
+      was checked against;
+    - ``headroom_mib`` = budget − worst-stage peak and ``headroom_pct`` (% of the budget); each stage's
+      ``headroom_mib`` is to the full budget too;
+    - ``device_time``: :func:`device_time_shares` (one unit; ``bubble`` keeps SAPP's terms, fractions
+      of model compute, whose residual ``imbalance`` may be negative).
+    """
+    out = report.to_dict()
+    budget = budget_of(report, margin_mib)
+    out["hbm_budget_mib"] = budget
+    out["hbm_margin_mib"] = float(margin_mib)
+    out["hbm_limit_mib"] = report.hbm_budget_mib
+    out["headroom_mib"] = None if budget is None else budget - report.peak_mib
+    out["headroom_pct"] = None if budget is None else 100.0 * (budget - report.peak_mib) / budget
+    for st in out.get("stages", []):
+        if st.get("headroom_mib") is not None:
+            st["headroom_mib"] = st["headroom_mib"] + margin_mib
+    out["device_time"] = device_time_shares(report)
+    return out
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autotune.config.margin import parse_margin_mib
 from autotune.config.training import TrainingConfig, config_from_dict, read_yaml
 from autotune.errors import ConfigError
 
@@ -70,6 +71,8 @@ class _Knobs(BaseModel):
     space: str | None = Field(None, description="search-space YAML (None: search_spaces/default.yaml)")
     pp_interleave_num: list[int] | None = Field(None, min_length=1,
                                                 description="pp_interleave_num candidates (overrides the space)")
+    hbm_margin: float | str | None = Field(None, description="HBM kept free below the budget: a fraction "
+                                           "(0.05, '5%') or a size ('2GB'); None/0 = none (as --hbm-margin)")
 
 
 class Defaults(_Knobs):
@@ -114,6 +117,7 @@ class Scenario:
     seed: int
     device: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    hbm_margin: float | str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +234,7 @@ def load_sweep(path: str | Path) -> Sweep:
                                       "with set:)", field="context.max_device_memory", value=None,
                                       rule="missing_key")
                 resolve_profile(cfg, profile, device=knob["device"])
+                margin_mib = parse_margin_mib(knob["hbm_margin"], cfg.hbm_mib, field=f"{where}.hbm_margin")
             except ConfigError as exc:
                 raise ConfigError(f"scenario {name}: {exc.message}", field=exc.field, value=exc.value,
                                   rule=exc.rule) from None
@@ -239,7 +244,9 @@ def load_sweep(path: str | Path) -> Sweep:
             content = {"v": HASH_VERSION, "config": raw,
                        "profile": _profile_content(profile) if profile else None,
                        "space": space.model_dump(),
-                       **{k: knob[k] for k in ("trials", "timeout", "target_gap", "seed", "device")}}
+                       **{k: knob[k] for k in ("trials", "timeout", "target_gap", "seed", "device")},
+                       # only when set, so the studies of sweeps without a margin keep their names
+                       **({"hbm_margin": knob["hbm_margin"]} if margin_mib > 0 else {})}
             digest = _digest(content)
             if digest in seen.values():
                 other = next(n for n, dg in seen.items() if dg == digest)
@@ -249,5 +256,6 @@ def load_sweep(path: str | Path) -> Sweep:
             out.append(Scenario(name=name, study_name=STUDY_PREFIX + digest[:16], digest=digest,
                                 config=cfg, profile=profile, space=space, trials=knob["trials"],
                                 timeout=knob["timeout"], target_gap=knob["target_gap"], seed=knob["seed"],
-                                device=knob["device"], overrides=over))
+                                device=knob["device"], overrides=over,
+                                hbm_margin=knob["hbm_margin"] if margin_mib > 0 else None))
     return Sweep(name=spec.name, path=str(path), lease_seconds=spec.lease_seconds, scenarios=out)

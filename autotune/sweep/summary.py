@@ -19,7 +19,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 
-COLUMNS = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib",
+COLUMNS = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
            "user_step_ms", "gain_vs_user_pct", "lower_bound_ms", "certified_gap_pct",
            "pipeline_stage", "micro_batch_num", "pp_interleave_num", "offset", "recompute",
            "select_recompute", "select_comm_recompute", "trials", "study"]
@@ -60,7 +60,8 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
     row["trials"] = result.trials
     if rep is not None:
         row.update(step_ms=_num(rep.step_time_ms), bubble_pct=_num(100 * rep.bubble_fraction),
-                   peak_mib=_num(rep.peak_mib, 0))
+                   peak_mib=_num(rep.peak_mib, 0),
+                   headroom_mib=_num(None if cfg.hbm_mib is None else cfg.hbm_mib - rep.peak_mib, 0))
         values = result.tuned_values()
         for k in SETTINGS:
             row[k] = values[k] if k == "pp_interleave_num" else _compact(values[k])
@@ -78,7 +79,9 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
     if rep is not None:
         title = (f"{sc.name}: best of {result.trials} trials" if best is not None
                  else f"{sc.name}: NO CONFIGURATION FITS the HBM budget; closest found")
-        record["report"] = render_report(rep, title=title) + "\n\n" + comparison_table(best, result.baselines) + "\n"
+        m = float(getattr(result, "hbm_margin_mib", 0.0) or 0.0)
+        record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n"
+                            + comparison_table(best, result.baselines, margin_mib=m) + "\n")
     record["result"] = json.loads(json.dumps(result.to_dict(), default=str))
     return record
 
@@ -144,7 +147,8 @@ def render_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def render_md(name: str, rows: list[dict[str, Any]], records: dict[str, dict[str, Any]],
               prev: dict[str, dict[str, str]] | None) -> str:
-    cols = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "gain_vs_user_pct",
+    cols = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
+            "gain_vs_user_pct",
             "certified_gap_pct", "pp_interleave_num", "offset", "recompute", "trials"]
     if prev is not None:
         cols += ["prev_step_ms", "step_change_pct", "settings_changed"]

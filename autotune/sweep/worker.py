@@ -267,7 +267,7 @@ class Worker:
             kwargs = _gap_kwargs(search, sc.target_gap)
             result = search(sc.config, sc.profile, space=sc.space, trials=max(0, sc.trials - finished),
                             timeout=sc.timeout, seed=sc.seed, storage=self.storage,
-                            study_name=sc.study_name, device=sc.device, **kwargs)
+                            study_name=sc.study_name, device=sc.device, hbm_margin=sc.hbm_margin, **kwargs)
             if result.best is None:
                 status = "infeasible"
         except AutotuneError as exc:

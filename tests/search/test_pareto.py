@@ -85,7 +85,7 @@ def test_cli_pareto_table_and_json() -> None:
     r = CliRunner().invoke(main, ["search", str(CFG), "--profile", str(PROF), "--space", str(space),
                                   "--trials", "10", "--quiet", "--objective", "time,memory"])
     assert r.exit_code == 0, r.output
-    assert "Pareto front, step time vs worst-stage peak" in r.output and "margin MiB" in r.output
+    assert "Pareto front, step time vs worst-stage peak" in r.output and "headroom MiB" in r.output
     r = CliRunner().invoke(main, ["search", str(CFG), "--profile", str(PROF), "--space", str(space),
                                   "--trials", "10", "--quiet", "--objective", "time,memory", "--format", "json"])
     data = json.loads(r.output)
