@@ -131,8 +131,9 @@ class SearchResult:
         settings: YAML path -> value of the free space knobs the answer changed (written to
             ``recompute_config`` / ``parallel_config`` / ``runner_config`` / ``parallel.pipeline_config``).
         pareto: with ``objective="time,memory"``, the front of step time vs worst-stage peak among
-            feasible configs, fastest first: dicts {step_time_ms, peak_mib, margin_mib, config,
-            settings, select_patterns, comm_patterns}; None otherwise. pareto_exact: True when
+            feasible configs, fastest first: dicts {step_time_ms, peak_mib, margin_mib (room under
+            budget − safety margin), headroom_mib (room under the budget), config, settings,
+            select_patterns, comm_patterns}; None otherwise. pareto_exact: True when
             every sub-problem's front was computed exactly.
         subproblems: number of sub-problems searched (scheduler × knobs × micro_batch_num × pattern
             sets; 1 for the default space).
@@ -220,8 +221,7 @@ class SearchResult:
                 "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
                 "exact": self.exact, "settings": dict(self.settings), "subproblems": self.subproblems,
                 "hbm_margin_mib": self.hbm_margin_mib,
-                **({"pareto": [{**f, "headroom_mib": f["margin_mib"] + self.hbm_margin_mib} for f in self.pareto],
-                    "pareto_exact": self.pareto_exact}
+                **({"pareto": self.pareto, "pareto_exact": self.pareto_exact}
                    if self.pareto is not None else {})}
 
     def _repr_html_(self) -> str:
@@ -473,6 +473,7 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
             cp_v = v.comm_patterns if v.comm_patterns is not None else _patterns(user_layout)[1]
             front.append({"step_time_ms": c.step_ms, "peak_mib": c.peak_mib,
                           "margin_mib": float(cfg.hbm_mib) - c.peak_mib,
+                          "headroom_mib": float(cfg.hbm_mib) + margin_mib - c.peak_mib,
                           "config": canonical_values(c.layout(), use_legacy=cfg.use_legacy,
                                                      select_patterns=sp_v, comm_patterns=cp_v),
                           "settings": dict(v.settings), "schedule": v.schedule, "origin": c.origin})

@@ -260,7 +260,8 @@ def pareto_table(front: list[dict], *, exact: bool = False, margin_mib: float = 
     for f in front:
         c = f["config"]
         other = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.get("settings", {}).items())
-        rows.append((f"{f['step_time_ms']:.1f}", f"{f['peak_mib']:.0f}", f"{f['margin_mib'] + margin_mib:.0f}",
+        room = f.get("headroom_mib", f["margin_mib"] + margin_mib)
+        rows.append((f"{f['step_time_ms']:.1f}", f"{f['peak_mib']:.0f}", f"{room:.0f}",
                      str(c["pp_interleave_num"]), json.dumps(c["offset"]), json.dumps(c["recompute"]),
                      table(c.get("select_recompute")), table(c.get("select_comm_recompute")), other or "-"))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

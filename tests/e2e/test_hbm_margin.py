@@ -184,3 +184,14 @@ def test_sweep_applies_the_margin_and_reports_headroom(toy, tmp_path):
     result = json.loads((tmp_path / "o" / "b" / "result.json").read_text())
     assert result["result"]["hbm_margin_mib"] == 10.0
     assert result["result"]["best"]["headroom_mib"] == pytest.approx(10.0)
+
+
+def test_pareto_rows_carry_headroom(toy):
+    cfg, prof = toy
+    res = autotune.search(cfg, prof, trials=20, hbm_mib=120, hbm_margin="10MiB", objective="time,memory")
+    assert res.pareto and res.pareto[0]["step_time_ms"] == pytest.approx(62.5)   # the 110 MiB optimum
+    for f in res.pareto:
+        assert f["peak_mib"] <= 110.0 + 1e-9
+        assert f["margin_mib"] == pytest.approx(110.0 - f["peak_mib"])
+        assert f["headroom_mib"] == pytest.approx(120.0 - f["peak_mib"])
+    assert res.to_dict()["pareto"] == res.pareto
