@@ -458,14 +458,16 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
 
 
 def peak_label(peak_mib: float, budget_mib: float | None) -> str:
-    """Label of a stage's peak: ``peak 55,645 MiB (99.7% of budget, 163 MiB headroom (0.3%))`` —
-    one decimal, never 100 % below the budget (:func:`autotune.emit.render.pct_of_budget`)."""
-    from autotune.emit.render import headroom_text, pct_of_budget
+    """Label of a stage's peak: ``peak 55,645 MiB (99.7% of budget, 163 MiB headroom)`` or
+    ``(100.3% of budget, over by 192 MiB)`` — one decimal, never 100 % below the budget
+    (:func:`autotune.emit.render.pct_of_budget`)."""
+    from autotune.emit.render import pct_of_budget
 
     if not budget_mib:
         return f"peak {peak_mib:,.0f} MiB"
-    return f"peak {peak_mib:,.0f} MiB ({pct_of_budget(peak_mib, budget_mib)} of budget, " \
-           f"{headroom_text(peak_mib, budget_mib)})"
+    room = budget_mib - peak_mib
+    tail = f"{room:,.0f} MiB headroom" if room >= 0 else f"over by {-room:,.0f} MiB"
+    return f"peak {peak_mib:,.0f} MiB ({pct_of_budget(peak_mib, budget_mib)} of budget, {tail})"
 
 
 def memory_figure(report: CostReport, *, profile: Any = None, label: str | None = None,

@@ -79,8 +79,11 @@ def test_memory_labels_never_say_100_percent_below_the_budget(toy_profile):
     rep = evaluate_layout(toy_profile, toy_layout(), micro_batch_num=3, schedule="1f1b", hbm_mib=70.02)
     fig = plots.memory_figure(rep, profile=toy_profile)
     labels = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert labels[0] == "peak 70 MiB (99.9% of budget, 0 MiB headroom (<0.1%))"
-    assert labels[1] == "peak 51 MiB (72.8% of budget, 19 MiB headroom (27.2%))"
+    assert labels[0] == "peak 70 MiB (99.9% of budget, 0 MiB headroom)"
+    assert labels[1] == "peak 51 MiB (72.8% of budget, 19 MiB headroom)"
+    over = evaluate_layout(toy_profile, toy_layout(), micro_batch_num=3, schedule="1f1b", hbm_mib=60.0)
+    labels = [t.get_text() for ax in plots.memory_figure(over, profile=toy_profile).axes for t in ax.texts]
+    assert labels[0] == "peak 70 MiB (116.7% of budget, over by 10 MiB)"
     assert "100%" not in "".join(labels)
 
 
