@@ -9,6 +9,7 @@ import click
 
 from autotune.commands import _megatron
 from autotune.commands._paths import check_out_dir, check_out_file, write_text
+from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
@@ -71,7 +72,6 @@ TIGHT_HEADROOM = 0.02
 def _with_margin(config: str, hbm: str | None, margin: str | None) -> tuple[object, float]:
     """(the config with hbm_mib = budget − margin, margin MiB); errors name --hbm-margin."""
     from autotune.api import load_config
-    from autotune.config.margin import apply_margin
 
     return apply_margin(load_config(config, hbm_mib=_hbm(hbm)), margin, field="--hbm-margin")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,6 @@ def stage_rows(report: CostReport, margin_mib: float = 0.0) -> list[list[str]]:
 
 def html_table(rows: list[list[str]]) -> str:
     """Escaped HTML table of string rows (first row = header)."""
-    from html import escape
-
     head = "".join(f"<th>{escape(c)}</th>" for c in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from autotune.emit.render import SHARE_NAMES, device_time_shares, pct_of_budget
 from autotune.errors import ConfigError
 from autotune.extras import installed
 
@@ -321,8 +322,6 @@ def bubble_parts(report: CostReport) -> list[tuple[str, float]]:
     """Device time in one unit, ``[(term, share of P × step time)]``: compute, recompute replay, and
     the idle time split into fill/drain, p2p wait and imbalance (none negative; they sum to 1,
     :func:`autotune.emit.render.device_time_shares`); [] when the report has no breakdown."""
-    from autotune.emit.render import SHARE_NAMES, device_time_shares
-
     sh = device_time_shares(report)
     return [(SHARE_NAMES[k], sh[k]) for k in ("compute", "recompute", "fill_drain", "comm", "imbalance") if sh]
 
@@ -461,8 +460,6 @@ def peak_label(peak_mib: float, budget_mib: float | None) -> str:
     """Label of a stage's peak: ``peak 55,645 MiB (99.7% of budget, 163 MiB headroom)`` or
     ``(100.3% of budget, over by 192 MiB)`` — one decimal, never 100 % below the budget
     (:func:`autotune.emit.render.pct_of_budget`)."""
-    from autotune.emit.render import pct_of_budget
-
     if not budget_mib:
         return f"peak {peak_mib:,.0f} MiB"
     room = budget_mib - peak_mib
