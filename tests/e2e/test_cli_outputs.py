@@ -211,3 +211,16 @@ def test_apply_out_and_old_name_must_agree(tmp_path):
     best.write_text(APPLY_BEST)
     res = run("apply", best, cfg, "--out", tmp_path / "a.yaml", "--output", tmp_path / "b2.yaml")
     assert res.exit_code == 2 and "give the output once" in one_error(res)
+
+
+def test_megatron_search_out_checked_before_the_search(tmp_path, monkeypatch):
+    from autotune.commands import _megatron
+
+    monkeypatch.setattr(_megatron, "run", lambda *a, **k: pytest.fail("the Megatron search ran"))
+    args = tmp_path / "megatron.yaml"
+    args.write_text("num_layers: 8\nhidden_size: 256\nnum_attention_heads: 4\nseq_length: 128\n"
+                    "pipeline_model_parallel_size: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n")
+    out = tmp_path / "tuned.yaml"
+    out.write_text("mine")
+    res = run("search", args, "--from", "megatron", "--out", out)
+    assert res.exit_code == 2 and "[overwrite] --out:" in one_error(res) and out.read_text() == "mine"

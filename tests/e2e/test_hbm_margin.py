@@ -195,3 +195,12 @@ def test_pareto_rows_carry_headroom(toy):
         assert f["margin_mib"] == pytest.approx(110.0 - f["peak_mib"])
         assert f["headroom_mib"] == pytest.approx(120.0 - f["peak_mib"])
     assert res.to_dict()["pareto"] == res.pareto
+
+
+def test_megatron_input_refuses_a_margin_instead_of_ignoring_it(tmp_path):
+    args = tmp_path / "megatron.yaml"
+    args.write_text("num_layers: 8\nhidden_size: 256\nnum_attention_heads: 4\nseq_length: 128\n"
+                    "pipeline_model_parallel_size: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n")
+    r = run("search", args, "--from", "megatron", "--hbm-margin", "0.05")
+    assert r.exit_code == 2
+    assert "[usage] --hbm-margin: --hbm-margin is not supported for Megatron-LM input yet" in r.output
