@@ -17,7 +17,8 @@ import click
 import yaml
 
 from autotune.config.layer_setting import VERSIONS, LayerSettingResult, check_config
-from autotune.config.training import read_yaml
+from autotune.config.model_dims import missing_dims_error
+from autotune.config.training import read_training_yaml, read_yaml
 from autotune.emit.splice import leaves, splice
 from autotune.errors import AutotuneError, ConfigError
 
@@ -98,15 +99,22 @@ def render_text(res: LayerSettingResult) -> str:
               show_default=True, help="megatron: CONFIG holds Megatron-LM arguments (num_layers, "
               "pipeline_model_parallel_size, decoder_first/last_pipeline_num_layers, "
               "pipeline_model_parallel_layout, ...).")
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+              help="Hugging Face config.json with the model dims (default: pretrained_model_dir/config.json).")
 @click.pass_context
-def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str, source: str) -> None:
+def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str, source: str,
+          hf_config: str | None) -> None:
     """Show how MindFormers places layers and recompute for CONFIG, or why it rejects it.
 
     Strict by default: also rejects configs MindFormers silently gets wrong or hangs on.
     Exit 0 = accepted (warnings may be printed), 2 = rejected.
     """
     try:
-        res = check_config(read_yaml(config), version, emulate=emulate, source=source)
+        data = read_yaml(config) if source == "megatron" else read_training_yaml(config, hf_config=hf_config)
+        missing = None if source == "megatron" else missing_dims_error(data, config, hf_config)
+        if missing is not None:
+            raise missing
+        res = check_config(data, version, emulate=emulate, source=source)
     except Exception as exc:  # noqa: BLE001 - every failure becomes exit 2, never a traceback
         err = _as_config_error(exc)
         if fmt == "json":

@@ -33,6 +33,8 @@ def _say(text: str) -> None:
               help="Training YAML (same as the CONFIG argument).")
 @_device_opt
 @_set_opt
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+              help="Hugging Face config.json with the model dims (default: pretrained_model_dir/config.json).")
 @click.option("--from-trace", "traces", multiple=True, type=click.Path(dir_okay=False),
               help="Chrome-trace JSON (MindSpore trace_view.json, PyTorch export); repeatable.")
 @click.option("--layer-map", default=None, type=click.Path(dir_okay=False),
@@ -63,7 +65,7 @@ def _say(text: str) -> None:
 @click.option("--out", "out", default=None, help="Write the profile YAML here (default: stdout).")
 @click.option("--force", is_flag=True, help="Overwrite --out / --report if they exist.")
 def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: tuple[str, ...],
-                traces: tuple[str, ...], layer_map: str | None, warmup_steps: int,
+                hf_config: str | None, traces: tuple[str, ...], layer_map: str | None, warmup_steps: int,
                 dryruns: tuple[str, ...], peak: str, mbn: int | None, fix: tuple[str, ...],
                 sapp: str | None, sapp_time: str, strict: bool, report_path: str | None,
                 out: str | None, force: bool) -> None:
@@ -82,7 +84,7 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
     if not config and not measured_any:
         raise ConfigError("give CONFIG (analytic profile) and/or a measured source (--from-trace, "
                           "--from-dryrun, --from-sapp)", field="CONFIG", value=None, rule="cli")
-    cfg = load_config(config) if config else None
+    cfg = load_config(config, hf_config=hf_config) if config else None
     base = analytic_profile(cfg, device, overrides=_overrides(sets)) if cfg is not None else None
     if base is not None:
         _say("assumptions (override with --set KEY=VALUE):")

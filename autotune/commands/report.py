@@ -28,9 +28,12 @@ from autotune.units import parse_memory_mib
               "context.max_device_memory).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override an analytic-profile assumption (repeatable).")
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+              help="Hugging Face config.json with the model dims (default: pretrained_model_dir/config.json).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def report_cmd(config: str, profile: str | None, compare: str | None, out: str, force: bool, device: str,
-               hbm: str | None, sets: tuple[str, ...], fmt: str) -> None:
+               hbm: str | None, sets: tuple[str, ...], hf_config: str | None,
+               fmt: str) -> None:
     """Draw CONFIG's pipeline timeline, memory over time and per-stage bars, and write a
     self-contained report.html (+ report.md) into --out. --compare puts another config beside it.
     Report files already in --out are kept unless --force.
@@ -45,7 +48,7 @@ def report_cmd(config: str, profile: str | None, compare: str | None, out: str, 
     ov = _overrides(sets)
 
     def one(path: str):  # -> (CostReport, ModelProfile)
-        cfg = load_config(path, hbm_mib=hbm_mib)
+        cfg = load_config(path, hbm_mib=hbm_mib, hf_config=hf_config)
         prof = resolve_profile(cfg, profile, device=device, overrides=ov)
         return evaluate(cfg, prof), prof
 

@@ -69,11 +69,26 @@ _margin_opt = click.option("--hbm-margin", "hbm_margin", default=None, metavar="
 TIGHT_HEADROOM = 0.02
 
 
-def _with_margin(config: str, hbm: str | None, margin: str | None) -> tuple[object, float]:
+def _with_margin(config: str, hbm: str | None, margin: str | None,
+                 hf_config: str | None = None) -> tuple[object, float]:
     """(the config with hbm_mib = budget − margin, margin MiB); errors name --hbm-margin."""
     from autotune.api import load_config
 
-    return apply_margin(load_config(config, hbm_mib=_hbm(hbm)), margin, field="--hbm-margin")
+    return apply_margin(load_config(config, hbm_mib=_hbm(hbm), hf_config=hf_config), margin,
+                        field="--hbm-margin")
+
+_hf_opt = click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+                       help="Hugging Face config.json with the model dims (default: "
+                            "pretrained_model_dir/config.json, when the YAML names one).")
+
+
+def _cfg(config: str, hf_config: str | None):
+    """The config path, or the loaded config when --hf-config supplies the model dims."""
+    if hf_config is None:
+        return config
+    from autotune.config.training import load_config
+
+    return load_config(config, hf_config=hf_config)
 
 
 @click.command("evaluate")
@@ -83,16 +98,17 @@ def _with_margin(config: str, hbm: str | None, margin: str | None) -> tuple[obje
 @_hbm_opt
 @_margin_opt
 @_set_opt
+@_hf_opt
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None, hbm_margin: str | None,
-                 sets: tuple[str, ...], fmt: str) -> None:
+                 sets: tuple[str, ...], hf_config: str | None, fmt: str) -> None:
     """Predict step time, bubble and per-stage peak memory of CONFIG as written (fits = peak at most
     the budget minus --hbm-margin)."""
     from autotune.api import evaluate
     from autotune.emit.render import render_report, report_json
 
     _profile_warnings(profile)
-    cfg, margin = _with_margin(config, hbm, hbm_margin)
+    cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)
     report = evaluate(cfg, profile, device=device, overrides=_overrides(sets))
     if fmt == "json":
         click.echo(json.dumps(report_json(report, margin), indent=2))
@@ -109,6 +125,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @_hbm_opt
 @_margin_opt
 @_set_opt
+@_hf_opt
 @click.option("--out", "out", default=None, help="Write the tuned config (your YAML with the tuned keys) here.")
 @click.option("--force", is_flag=True, help="Overwrite --out, and the report files in --report, if they exist.")
 @click.option("--space", default=None, type=click.Path(dir_okay=False),
@@ -133,7 +150,8 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
               help="Also write report.html, report.md and the pictures (timeline, memory, stages, study) here.")
 @_megatron.options
 def search_cmd(config: str | None, profile: str | None, device: str | None, hbm: str | None,
-               hbm_margin: str | None, sets: tuple[str, ...], out: str | None, force: bool, space: str | None,
+               hbm_margin: str | None, sets: tuple[str, ...], hf_config: str | None,
+               out: str | None, force: bool, space: str | None,
                trials: int, timeout: float | None, seed: int, storage: str | None, study_name: str | None,
                fmt: str, quiet: bool, gap: float, objective: str, dry_run: bool, report_dir: str | None,
                source_kind: str = "auto", megatron_args: str | None = None, in_place: bool = False,
@@ -166,11 +184,11 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
                           field="--in-place" if in_place else "--layout-flags", value=True, rule="usage")
     device = device or "ascend-910b"
 
-    cfg, margin = _with_margin(config, hbm, hbm_margin)  # a bad margin stops here, before the work
+    cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)  # a bad margin stops here, before the work
     if dry_run:
         from autotune.tuner.describe import describe_space
 
-        info = describe_space(config, profile, space=space, device=device, hbm_mib=cfg.hbm_mib,
+        info = describe_space(_cfg(config, hf_config), profile, space=space, device=device, hbm_mib=cfg.hbm_mib,
                               overrides=_overrides(sets))
         if margin > 0:
             info["hbm_margin_mib"] = margin
@@ -186,7 +204,7 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     _profile_warnings(profile)
     # a bar on a terminal; on a log (stderr not a TTY) one status line every few seconds
     progress = False if quiet else ("bar" if sys.stderr.isatty() else "lines")
-    result = search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
+    result = search(_cfg(config, hf_config), profile, space=space, trials=trials, timeout=timeout, seed=seed,
                     storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
                     overrides=_overrides(sets), progress=progress, gap=gap, objective=objective,
                     hbm_margin=hbm_margin)

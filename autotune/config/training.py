@@ -25,8 +25,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from autotune.config.layer_setting import Warning_
+from autotune.config.model_dims import ALIASES, ModelDims, merge_hf_config, missing_dims_error, read_dims
 from autotune.errors import ConfigError
 from autotune.units import parse_memory_mib
+
+__all__ = ["ModelDims", "TrainingConfig", "check_keys", "config_from_dict", "get_path", "load_config",
+           "read_training_yaml", "read_yaml"]
 
 SCHEDULERS = ("1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp", "zero_bubble_v")
 #: Schedules autotune models and writes that MindFormers' YAML cannot name: ``1f1b_less_memory`` is
@@ -139,35 +144,6 @@ def _bool(data: dict[str, Any], path: str, default: bool) -> bool:
     return val
 
 
-class ModelDims(BaseModel):
-    """Model dimensions used by the analytic profile (all counts, no units)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    hidden_size: int
-    num_heads: int
-    n_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    seq_length: int
-    vocab_size: int
-    num_experts: int = 0
-    num_experts_per_tok: int = 0
-    moe_intermediate_size: int = 0
-    shared_expert_num: int = 0
-    first_k_dense_replace: int = 0
-    mtp_num_layers: int = 0
-    tie_word_embeddings: bool = False
-    # MLA (DeepSeek-V3 style); 0 = plain MHA/GQA.
-    q_lora_rank: int = 0
-    kv_lora_rank: int = 0
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
-    compute_dtype_bytes: int = 2
-    param_dtype_bytes: int = 4
-
-
 class TrainingConfig(BaseModel):
     """The parts of a MindFormers training YAML that autotune reads (frozen).
 
@@ -204,6 +180,7 @@ class TrainingConfig(BaseModel):
     use_legacy: bool = True
     hbm_mib: float | None = None
     dims: ModelDims | None = None
+    warnings: tuple[Warning_, ...] = ()
     raw: dict[str, Any] = {}
 
     @property
@@ -218,59 +195,8 @@ class TrainingConfig(BaseModel):
 
 
 def _dims(data: dict[str, Any]) -> ModelDims | None:
-    mc = "model.model_config."
-    h = get_path(data, mc + "hidden_size", None)
-    if h is None:
-        return None
-    hidden = _int(data, mc + "hidden_size")
-    heads = _int(data, (mc + "num_heads", mc + "num_attention_heads", mc + "n_head"))
-    kv = _int(data, (mc + "n_kv_heads", mc + "num_key_value_heads", mc + "multi_query_group_num",
-                     mc + "num_query_groups"), heads)
-    head_dim = _int(data, (mc + "head_dim", mc + "kv_channels"), hidden // heads)
-    inter = get_path(data, mc + "intermediate_size", None) or get_path(data, mc + "ffn_hidden_size", None)
-    if inter is None:
-        mult = get_path(data, mc + "ffn_dim_multiplier", None)
-        multiple_of = get_path(data, mc + "multiple_of", 256) or 256
-        base = int(2 * 4 * hidden / 3)
-        if mult is not None:
-            base = int(float(mult) * base)
-        inter = multiple_of * ((base + multiple_of - 1) // multiple_of)
-    if isinstance(inter, bool) or not isinstance(inter, int) or inter < 1:
-        raise ConfigError(f"must be a positive integer, got {inter!r}", field=mc + "intermediate_size",
-                          value=inter, rule="type")
-    seq = _int(data, (mc + "seq_length", mc + "max_position_embeddings"))
-    vocab = _int(data, (mc + "vocab_size", mc + "padded_vocab_size"))
-    moe = data.get("moe_config") or {}
-    if not isinstance(moe, dict):
-        raise ConfigError("must be a mapping", field="moe_config", value=moe, rule="type")
-    experts = _int(data, (mc + "num_experts", mc + "n_routed_experts", "moe_config.expert_num"), 0,
-                   minimum=0)
-    topk = _int(data, (mc + "num_experts_per_tok", "moe_config.num_experts_chosen"),
-                1 if experts else 0, minimum=0)
-    moe_inter = _int(data, (mc + "moe_intermediate_size", "moe_config.moe_intermediate_size"),
-                     inter if experts else 0, minimum=0)
-    shared = _int(data, (mc + "n_shared_experts", mc + "shared_expert_num", "moe_config.shared_expert_num"),
-                  0, minimum=0)
-    first_dense = _int(data, (mc + "first_k_dense_replace", "moe_config.first_k_dense_replace"), 0,
-                       minimum=0)
-    mtp = _int(data, (mc + "mtp_num_layers", mc + "mtp_depth", mc + "num_nextn_predict_layers"), 0,
-               minimum=0)
-    dtype_bytes = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
-    cdt = str(get_path(data, mc + "compute_dtype", "bfloat16")).lower()
-    pdt = str(get_path(data, mc + "param_init_type", get_path(data, mc + "params_dtype", "float32"))).lower()
-    return ModelDims(
-        hidden_size=hidden, num_heads=heads, n_kv_heads=kv, head_dim=head_dim,
-        intermediate_size=inter, seq_length=seq, vocab_size=vocab, num_experts=experts,
-        num_experts_per_tok=topk, moe_intermediate_size=moe_inter, shared_expert_num=shared,
-        first_k_dense_replace=first_dense if experts else 0, mtp_num_layers=mtp,
-        tie_word_embeddings=bool(get_path(data, mc + "tie_word_embeddings", False)),
-        q_lora_rank=_int(data, mc + "q_lora_rank", 0, minimum=0),
-        kv_lora_rank=_int(data, mc + "kv_lora_rank", 0, minimum=0),
-        qk_nope_head_dim=_int(data, mc + "qk_nope_head_dim", 0, minimum=0),
-        qk_rope_head_dim=_int(data, mc + "qk_rope_head_dim", 0, minimum=0),
-        v_head_dim=_int(data, mc + "v_head_dim", 0, minimum=0),
-        compute_dtype_bytes=dtype_bytes.get(cdt, 2), param_dtype_bytes=dtype_bytes.get(pdt, 4),
-    )
+    """Model dims and memory settings (:func:`autotune.config.model_dims.read_dims`)."""
+    return read_dims(data)
 
 
 #: Keys MindFormers' YAML template accepts in these sections; any other key is a KeyError there
@@ -299,18 +225,30 @@ NEAR_MISS_KEYS: dict[str, set[str]] = {
     "parallel.pipeline_config": {"pipeline_interleave", "pipeline_scheduler"},
     "context": {"max_device_memory"},
 }
+#: Real spellings MindFormers accepts that look like near misses of the keys above (every alias of
+#: :data:`autotune.config.model_dims.ALIASES`, e.g. ``moe_intermediate_size`` vs ``intermediate_size``).
+KNOWN_SPELLINGS: dict[str, set[str]] = {
+    "model.model_config": {n for names in ALIASES.values() for n in names if "." not in n} | {
+        "moe_shared_expert_intermediate_size", "max_position_embeddings",
+        "max_position_embedding", "multi_query_attention", "hidden_dropout", "attention_dropout"},
+}
 
 
-def check_keys(data: dict[str, Any]) -> None:
-    """Reject misspelled keys before they are silently ignored.
+def check_keys(data: dict[str, Any]) -> list[Warning_]:
+    """Reject the unknown keys MindFormers' YAML template rejects; warn about the other near misses.
 
     Unknown keys in ``parallel_config`` / ``recompute_config`` / ``swap_config`` are rejected as
-    MindFormers' YAML template does; elsewhere an unknown key is rejected only when it is a near
-    miss (difflib ratio >= 0.85) of a key autotune relies on that the section lacks.
+    MindFormers' template (``mindformers/tools/register/template.py``, r1.5+) does with a KeyError.
+    Elsewhere (``model.model_config``, ``parallel``, the top level, ...) MindFormers passes unknown
+    keys on or only logs them, so an unknown key that is a near miss (difflib ratio >= 0.85) of a
+    key autotune relies on, which the section lacks, gives the warning ``W_KEY_UNKNOWN`` naming it
+    (it is ignored and the default is used).
+
+    Returns:
+        the ``W_KEY_UNKNOWN`` warnings (field = the key's YAML path, the intended key in the message).
 
     Raises:
-        ConfigError: rule ``R_UNKNOWN_KEY``, field = the misspelled key's YAML path, with the
-            intended key in the message.
+        ConfigError: rule ``R_UNKNOWN_KEY``, field = the unknown key's YAML path.
     """
     import difflib
 
@@ -334,18 +272,21 @@ def check_keys(data: dict[str, Any]) -> None:
                 hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(sorted(allowed))}"
                 raise ConfigError(f"unknown key {key!r} (MindFormers rejects it: KeyError); {hint}",
                                   field=f"{section}.{key}", value=sec[key], rule="R_UNKNOWN_KEY")
+    warns: list[Warning_] = []
     for section, wanted in NEAR_MISS_KEYS.items():
         sec = node(section)
         if not isinstance(sec, dict):
             continue
         for key in sec:
-            if key in wanted or not isinstance(key, str):
+            if key in wanted or not isinstance(key, str) or key in KNOWN_SPELLINGS.get(section, ()):
                 continue
             guess = near(key, wanted)
             if guess and guess not in sec:
                 where = f"{section}.{key}" if section else key
-                raise ConfigError(f"unknown key {key!r}: did you mean {guess!r}? (it would be ignored "
-                                  f"and the default used)", field=where, value=sec[key], rule="R_UNKNOWN_KEY")
+                warns.append(Warning_("W_KEY_UNKNOWN", where,
+                                      f"unknown key {key!r}: did you mean {guess!r}? (it is ignored and "
+                                      f"the default of {guess!r} is used)"))
+    return warns
 
 
 def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
@@ -361,7 +302,10 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         ConfigError: a required key is missing or has the wrong type/range, or a key is misspelled
             (:func:`check_keys`); the message names the YAML path.
     """
-    check_keys(data)
+    key_warnings = check_keys(data)
+    missing = missing_dims_error(data, source if source != "<memory>" else None)
+    if missing is not None:
+        raise missing
     mc = "model.model_config."
     num_layers = _int(data, (mc + "num_layers", mc + "num_hidden_layers", mc + "n_layer"))
     pp = _int(data, "parallel_config.pipeline_stage", 1)
@@ -416,18 +360,36 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         use_legacy=_bool(data, "use_legacy", True),
         hbm_mib=hbm_mib,
         dims=_dims(data),
+        warnings=tuple(key_warnings),
         raw=data,
     )
 
 
-def load_config(path: str | Path, *, hbm_mib: float | None = None) -> TrainingConfig:
+def read_training_yaml(path: str | Path, *, hf_config: str | Path | None = None) -> dict[str, Any]:
+    """:func:`read_yaml` plus the Hugging Face ``config.json`` of ``pretrained_model_dir`` (or
+    ``hf_config``) merged into ``model.model_config`` as MindFormers merges it
+    (:func:`autotune.config.model_dims.merge_hf_config`).
+
+    Raises:
+        ConfigError: see :func:`read_yaml`; rule ``R_HF_CONFIG`` for an unreadable HF config.
+    """
+    return merge_hf_config(read_yaml(path), path, hf_config)
+
+
+def load_config(path: str | Path, *, hbm_mib: float | None = None,
+                hf_config: str | Path | None = None) -> TrainingConfig:
     """Read and validate a MindFormers training YAML file.
 
     Args:
         path: the YAML file.
         hbm_mib: HBM budget override in MiB (default: ``context.max_device_memory``).
+        hf_config: a Hugging Face ``config.json`` with the model dims (default: the one in
+            ``pretrained_model_dir`` or beside the YAML, when the YAML names a
+            ``pretrained_model_dir``).
 
     Raises:
-        ConfigError: see :func:`read_yaml` and :func:`config_from_dict`.
+        ConfigError: see :func:`read_yaml` and :func:`config_from_dict`; rule ``R_HF_CONFIG`` when
+            the dims come from a ``pretrained_model_dir`` whose ``config.json`` is missing.
     """
-    return config_from_dict(read_yaml(path), source=str(path), hbm_mib=hbm_mib)
+    return config_from_dict(read_training_yaml(path, hf_config=hf_config), source=str(path),
+                            hbm_mib=hbm_mib)

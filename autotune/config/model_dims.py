@@ -1,0 +1,513 @@
+"""Model dimensions and memory-relevant settings of a MindFormers training YAML, as every release
+spells them.
+
+MindFormers has two config layouts: legacy ``model.model_config`` (``num_layers``, ``num_heads``,
+``n_kv_heads``, ``moe_config.*``, ...) and the r1.7+ mcore one (``use_legacy: False``; Hugging Face
+spellings such as ``num_hidden_layers``, ``num_attention_heads``, ``moe_intermediate_size``,
+``num_experts``, ``n_shared_experts``, ``moe_router_topk``, ``mtp_num_layers``; the model may come
+from ``pretrained_model_dir``/``config.json``). :data:`ALIASES` lists, per quantity, the spellings
+that MindFormers maps to one TransformerConfig field
+(``mindformers/parallel_core/transformer_config_utils.py: COMMON_CONFIG_MAPPING`` @ r1.7.0+,
+plus the legacy config classes' own names); the first spelling present wins.
+
+``pretrained_model_dir`` (r1.7+, ``mindformers/models/build_config.py: merge_model_config``): the
+Hugging Face ``config.json`` in that folder is read and the YAML's ``model_config`` overrides it.
+:func:`merge_hf_config` does the same; it looks for ``<pretrained_model_dir>/config.json``
+(relative to the working directory, then to the YAML's folder), then ``config.json`` beside the
+YAML, or the file given with ``--hf-config``.
+
+Counts may be written as integer-valued floats (``shared_expert_num: 8.0``, as MindFormers'
+research configs do); YAML anchors are resolved by the YAML loader and a ``${a.b.c}`` string
+value by :func:`resolve_refs` (dotted path into the same YAML).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.config.layer_setting import Warning_
+from autotune.errors import ConfigError
+
+MC = "model.model_config."
+
+#: quantity -> spellings (model_config keys unless dotted), first present wins.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size", "n_embd"),
+    "num_heads": ("num_heads", "num_attention_heads", "n_head"),
+    "n_kv_heads": ("n_kv_heads", "num_key_value_heads", "num_query_groups", "multi_query_group_num"),
+    "head_dim": ("head_dim", "kv_channels"),
+    "intermediate_size": ("intermediate_size", "ffn_hidden_size"),
+    "seq_length": ("seq_length",),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "num_experts": ("num_experts", "n_routed_experts", "num_moe_experts", "expert_num",
+                    "moe_config.expert_num"),
+    "num_experts_per_tok": ("num_experts_per_tok", "moe_router_topk", "num_experts_chosen",
+                            "moe_config.num_experts_chosen"),
+    "moe_intermediate_size": ("moe_intermediate_size", "moe_ffn_hidden_size",
+                              "moe_config.moe_intermediate_size"),
+    "shared_expert_num": ("n_shared_experts", "shared_expert_num", "moe_config.shared_expert_num"),
+    "first_k_dense_replace": ("first_k_dense_replace", "moe_config.first_k_dense_replace"),
+    "mtp_num_layers": ("mtp_num_layers", "mtp_depth", "num_nextn_predict_layers"),
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim", "qk_head_dim"),
+    "qk_rope_head_dim": ("qk_rope_head_dim", "qk_pos_emb_head_dim"),
+    "v_head_dim": ("v_head_dim",),
+    "param_init_type": ("param_init_type", "params_dtype"),
+    "compute_dtype": ("compute_dtype",),
+    "softmax_compute_type": ("softmax_compute_type", "softmax_compute_dtype"),
+    "embedding_init_type": ("embedding_init_type",),
+    "capacity_factor": ("moe_expert_capacity_factor", "capacity_factor", "moe_config.capacity_factor"),
+}
+
+#: Hugging Face ``config.json`` keys read by :func:`merge_hf_config` (every spelling above that is
+#: a model_config key, plus the MLP / tie flags).
+HF_KEYS = {k for names in ALIASES.values() for k in names if "." not in k} | {
+    "hidden_act", "tie_word_embeddings", "max_position_embeddings", "moe_shared_expert_intermediate_size",
+    "use_flash_attention", "attention_dropout", "torch_dtype", "architectures", "model_type"}
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
+_REF = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
+GELU_ACTS = ("gelu", "fast_gelu", "fastgelu", "gelu_new", "relu")
+
+
+class ModelDims(BaseModel):
+    """Model dimensions and memory-relevant settings read by the analytic profile.
+
+    Counts have no unit; ``*_bytes`` are bytes per element. ``family`` is ``model.arch.type`` (or
+    the mcore ``model_type`` / ``architectures``), used to look up layer cell names
+    (:mod:`autotune.config.cells`). Memory settings (see docs/profiles.md, "Memory keys"):
+    ``param_dtype_bytes`` / ``embedding_dtype_bytes`` weights and gradients, ``compute_dtype_bytes``
+    activations, ``softmax_dtype_bytes`` the attention probabilities without flash attention,
+    ``use_flash_attention``, ``attention_dropout`` / ``hidden_dropout`` (dropout masks),
+    ``gated_mlp`` (SwiGLU: 3 matrices; else 2, GPT-2's GELU MLP), ``capacity_factor`` (0 =
+    dropless routing), ``frozen_base`` (LoRA / ``pet_config``: base weights have no gradient or
+    optimizer state), ``vocab_emb_dp`` (embedding and LM head replicated over model parallel),
+    ``gradient_accumulation_shard``, ``gradient_accumulation_steps``, ``context_parallel_algo``,
+    ``moe_tokens_split_tp`` (legacy ``moe_config.ep_extend_tp``, default True: the experts spread
+    over expert x model parallel, so each device routes 1/t of its micro-batch's tokens).
+    ``notes`` lists what was read with its source key (printed by ``autotune profile``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hidden_size: int
+    num_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    seq_length: int
+    vocab_size: int
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_num: int = 0
+    first_k_dense_replace: int = 0
+    mtp_num_layers: int = 0
+    tie_word_embeddings: bool = False
+    # MLA (DeepSeek-V2/V3 style); 0 = plain MHA/GQA.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    compute_dtype_bytes: int = 2
+    param_dtype_bytes: int = 4
+    embedding_dtype_bytes: int = 4
+    softmax_dtype_bytes: int = 4
+    use_flash_attention: bool = True
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    gated_mlp: bool = True
+    capacity_factor: float = 0.0
+    frozen_base: bool = False
+    vocab_emb_dp: bool = True
+    gradient_accumulation_shard: bool = False
+    gradient_accumulation_steps: int = 1
+    context_parallel_algo: str = "colossalai_cp"
+    moe_tokens_split_tp: bool = False
+    family: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------
+# raw access
+# ---------------------------------------------------------------------------------------------
+
+def _node(data: dict[str, Any], path: str) -> Any:
+    cur: Any = data
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def resolve_refs(data: dict[str, Any], value: Any, *, field: str, _depth: int = 0) -> Any:
+    """Resolve a ``${a.b.c}`` string (a dotted path into ``data``); other values pass through.
+
+    Raises:
+        ConfigError: the path does not exist or the references loop (rule ``reference``).
+    """
+    if not isinstance(value, str):
+        return value
+    m = _REF.match(value.strip())
+    if not m:
+        return value
+    target = _node(data, m.group(1))
+    if target is None or _depth > 8:
+        raise ConfigError(f"reference {value!r} does not resolve to a value in this YAML",
+                          field=field, value=value, rule="reference")
+    return resolve_refs(data, target, field=field, _depth=_depth + 1)
+
+
+def find(data: dict[str, Any], quantity: str) -> tuple[Any, str | None]:
+    """The first spelling of ``quantity`` (:data:`ALIASES`) present: (value, YAML path) or (None, None)."""
+    for name in ALIASES[quantity]:
+        path = name if "." in name else MC + name
+        val = _node(data, path)
+        if val is not None:
+            return resolve_refs(data, val, field=path), path
+    return None, None
+
+
+def as_count(val: Any, path: str, *, minimum: int = 0) -> int:
+    """An integer count; an integer-valued float (``8.0``) is accepted as MindFormers does.
+
+    Raises:
+        ConfigError: not a whole number, or below ``minimum`` (rule ``type`` / ``range``).
+    """
+    if isinstance(val, float) and val.is_integer():
+        val = int(val)
+    if isinstance(val, bool) or not isinstance(val, int):
+        raise ConfigError(f"must be an integer, got {val!r}", field=path, value=val, rule="type")
+    if val < minimum:
+        raise ConfigError(f"must be >= {minimum}, got {val}", field=path, value=val, rule="range")
+    return val
+
+
+def count(data: dict[str, Any], quantity: str, default: int | None = None, *, minimum: int = 0) -> int:
+    """:func:`find` + :func:`as_count`; ``default`` when absent (None = required).
+
+    Raises:
+        ConfigError: missing (rule ``missing_key``, naming every spelling) or not a count.
+    """
+    val, path = find(data, quantity)
+    if val is None:
+        if default is None:
+            names = ALIASES[quantity]
+            raise ConfigError("required key is missing" + (
+                f" (also looked for {', '.join(names[1:])})" if len(names) > 1 else ""),
+                field=MC + names[0], value=None, rule="missing_key")
+        return default
+    return as_count(val, path or quantity, minimum=minimum)
+
+
+def _dtype(data: dict[str, Any], quantity: str, default: int) -> tuple[int, str | None]:
+    val, path = find(data, quantity)
+    if val is None:
+        return default, None
+    key = str(val).lower().replace("mstype.", "")
+    if key not in DTYPE_BYTES:
+        raise ConfigError(f"unknown dtype {val!r}; known: {', '.join(sorted(DTYPE_BYTES))}",
+                          field=path, value=val, rule="type")
+    return DTYPE_BYTES[key], path
+
+
+def _seq_length(data: dict[str, Any]) -> tuple[int, str]:
+    val, path = find(data, "seq_length")
+    if val is not None:
+        return as_count(val, path or "seq_length", minimum=1), path or ""
+    # mcore templates: the dataset handler's seq_length (the model takes what the dataset gives)
+    found: list[tuple[int, str]] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "seq_length" and isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                    found.append((v, f"{where}.{k}"))
+                else:
+                    walk(v, f"{where}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}[{i}]")
+
+    walk(data.get("train_dataset"), "train_dataset")
+    if found:
+        return max(found)
+    mpe = _node(data, MC + "max_position_embeddings")
+    if mpe is not None:
+        return as_count(mpe, MC + "max_position_embeddings", minimum=1), MC + "max_position_embeddings"
+    raise ConfigError("required key is missing (also looked for the train_dataset's seq_length and "
+                      "max_position_embeddings)", field=MC + "seq_length", value=None, rule="missing_key")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face config.json (pretrained_model_dir)
+# ---------------------------------------------------------------------------------------------
+
+def hf_config_path(data: dict[str, Any], yaml_path: str | Path | None,
+                   hf_config: str | Path | None = None) -> tuple[Path | None, list[str]]:
+    """Where the Hugging Face ``config.json`` of this YAML is: (path or None, places looked at)."""
+    if hf_config is not None:
+        return Path(hf_config), [str(hf_config)]
+    pmd = data.get("pretrained_model_dir") or _node(data, "model.pretrained_model_dir") or \
+        _node(data, MC + "pretrained_model_dir")
+    looked: list[str] = []
+    here = Path(yaml_path).resolve().parent if yaml_path else None
+    if isinstance(pmd, str) and pmd.strip():
+        cands = [Path(pmd) / "config.json"]
+        if here is not None and not Path(pmd).is_absolute():
+            cands.append(here / pmd / "config.json")
+        if here is not None:
+            cands.append(here / "config.json")
+        for c in cands:
+            looked.append(str(c))
+            if c.is_file():
+                return c, looked
+    return None, looked
+
+
+def merge_hf_config(data: dict[str, Any], yaml_path: str | Path | None = None,
+                    hf_config: str | Path | None = None) -> dict[str, Any]:
+    """The YAML with the Hugging Face ``config.json`` merged into ``model.model_config`` (YAML keys
+    win, as MindFormers' ``merge_model_config``); unchanged when there is none.
+
+    Only the keys autotune reads (:data:`HF_KEYS`) are merged. The merged mapping gets the key
+    ``model.model_config._hf_config`` = the file read.
+
+    Raises:
+        ConfigError: ``--hf-config`` / the found file is missing or not a JSON object (rule
+            ``R_HF_CONFIG``, field ``--hf-config`` or ``pretrained_model_dir``).
+    """
+    path, _looked = hf_config_path(data, yaml_path, hf_config)
+    if path is None:
+        return data
+    field = "--hf-config" if hf_config is not None else "pretrained_model_dir"
+    if not path.is_file():
+        raise ConfigError(f"Hugging Face config not found: {str(path)!r}", field=field,
+                          value=str(path), rule="R_HF_CONFIG")
+    try:
+        hf = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not JSON: {exc}", field=field, value=str(path),
+                          rule="R_HF_CONFIG") from None
+    if not isinstance(hf, dict):
+        raise ConfigError(f"{path} must hold a JSON object", field=field, value=str(path),
+                          rule="R_HF_CONFIG")
+    out = dict(data)
+    model = dict(out.get("model") or {})
+    mc = dict(model.get("model_config") or {})
+    merged = {k: v for k, v in hf.items() if k in HF_KEYS}
+    merged.update(mc)
+    merged["_hf_config"] = str(path)
+    model["model_config"] = merged
+    out["model"] = model
+    return out
+
+
+def missing_dims_error(data: dict[str, Any], yaml_path: str | Path | None,
+                       hf_config: str | Path | None = None) -> ConfigError | None:
+    """The error to raise when the layer count is absent: names the ``config.json`` that is missing
+    and what to pass instead (``--hf-config PATH`` or the YAML key). None when a count is given."""
+    if find(data, "num_layers")[0] is not None:
+        return None
+    mc = _node(data, "model.model_config") or {}
+    sub = [k for k in ("llm_model", "text_model", "text_config", "vision_model") if isinstance(mc, dict) and k in mc]
+    if sub:
+        return ConfigError(
+            f"multimodal model (model_config has {', '.join(sub)}): the vision encoder and the "
+            f"cross-model pipeline split are not modelled; tune the language model alone (a YAML "
+            f"whose model.model_config holds the language model's dims), or set "
+            f"model.model_config.num_layers and the dims by hand",
+            field="model.model_config", value=sorted(mc)[:6], rule="R_UNSUPPORTED")
+    pmd = data.get("pretrained_model_dir")
+    if isinstance(pmd, str) and pmd.strip():
+        _p, looked = hf_config_path(data, yaml_path, hf_config)
+        return ConfigError(
+            f"the model comes from pretrained_model_dir {pmd!r}, whose Hugging Face config is "
+            f"missing (looked for {', '.join(looked)}); pass --hf-config PATH/config.json, or set "
+            f"model.model_config.num_layers (num_hidden_layers) and the other dims",
+            field="pretrained_model_dir", value=pmd, rule="R_HF_CONFIG")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# dims
+# ---------------------------------------------------------------------------------------------
+
+def _flag(data: dict[str, Any], path: str, default: bool) -> bool:
+    val = resolve_refs(data, _node(data, path), field=path)
+    if val is None:
+        return default
+    if not isinstance(val, bool):
+        raise ConfigError(f"must be true or false, got {val!r}", field=path, value=val, rule="type")
+    return val
+
+
+def _float(data: dict[str, Any], paths: tuple[str, ...], default: float) -> float:
+    for p in paths:
+        val = resolve_refs(data, _node(data, p), field=p)
+        if val is None:
+            continue
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            raise ConfigError(f"must be a number, got {val!r}", field=p, value=val, rule="type")
+        return float(val)
+    return default
+
+
+def family_of(data: dict[str, Any]) -> str | None:
+    """``model.arch.type`` (legacy), else the mcore ``model_type`` / first ``architectures`` /
+    ``trainer.model_name``; None when the YAML names no model class."""
+    arch = _node(data, "model.arch.type")
+    if isinstance(arch, str) and arch:
+        return arch
+    for key in (MC + "model_type", MC + "architectures", "trainer.model_name"):
+        val = _node(data, key)
+        if isinstance(val, list) and val:
+            val = val[0]
+        if isinstance(val, str) and val:
+            return val
+    return None
+
+
+def read_dims(data: dict[str, Any]) -> ModelDims | None:
+    """Read :class:`ModelDims` from a (HF-merged) YAML mapping; None when it has no ``hidden_size``.
+
+    Raises:
+        ConfigError: a count, dtype or flag of the wrong type (field = its YAML path) or a required
+            dim missing (rule ``missing_key``).
+    """
+    if find(data, "hidden_size")[0] is None:
+        return None
+    notes: list[str] = []
+    hidden = count(data, "hidden_size", minimum=1)
+    heads = count(data, "num_heads", minimum=1)
+    kv = count(data, "n_kv_heads", heads, minimum=1)
+    if _node(data, MC + "multi_query_attention") is False:   # GLM2: groups only with MQA on
+        kv = heads
+    head_dim = count(data, "head_dim", hidden // heads, minimum=1)
+    act = str(_node(data, MC + "hidden_act") or "").lower()
+    gated = _node(data, MC + "gated_linear_unit")
+    gated_mlp = bool(gated) if isinstance(gated, bool) else act not in GELU_ACTS
+    inter_v, inter_p = find(data, "intermediate_size")
+    if inter_v is not None:
+        inter = as_count(inter_v, inter_p or "intermediate_size", minimum=1)
+    elif _node(data, MC + "expand_ratio") is not None:            # GPT-2: f = expand_ratio · h
+        inter = as_count(_node(data, MC + "expand_ratio"), MC + "expand_ratio", minimum=1) * hidden
+        notes.append(f"intermediate_size = expand_ratio x hidden_size = {inter}")
+    else:                                                          # Llama: ffn_dim_multiplier, multiple_of
+        mult = _node(data, MC + "ffn_dim_multiplier")
+        multiple_of = _node(data, MC + "multiple_of") or 256
+        base = int(2 * 4 * hidden / 3)
+        if mult is not None:
+            base = int(float(mult) * base)
+        inter = multiple_of * ((base + multiple_of - 1) // multiple_of)
+        notes.append(f"intermediate_size from hidden_size/ffn_dim_multiplier/multiple_of = {inter}")
+    seq, seq_path = _seq_length(data)
+    if not seq_path.startswith(MC + "seq_length"):
+        notes.append(f"seq_length {seq} from {seq_path}")
+    vocab = count(data, "vocab_size", minimum=1)
+    moe = data.get("moe_config")
+    if moe is not None and not isinstance(moe, dict):
+        raise ConfigError("must be a mapping", field="moe_config", value=moe, rule="type")
+    experts = count(data, "num_experts", 0)
+    if experts <= 1:       # MoEConfig's default expert_num is 1 = no MoE
+        experts = 0
+    topk = count(data, "num_experts_per_tok", 1 if experts else 0)
+    moe_inter = count(data, "moe_intermediate_size", inter if experts else 0)
+    shared = count(data, "shared_expert_num", 0)
+    sh_size = _node(data, MC + "moe_shared_expert_intermediate_size")
+    if experts and not shared and sh_size:
+        shared = max(1, round(as_count(sh_size, MC + "moe_shared_expert_intermediate_size") / moe_inter))
+    fk, fk_path = find(data, "first_k_dense_replace")
+    first_dense = as_count(fk, fk_path or "") if isinstance(fk, (int, float)) and not isinstance(fk, bool) else 0
+    mtp = count(data, "mtp_num_layers", 0)
+    cdt, _ = _dtype(data, "compute_dtype", 2)
+    pdt, pdt_path = _dtype(data, "param_init_type", 4)
+    edt, edt_path = _dtype(data, "embedding_init_type", pdt)
+    sdt, _ = _dtype(data, "softmax_compute_type", 4)
+    if _node(data, MC + "attention_softmax_in_fp32") is True:
+        sdt = 4
+    tie = _node(data, MC + "tie_word_embeddings")
+    untie = _node(data, MC + "untie_embeddings_and_output_weights")
+    tied = bool(tie) if tie is not None else (untie is False)
+    cf_default = 0.0
+    if experts and _node(data, "moe_config") is not None:
+        cf_default = 1.1               # MoEConfig template default capacity_factor (legacy MoE)
+    cf = _float(data, tuple(p if "." in p else MC + p for p in ALIASES["capacity_factor"]), cf_default)
+    if experts and _dropless(data):
+        cf = 0.0
+    pet = _node(data, MC + "pet_config")
+    frozen = isinstance(pet, dict) and bool(pet.get("pet_type"))
+    if frozen:
+        notes.append(f"pet_config {pet.get('pet_type')}: base weights frozen (no gradient, no optimizer state)")
+    fa = _node(data, MC + "use_flash_attention")
+    if fa is None:   # legacy config classes default False (LlamaConfig, GLM2, GPT2, TeleChat);
+        if data.get("use_legacy") is False:        # mcore MFModelConfig defaults True
+            fa, why = True, "the mcore default"
+        elif family_of(data) is None:               # no model class: a hand-written sketch
+            fa, why = True, "no model.arch.type: assumed"
+        else:
+            fa, why = False, "the legacy config classes' default"
+        notes.append(f"use_flash_attention absent: {fa} ({why})")
+    return ModelDims(
+        hidden_size=hidden, num_heads=heads, n_kv_heads=kv, head_dim=head_dim,
+        intermediate_size=inter, seq_length=seq, vocab_size=vocab, num_experts=experts,
+        num_experts_per_tok=topk, moe_intermediate_size=moe_inter, shared_expert_num=shared,
+        first_k_dense_replace=first_dense if experts else 0, mtp_num_layers=mtp,
+        tie_word_embeddings=tied,
+        q_lora_rank=count(data, "q_lora_rank", 0), kv_lora_rank=count(data, "kv_lora_rank", 0),
+        qk_nope_head_dim=count(data, "qk_nope_head_dim", 0),
+        qk_rope_head_dim=count(data, "qk_rope_head_dim", 0), v_head_dim=count(data, "v_head_dim", 0),
+        compute_dtype_bytes=cdt, param_dtype_bytes=pdt, embedding_dtype_bytes=edt,
+        softmax_dtype_bytes=sdt, use_flash_attention=bool(fa),
+        attention_dropout=_float(data, (MC + "attention_dropout", MC + "attention_dropout_rate",
+                                        MC + "attention_dropout_prob"), 0.0),
+        hidden_dropout=_float(data, (MC + "hidden_dropout", MC + "hidden_dropout_rate",
+                                     MC + "hidden_dropout_prob"), 0.0),
+        gated_mlp=gated_mlp, capacity_factor=cf, frozen_base=frozen,
+        vocab_emb_dp=_flag(data, "parallel_config.vocab_emb_dp", True),
+        gradient_accumulation_shard=_flag(
+            data, "parallel.parallel_optimizer_config.gradient_accumulation_shard", False),
+        gradient_accumulation_steps=count_path(data, "runner_config.gradient_accumulation_steps", 1),
+        context_parallel_algo=str(_node(data, "parallel_config.context_parallel_algo") or "colossalai_cp"),
+        moe_tokens_split_tp=bool(experts) and data.get("use_legacy") is not False and _flag(
+            data, "moe_config.ep_extend_tp", True),
+        family=family_of(data), notes=tuple(notes),
+    )
+
+
+def count_path(data: dict[str, Any], path: str, default: int) -> int:
+    """A count at a dotted YAML path (integer-valued floats accepted); ``default`` when absent."""
+    val = resolve_refs(data, _node(data, path), field=path)
+    return default if val is None else as_count(val, path, minimum=1)
+
+
+def _dropless(data: dict[str, Any]) -> bool:
+    """MoE routing without a capacity buffer: mcore (``use_legacy: False``, dropless unless
+    ``moe_expert_capacity_factor`` is set), or legacy grouped-matmul experts (``use_gmm``)."""
+    if data.get("use_legacy") is False:
+        return _node(data, MC + "moe_expert_capacity_factor") is None
+    return bool(_node(data, "moe_config.use_gmm"))
+
+
+def unread_memory_keys(data: dict[str, Any]) -> list[Warning_]:
+    """``W_MEMORY_KEY_IGNORED`` for each memory-relevant key the YAML sets that the analytic
+    profile does not model (docs/profiles.md, "Memory keys")."""
+    out = []
+    swap = data.get("swap_config")
+    if isinstance(swap, dict) and swap.get("swap"):
+        out.append(Warning_("W_MEMORY_KEY_IGNORED", "swap_config.swap",
+                            "swap (layer / op offload to host) is not modelled: the activations of "
+                            "swapped layers are counted as kept on the device, so the predicted peak "
+                            "is an upper bound"))
+    if _node(data, MC + "use_attn_mask_compression") is False and _node(data, MC + "use_flash_attention"):
+        pass   # the s x s mask is one shared constant (not per micro-batch): no term, nothing to warn
+    return out
