@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.config.cells import family_from_yaml, select_no_match
 from autotune.errors import ConfigError
 
 VERSIONS = ("1.5", "1.7", "1.8")
@@ -115,6 +116,7 @@ class LayerInputs:
     mtp_num_layers: Any = 0
     mtp_counted: bool | None = None
     fields: dict[str, str] = field(default_factory=dict)
+    cell_family: Any = None             # (CellFamily | None, model class) from autotune.config.cells
 
     def path(self, name: str) -> str:
         """YAML path of input ``name``."""
@@ -928,8 +930,14 @@ def normalize(inp: LayerInputs, version: str = "1.8", *, emulate: bool = False) 
 
     # ---- warnings ------------------------------------------------------------------------------------
     other = "mcore" if mode == "legacy" else "legacy"
+    fam, arch = inp.cell_family or (None, None)
     for key, pats in (("select_recompute", sel_fmt), ("select_comm_recompute", com_fmt)):
         for pat in pats:
+            if fam is not None and fam.mode == mode:   # registry of the model class's cell names
+                msg = select_no_match(fam, arch, key, pat, pats[pat])
+                if msg:
+                    warns.append(Warning_("W_SELECT_NO_MATCH", inp.path(key), msg))
+                continue
             head = pat.split("\\.")[0]
             if head in _FAMILY_NAMES[other] and head not in _FAMILY_NAMES[mode]:
                 warns.append(Warning_("W_SELECT_NO_MATCH", inp.path(key),
@@ -1056,6 +1064,7 @@ def inputs_from_yaml(data: dict[str, Any]) -> LayerInputs:
         seq_split_num=d("parallel_config.seq_split_num", 1),
         micro_batch_num=_get(data, "parallel_config.micro_batch_num", None),
         model_mode=mode, mtp_num_layers=mtp, mtp_counted=mtp_counted, fields=fields,
+        cell_family=family_from_yaml(data),
     )
 
 
