@@ -40,7 +40,8 @@ class ProfileArrays:
         select_ops / comm_ops: per kind, None or a tuple of (op path, act MiB saved, replay ms)
         for per-op select recompute (:mod:`autotune.cost.select_ops`); bwd_w_k [K] (ms, the
         weight-gradient part W of the backward without recompute, ``bwd_w_frac · bwd_ms``; None =
-        half of it), head_w_ms / tail_w_ms (the same for head and tail).
+        half of it), head_w_ms / tail_w_ms (the same for head and tail); cell_family: the
+        :mod:`autotune.config.cells` family the op tables were named after (None = unknown).
     """
 
     fwd_k: np.ndarray
@@ -59,6 +60,7 @@ class ProfileArrays:
     bwd_w_k: np.ndarray | None = None
     head_w_ms: float | None = None
     tail_w_ms: float | None = None
+    cell_family: str | None = None
     _prefix: dict = field(default_factory=dict, repr=False, compare=False)
 
     def prefix(self) -> dict[str, np.ndarray]:
@@ -127,7 +129,8 @@ class ProfileArrays:
                    profile.stage_const_mib, profile.p2p_ms, sdelta,
                    tuple(_op_tuple(profile.kinds[nm].select_ops) for nm in names),
                    tuple(_op_tuple(profile.kinds[nm].comm_ops) for nm in names),
-                   bwd_w, h.w_frac * h.bwd_ms, t.w_frac * t.bwd_ms)
+                   bwd_w, h.w_frac * h.bwd_ms, t.w_frac * t.bwd_ms,
+                   profile.assumptions.get("cell_family"))
 
     @property
     def has_op_tables(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.config.layer_setting import Warning_
 from autotune.config.layout import Layout
 from autotune.cost.bubble import bubble_breakdown
 from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
@@ -167,10 +168,11 @@ def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, mi
     cs = compile_schedule(schedule, layout.pp, layout.vpp, micro_batch_num, seq_split_num)
     pos = get_schedule(schedule).virtual_position(layout.pp, layout.vpp)
     b = lambda a: a[None]  # noqa: E731
-    warnings: list = []
+    warnings: list = [Warning_(**w) for w in getattr(profile, "model_warnings", None) or []]
     if (layout.select_patterns or layout.comm_patterns) and pa.has_op_tables:
         # per-op select / comm recompute from the layout's pattern tables (autotune.cost.select_ops)
-        costs, warnings = pattern_stage_costs(pa, layout, pos=pos)
+        costs, op_warnings = pattern_stage_costs(pa, layout, pos=pos)
+        warnings += op_warnings
     else:
         costs = stage_costs(pa, b(layout.layers_vp), b(layout.recompute_vp), b(layout.select_vp),
                             b(layout.comm_vp), pos=pos)

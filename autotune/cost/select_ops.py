@@ -40,9 +40,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from autotune.config.cells import FAMILIES, pattern_hits
 from autotune.config.layer_setting import DEFAULT_PATTERNS, FIELDS, Warning_, _compile
 from autotune.config.layout import Layout
 from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays, StageCosts, _starts, stage_costs
+
+
+FAMILIES_BY_NAME = {f.name: f for f in FAMILIES}
 
 
 def pattern_matches(pattern: str, op_path: str, *, cells: bool = True) -> bool:
@@ -138,12 +142,15 @@ def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
                 bwd[0, v, p] += extra
                 rec_ms[0, v, p] += extra
     warns: list[Warning_] = []
+    fam = FAMILIES_BY_NAME.get(pa.cell_family or "")
     for key, tables, _agg, ops_k, match in sides:
         if all(o is None for o in ops_k):
             continue
         for pat, tab in tables.items():
             if not np.any(np.asarray(tab) > 0) or any(m for m in match[pat] if m):
                 continue
+            if fam is not None and pattern_hits(fam, pat, cells=key == "select_recompute"):
+                continue   # a real cell / op of this model class whose recompute the profile prices at 0
             group = _default_group(pat, key)
             if group and any(any(m for m in match.get(g, []) if m) for g in group if g != pat):
                 continue

@@ -54,8 +54,13 @@ the compute dtype):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from autotune.config.cells import family_for
+from autotune.config.cells import matches as match_pattern
+from autotune.config.layer_setting import DEFAULT_PATTERNS
+from autotune.config.model_dims import unread_memory_keys
 from autotune.config.training import TrainingConfig, get_path
 from autotune.errors import ConfigError
 from autotune.profile.devices import Device, get_device
@@ -73,6 +78,7 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
     "comm_extra_frac": 0.125,       # SAPP default: comm recompute adds 12.5 % of backward
     "softmax_stat_bytes": 4.0,      # flash attention keeps fp32 log-sum-exp per head and token
     "allgather_gbps": 0.0,          # optimizer-parallel all-gather bandwidth (GB/s); 0 = device p2p
+    "moe_buffer_copies": 2.0,       # MoE: dispatched expert input + expert output kept per token copy
 }
 
 #: Valid range of each assumption: (lowest, highest, lowest is allowed, must be a whole number).
@@ -87,6 +93,7 @@ ASSUMPTION_RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "comm_extra_frac": (0.0, float("inf"), True, False),
     "softmax_stat_bytes": (0.0, float("inf"), True, False),
     "allgather_gbps": (0.0, float("inf"), True, False),
+    "moe_buffer_copies": (0.0, float("inf"), True, False),
 }
 
 
@@ -237,90 +244,105 @@ def param_counts(d: Any, num_layers: int, *, count_mtp: bool = False) -> dict[st
     return out
 
 
-def op_tables(*, legacy: bool, c: float, s: float, b: float, h: int, t: int, attn_params: float,
-              out_proj_params: float, qkv_bytes: float, attn_out_bytes: float, core_flops: float,
-              f_routed: float, f_shared: float, experts: int, bwd_ms: float, select_frac: float,
-              comm_frac: float, flops_per_ms: float,
-              heads: tuple[int, int] | None = None) -> tuple[dict[str, OpSaving], dict[str, OpSaving]]:
-    """Per-op select / comm recompute savings of one decoder layer (per micro-batch, per device).
+def role_savings(*, c: float, s: float, b: float, h: int, t: int, qkv_bytes: float,
+                 core_bytes: float, core_ms: float, qkv_params: float, out_proj_params: float,
+                 heads: tuple[int, int] | None, f_routed: float, f_shared: float, experts: int,
+                 gated: bool, bwd_ms: float, select_frac: float, flops_per_ms: float
+                 ) -> dict[str, tuple[float, float]]:
+    """What recomputing each priced op of one decoder layer frees and costs, per micro-batch and
+    device: role (:data:`autotune.config.cells.ROLES`) -> (bytes, replay ms).
 
-    Op names follow MindFormers' cells: legacy (Llama-style) ``attention_norm.norm``,
-    ``attention.wq|wk|wv|wo.matmul`` (MLA: one ``attention.qkv_proj``),
-    ``attention.flash_attention``, ``ffn_norm.norm``, ``feed_forward.w1.matmul``,
-    ``feed_forward.w1.activation.silu``, ``feed_forward.w3.matmul``, ``feed_forward.mul``,
-    ``feed_forward.w2.matmul`` (MoE: the same names for routed + shared experts, plus
-    ``feed_forward.router``); mcore ``input_layernorm.norm``, ``self_attention.linear_qkv``,
-    ``self_attention.core_attention``, ``self_attention.linear_proj``, ``pre_mlp_layernorm.norm``,
-    ``mlp.linear_fc1`` (gate + up), ``mlp.activation_func.silu``, ``mlp.mul``, ``mlp.linear_fc2``
-    (MoE: ``mlp.router``, ``mlp.experts.linear_fc1|linear_fc2``, the routed SiLU/product under
-    ``mlp.activation_func.silu`` / ``mlp.mul``, and ``mlp.shared_experts.linear_fc1|
-    activation_func.silu|mul|linear_fc2``).
-
-    Savings (bytes -> MiB), the terms of the module docstring's activation accounting:
-    a norm frees its output ``c·s·b·h``; Q/K/V projections ``c·s·b·(a+2g)·d/t`` (split by head
-    count), flash attention its output and softmax statistics; gate and up projections
-    ``c·s·b·f/t`` each, SiLU ``c·s·b·f/t``, the product ``c·s·b·f/t``; output projections (wo, w2,
-    linear_proj, linear_fc2) 0 (their outputs feed the residual add, whose result the next norm's
-    input already counts). Replay time: matmuls their forward FLOPs ``2·s·b·params/t`` at the
-    profile's throughput, flash attention ``core_flops/t``; elementwise ops (SiLU, product, norm)
-    share SAPP's default coefficient: SiLU + product = ``select_frac·bwd`` (split by FFN width for
-    MoE), each norm ``select_frac·bwd/2``. Comm table: the two norms, output ``c·s·b·h`` each (their
-    all-gathered output) and ``comm_frac·bwd/2`` each. So the default patterns reproduce the
-    aggregate ``select`` (SiLU + product) and ``comm`` (``.*\\.norm``) options exactly.
+    The terms of the module docstring's activation accounting: a norm frees its output
+    ``c·s·b·h``; Q / K / V projections ``c·s·b·(a+2g)·d/t`` (split a : g : g; MLA: one ``qkv``),
+    the attention core its output and softmax statistics (flash attention) or its probabilities
+    (without flash attention: ``core_bytes``); gate and up projections ``c·s·b·f/t`` each (non-gated
+    GELU MLP: ``up`` only), the activation ``c·s·b·f/t``, the product ``c·s·b·f/t``; output
+    projections (o, down) 0 (their output feeds the residual add, whose result the next norm's input
+    already counts). Replay: matmuls ``2·s·b·params/t`` FLOPs at the profile's throughput, the core
+    ``core_ms``, elementwise ops SAPP's default coefficient (activation + product =
+    ``select_frac·bwd``, each norm ``select_frac·bwd/2``). MoE: ``router`` and ``e_*`` (routed
+    experts, FFN width ``f_routed``) / ``s_*`` (shared experts, ``f_shared``) instead of the dense
+    roles.
     """
-    def mib_op(nbytes: float, ms: float) -> OpSaving:
-        return OpSaving(act_mib=_mib(nbytes), extra_ms=ms)
-
     mm = lambda params: 2 * s * b * params / t / flops_per_ms  # noqa: E731  (matmul replay, ms)
-    norm = c * s * b * h
-    f = f_routed + f_shared
     ew = select_frac * bwd_ms / 2
-    qkv_params = attn_params - out_proj_params
-    sel: dict[str, OpSaving] = {}
-    if legacy:
-        n1, n2, att, ffn = "attention_norm.norm", "ffn_norm.norm", "attention", "feed_forward"
-        sel[n1] = mib_op(norm, ew)
-        if heads is None:  # MLA: the LoRA projections as one op
-            sel[f"{att}.qkv_proj"] = mib_op(qkv_bytes, mm(qkv_params))
-        else:  # Q, K, V in proportion a : g : g (bytes and parameters)
-            a_, g_ = heads
-            for name, share in (("wq", a_), ("wk", g_), ("wv", g_)):
-                w = share / (a_ + 2 * g_)
-                sel[f"{att}.{name}.matmul"] = mib_op(qkv_bytes * w, mm(qkv_params * w))
-        sel[f"{att}.flash_attention"] = mib_op(attn_out_bytes, core_flops / t / flops_per_ms)
-        sel[f"{att}.wo.matmul"] = mib_op(0.0, mm(out_proj_params))
-        sel[n2] = mib_op(norm, ew)
-        if experts:
-            sel[f"{ffn}.router"] = mib_op(0.0, mm(h * experts))
-        sel[f"{ffn}.w1.matmul"] = mib_op(c * s * b * f / t, mm(h * f))
-        sel[f"{ffn}.w1.activation.silu"] = mib_op(c * s * b * f / t, ew)
-        sel[f"{ffn}.w3.matmul"] = mib_op(c * s * b * f / t, mm(h * f))
-        sel[f"{ffn}.mul"] = mib_op(c * s * b * f / t, ew)
-        sel[f"{ffn}.w2.matmul"] = mib_op(0.0, mm(h * f))
+    norm = c * s * b * h
+    out: dict[str, tuple[float, float]] = {"attn_norm": (norm, ew), "ffn_norm": (norm, ew)}
+    if heads is None:
+        out["qkv"] = (qkv_bytes, mm(qkv_params))
     else:
-        n1, n2 = "input_layernorm.norm", "pre_mlp_layernorm.norm"
-        sel[n1] = mib_op(norm, ew)
-        sel["self_attention.linear_qkv"] = mib_op(qkv_bytes, mm(qkv_params))
-        sel["self_attention.core_attention"] = mib_op(attn_out_bytes, core_flops / t / flops_per_ms)
-        sel["self_attention.linear_proj"] = mib_op(0.0, mm(out_proj_params))
-        sel[n2] = mib_op(norm, ew)
-        share_r = f_routed / f if f else 1.0
-        if experts:
-            sel["mlp.router"] = mib_op(0.0, mm(h * experts))
-            sel["mlp.experts.linear_fc1"] = mib_op(2 * c * s * b * f_routed / t, mm(2 * h * f_routed))
+        a_, g_ = heads
+        for name, share in (("q", a_), ("k", g_), ("v", g_)):
+            w = share / (a_ + 2 * g_)
+            out[name] = (qkv_bytes * w, mm(qkv_params * w))
+    out["core"] = (core_bytes, core_ms)
+    out["o"] = (0.0, mm(out_proj_params))
+    f = f_routed + f_shared
+
+    def mlp(prefix: str, width: float, share: float) -> None:
+        one = c * s * b * width / t
+        if gated:
+            out[prefix + "gate"] = (one, mm(h * width))
+            out[prefix + "up"] = (one, mm(h * width))
+            out[prefix + "act"] = (one, ew * share)
+            out[prefix + "mul"] = (one, ew * share)
         else:
-            sel["mlp.linear_fc1"] = mib_op(2 * c * s * b * f_routed / t, mm(2 * h * f_routed))
-        sel["mlp.activation_func.silu"] = mib_op(c * s * b * f_routed / t, ew * share_r)
-        sel["mlp.mul"] = mib_op(c * s * b * f_routed / t, ew * share_r)
-        sel["mlp.experts.linear_fc2" if experts else "mlp.linear_fc2"] = mib_op(0.0, mm(h * f_routed))
+            out[prefix + "up"] = (one, mm(h * width))
+            out[prefix + "act"] = (one, 2 * ew * share)
+        out[prefix + "down"] = (0.0, mm(h * width))
+
+    if experts:
+        out["router"] = (0.0, mm(h * experts))
+        mlp("e_", f_routed, f_routed / f if f else 1.0)
         if f_shared:
-            sh = "mlp.shared_experts"
-            sel[f"{sh}.linear_fc1"] = mib_op(2 * c * s * b * f_shared / t, mm(2 * h * f_shared))
-            sel[f"{sh}.activation_func.silu"] = mib_op(c * s * b * f_shared / t, ew * (1 - share_r))
-            sel[f"{sh}.mul"] = mib_op(c * s * b * f_shared / t, ew * (1 - share_r))
-            sel[f"{sh}.linear_fc2"] = mib_op(0.0, mm(h * f_shared))
-    comm = {n1: mib_op(norm, comm_frac * bwd_ms / 2), n2: mib_op(norm, comm_frac * bwd_ms / 2)}
-    return sel, comm
+            mlp("s_", f_shared, f_shared / f)
+    else:
+        mlp("", f_routed, 1.0)
+    return out
+
+
+def op_tables(fam: Any, savings: dict[str, tuple[float, float]], *, comm_frac: float, bwd_ms: float
+              ) -> tuple[dict[str, OpSaving], dict[str, OpSaving]]:
+    """Per-op select / comm recompute tables of one layer kind, keyed by the family's op paths.
+
+    ``fam``: a :class:`autotune.config.cells.CellFamily`; ``savings``: :func:`role_savings`. A role
+    the family spells as one fused op takes the sum of its parts (``gate`` + ``up`` -> ``gate_up``,
+    ``q`` + ``k`` + ``v`` -> ``qkv``); roles the family does not have are dropped. Roles mapped to
+    the same path add up. Comm table: the two norms, each freeing its (all-gathered) output and
+    costing ``comm_frac·bwd/2``.
+    """
+    sav = dict(savings)
+    for fused, parts in (("qkv", ("q", "k", "v")), ("gate_up", ("gate", "up")),
+                         ("e_gate_up", ("e_gate", "e_up")), ("s_gate_up", ("s_gate", "s_up"))):
+        if fused in fam.roles and fused not in sav and all(q in sav for q in parts):
+            sav[fused] = (sum(sav[q][0] for q in parts), sum(sav[q][1] for q in parts))
+            for q in parts:
+                if q not in fam.roles:
+                    del sav[q]
+    sel: dict[str, list[float]] = {}
+    for role, (nbytes, ms) in sav.items():
+        path = fam.roles.get(role)
+        if path is None:
+            continue
+        acc = sel.setdefault(path, [0.0, 0.0])
+        acc[0] += nbytes
+        acc[1] += ms
+    sel_t = {p: OpSaving(act_mib=_mib(v[0]), extra_ms=v[1]) for p, v in sel.items()}
+    comm: dict[str, OpSaving] = {}
+    for role in ("attn_norm", "ffn_norm"):
+        if role in fam.roles:
+            comm[fam.roles[role]] = OpSaving(act_mib=_mib(savings[role][0]), extra_ms=comm_frac * bwd_ms / 2)
+    return sel_t, comm
+
+
+def default_saving(fam: Any, table: dict[str, OpSaving], key: str) -> tuple[float, float]:
+    """(MiB, ms) the mode's default ``key`` patterns (``select_recompute`` / ``select_comm_recompute``,
+    :data:`autotune.config.layer_setting.DEFAULT_PATTERNS`) free on one layer of ``fam``: the sum
+    over the ops of ``table`` they match (an op counts once)."""
+    pats = DEFAULT_PATTERNS[(key, fam.mode)]
+    cells_ok = key == "select_recompute"
+    hit = [p for p in table if any(match_pattern(pt, p, cells=cells_ok) for pt in pats)]
+    return sum(table[p].act_mib for p in hit), sum(table[p].extra_ms for p in hit)
 
 
 def gathered_weights(params_tp: float, params_ep: float, *, t: int, ep: int, d_os: int,
@@ -350,6 +372,68 @@ def gathered_weights(params_tp: float, params_ep: float, *, t: int, ep: int, d_o
     return tp_b + ep_b, moved / (allgather_gbps * 1e9) * 1e3
 
 
+@dataclass(frozen=True)
+class StaticGroup:
+    """Bytes per parameter of one group of parameters on one device (module docstring, "Static").
+
+    ``weight`` / ``grad`` / ``optim`` bytes per parameter before optimizer sharding; ``d_os`` the
+    optimizer shard group (1 = none); ``grad_sharded`` whether the gradient is sharded with it.
+    """
+
+    weight: float
+    grad: float
+    optim: float
+    d_os: int
+    grad_sharded: bool
+
+    @property
+    def per_param(self) -> float:
+        """Bytes per (tensor/expert-parallel-sharded) parameter kept on the device."""
+        g = self.grad / self.d_os if self.grad_sharded else self.grad
+        return (self.weight + self.optim) / self.d_os + g
+
+
+def static_groups(cfg: TrainingConfig, A: dict[str, float], *, vocab_replicated: bool,
+                  embedding_bytes: float) -> dict[str, StaticGroup]:
+    """The three parameter groups' bytes per parameter: ``layer`` (attention, dense MLP, shared
+    experts, router: replicated over dp·cp), ``expert`` (routed experts: replicated over dp·cp/ep)
+    and ``vocab`` (embedding table and LM head: replicated over dp·cp, ·t when ``vocab_emb_dp`` or
+    the vocabulary does not divide by t), and ``embedding`` (the table alone, in
+    ``embedding_init_type``).
+
+    - weight and gradient: ``A["weight_bytes"]`` / ``A["grad_bytes"]`` (default: the bytes of
+      ``param_init_type``; MindSpore keeps gradients and the pipeline's accumulated gradients in the
+      parameter's dtype); optimizer: ``A["optimizer_bytes"]`` (AdamW m and v, always fp32:
+      ``mindformers/core/optim/adamw.py`` ``clone_state(..., dtype=mstype.float32)``, r1.3's
+      ``FP32StateAdamWeightDecay``).
+    - optimizer parallel (``parallel.enable_parallel_optimizer``): weight and optimizer state are
+      sharded over the group that holds identical copies (dp·cp, or
+      ``optimizer_weight_shard_size`` when set, at most the copies); the gradient too when nothing
+      accumulates it (pp = 1 and ``gradient_accumulation_steps`` = 1: reduce-scatter), or with
+      ``gradient_accumulation_shard: True``; otherwise the accumulated gradient is whole.
+    - frozen base weights (``pet_config``, LoRA): weight only, never sharded (not in the optimizer).
+    """
+    d = cfg.dims
+    assert d is not None
+    dpcp = cfg.data_parallel * cfg.context_parallel
+    ep = max(1, cfg.expert_parallel)
+    shard_on = cfg.enable_parallel_optimizer
+    size = cfg.optimizer_weight_shard_size
+
+    def group(copies: int, weight: float) -> StaticGroup:
+        if d.frozen_base:
+            return StaticGroup(weight, 0.0, 0.0, 1, False)
+        d_os = (min(size, copies) if size > 0 else copies) if shard_on else 1
+        grad_sharded = shard_on and (d.gradient_accumulation_shard or (
+            cfg.pipeline_stage == 1 and d.gradient_accumulation_steps == 1))
+        return StaticGroup(weight, A["grad_bytes"], A["optimizer_bytes"], max(1, d_os), grad_sharded)
+
+    vocab_copies = dpcp * (cfg.model_parallel if vocab_replicated else 1)
+    return {"layer": group(dpcp, A["weight_bytes"]), "expert": group(max(1, dpcp // ep), A["weight_bytes"]),
+            "vocab": group(vocab_copies, A["weight_bytes"]),
+            "embedding": group(vocab_copies, embedding_bytes)}
+
+
 def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", *,
                      overrides: dict[str, float] | None = None) -> ModelProfile:
     """Derive a :class:`ModelProfile` from a training config's dims and parallel sizes.
@@ -361,13 +445,22 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
 
     Returns:
         A profile with kinds ``dense`` (and ``moe`` for MoE models), head, tail, stage constant and
-        p2p time; ``assumptions`` lists every number used, ``sources`` the formulas' sources.
+        p2p time; ``assumptions`` lists every number used, ``sources`` the formulas' sources,
+        ``model_warnings`` what the YAML sets that is not modelled (``W_MEMORY_KEY_IGNORED``) and an
+        unknown cell-name family (``W_FAMILY_UNKNOWN``: select / comm recompute save nothing).
 
     Raises:
         ConfigError: the YAML has no model dims, or an override key is unknown.
     """
     dev = get_device(device) if isinstance(device, str) else device
+    d = cfg.dims
+    if d is None:
+        raise ConfigError("model dims are needed for an analytic profile (hidden_size, num_heads, "
+                          "intermediate_size, seq_length, vocab_size)",
+                          field="model.model_config.hidden_size", value=None, rule="missing_key")
     A = dict(DEFAULT_ASSUMPTIONS)
+    A["weight_bytes"] = float(d.param_dtype_bytes)
+    A["grad_bytes"] = float(d.param_dtype_bytes)
     mbs = get_path(cfg.raw, "runner_config.batch_size", None)
     if isinstance(mbs, int) and not isinstance(mbs, bool) and mbs > 0:
         A["micro_batch_size"] = mbs
@@ -376,11 +469,14 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
             raise ConfigError(f"unknown assumption {key!r}; known: {', '.join(sorted(A))}",
                               field=f"--set {key}", value=val, rule="assumption")
         A[key] = _check_assumption(key, float(val))
-    d = cfg.dims
-    if d is None:
-        raise ConfigError("model dims are needed for an analytic profile (hidden_size, num_heads, "
-                          "intermediate_size, seq_length, vocab_size)",
-                          field="model.model_config.hidden_size", value=None, rule="missing_key")
+    mode = "legacy" if cfg.use_legacy else "mcore"
+    fam = family_for(d.family, mode, moe=bool(d.num_experts), shared=bool(d.shared_expert_num))
+    warnings = [{"code": w.code, "field": w.field, "message": w.message}
+                for w in unread_memory_keys(cfg.raw)]
+    if fam is None:
+        warnings.append({"code": "W_FAMILY_UNKNOWN", "field": "model.arch.type", "message": (
+            f"model class {d.family!r} is not in the cell-name registry (autotune.config.cells): its "
+            f"select_recompute / select_comm_recompute patterns are credited no saving")})
     t = cfg.model_parallel
     cp = cfg.context_parallel
     ep = max(1, cfg.expert_parallel)
@@ -392,9 +488,11 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
     V = d.vocab_size
     sbh = s * b * h
     sp_div = t if sp else 1
+    mlp_mats = 3 if d.gated_mlp else 2
 
     # ---- parameters (per layer, whole model) ----
-    if d.q_lora_rank or d.kv_lora_rank:
+    mla = bool(d.q_lora_rank or d.kv_lora_rank)
+    if mla:
         qk_hd = d.qk_nope_head_dim + d.qk_rope_head_dim
         vhd = d.v_head_dim or hd
         attn_p = (h * d.q_lora_rank + d.q_lora_rank * a * qk_hd
@@ -409,39 +507,48 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
         qkv_act = c * s * b * (a + 2 * g) * hd / t
         attn_out_act = c * s * b * a * hd / t
         core_flops = 2 * s * s * b * a * hd  # causal: half of 4·s²·a·d
-    norms_p = 2 * h
-    dense_mlp_p = 3 * h * d.intermediate_size
-    bpp_full = A["weight_bytes"] + A["grad_bytes"] + A["optimizer_bytes"]
-    if cfg.enable_parallel_optimizer:
-        d_os = cfg.optimizer_weight_shard_size if cfg.optimizer_weight_shard_size > 0 else cfg.data_parallel
-        d_os_exp = max(1, d_os // ep)
-        bpp = (A["weight_bytes"] + A["optimizer_bytes"]) / d_os + A["grad_bytes"]
-        bpp_exp = (A["weight_bytes"] + A["optimizer_bytes"]) / d_os_exp + A["grad_bytes"]
+    # attention core kept for backward: flash attention's softmax statistics, or without it the
+    # s x s probabilities (softmax output in softmax_compute_type, its cast to the compute dtype
+    # for the AV matmul unless the dtypes agree, the dropout mask (1 bit) and output)
+    if d.use_flash_attention:
+        core_kept = A["softmax_stat_bytes"] * s * b * a / t
     else:
-        d_os = d_os_exp = 1
-        bpp = bpp_exp = bpp_full
+        per_elem = d.softmax_dtype_bytes + (c if d.softmax_dtype_bytes != c else 0)
+        if d.attention_dropout > 0:
+            per_elem += c + 1 / 8
+        core_kept = per_elem * a * s * d.seq_length * b / t   # scores span the whole sequence
+    dropout_masks = 2 * sbh / 8 / sp_div if d.hidden_dropout > 0 else 0.0
+    norms_p = 2 * h
+    dense_mlp_p = mlp_mats * h * d.intermediate_size
+    vocab_replicated = cfg.use_legacy and (d.vocab_emb_dp or V % t != 0)
+    groups = static_groups(cfg, A, vocab_replicated=vocab_replicated,
+                           embedding_bytes=float(d.embedding_dtype_bytes) if "weight_bytes" not in (
+                               overrides or {}) else A["weight_bytes"])
+    bpp, bpp_exp = groups["layer"].per_param, groups["expert"].per_param
+    d_os, d_os_exp = groups["layer"].d_os, groups["expert"].d_os
 
     ag_gbps = A["allgather_gbps"] if A["allgather_gbps"] > 0 else dev.p2p_gbps
-
-    mla = bool(d.q_lora_rank or d.kv_lora_rank)
     out_proj_p = a * ((d.v_head_dim or hd) if mla else hd) * h
     flops_per_ms = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
 
-    def kind(mlp_params_tp: float, mlp_params_ep: float, active_mlp: float, f_eff: float,
-             f_shared: float = 0.0, experts: int = 0) -> LayerKind:
+    def kind(mlp_params_tp: float, mlp_params_ep: float, active_mlp: float, f_routed: float,
+             f_shared: float = 0.0, experts: int = 0, tokens_routed: float = 0.0) -> LayerKind:
         static_b = (attn_p + mlp_params_tp) / t * bpp + norms_p * bpp + mlp_params_ep / (t * ep) * bpp_exp
         flops = 2 * s * b * (attn_p + active_mlp) + core_flops
         fwd = flops / t / (dev.peak_tflops * 1e12 * A["efficiency"]) * 1e3
         bwd = 2 * fwd
-        norm_in = 2 * c * sbh / sp_div                       # two norm inputs
+        f_eff = f_routed + f_shared
+        norm_in = 2 * c * sbh / sp_div                        # two norm inputs
         norm_out = 2 * c * sbh                                # two gathered norm outputs
-        lse = A["softmax_stat_bytes"] * s * b * a / t
-        gate_up = 2 * c * s * b * f_eff / t
-        silu_mul = 2 * c * s * b * f_eff / t
-        act = norm_in + norm_out + qkv_act + attn_out_act + lse + gate_up + silu_mul
-        act_sel = act - silu_mul
-        act_comm = act - norm_out
-        act_both = act - silu_mul - norm_out
+        core = attn_out_act + core_kept
+        mlp_in_out = (2 if d.gated_mlp else 1) * c * s * b * f_eff / t   # gate, up (GELU: up)
+        act_mul = (2 if d.gated_mlp else 1) * c * s * b * f_eff / t      # SiLU and product (GELU out)
+        # MoE: the dispatched expert input and the expert output kept for the combine, each
+        # c·k·(capacity factor)·s·b·h, plus the fp32 router logits 4·s·b·E
+        moe_div = t if d.moe_tokens_split_tp else 1
+        moe_buf = (A["moe_buffer_copies"] * c * tokens_routed * s * b * h / moe_div
+                   + 4 * s * b * experts) if experts else 0.0
+        act = norm_in + norm_out + qkv_act + core + mlp_in_out + act_mul + moe_buf + dropout_masks
         slice_div = t if (sp or cfg.recompute_slice_activation) else 1
         act_full = c * sbh / slice_div
         if not cfg.mp_comm_recompute and t > 1:
@@ -457,51 +564,63 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
             full_extra += ag_ms
             full_ws += gathered
             full_delta = -gathered
-        sel_ops, comm_ops = op_tables(
-            legacy=cfg.use_legacy, c=c, s=s, b=b, h=h, t=t, attn_params=attn_p,
-            out_proj_params=out_proj_p, qkv_bytes=qkv_act, attn_out_bytes=attn_out_act + lse,
-            core_flops=core_flops, f_routed=f_eff - f_shared, f_shared=f_shared, experts=experts,
-            bwd_ms=bwd, select_frac=A["select_extra_frac"], comm_frac=A["comm_extra_frac"],
-            flops_per_ms=flops_per_ms, heads=None if mla else (a, g))
+        sel_ops = comm_ops = None
+        sel_save = comm_save = (0.0, 0.0)
+        if fam is not None:
+            sav = role_savings(c=c, s=s, b=b, h=h, t=t, qkv_bytes=qkv_act, core_bytes=core,
+                               core_ms=core_flops / t / flops_per_ms, qkv_params=attn_p - out_proj_p,
+                               out_proj_params=out_proj_p, heads=None if mla else (a, g),
+                               f_routed=f_routed, f_shared=f_shared, experts=experts,
+                               gated=d.gated_mlp, bwd_ms=bwd, select_frac=A["select_extra_frac"],
+                               flops_per_ms=flops_per_ms)
+            sel_ops, comm_ops = op_tables(fam, sav, comm_frac=A["comm_extra_frac"], bwd_ms=bwd)
+            sel_save = default_saving(fam, sel_ops, "select_recompute")
+            comm_save = default_saving(fam, comm_ops, "select_comm_recompute")
+        sel_mib, sel_ms = sel_save
+        comm_mib, comm_ms = comm_save
+        act_mib = _mib(act)
         gemm = 2 * s * b * (attn_p + active_mlp)
         w_frac = gemm / (2 * (gemm + core_flops)) if gemm + core_flops > 0 else 0.5
         return LayerKind(
-            fwd_ms=fwd, bwd_ms=bwd, act_mib=_mib(act), static_mib=_mib(static_b), bwd_w_frac=w_frac,
+            fwd_ms=fwd, bwd_ms=bwd, act_mib=act_mib, static_mib=_mib(static_b), bwd_w_frac=w_frac,
             select_ops=sel_ops, comm_ops=comm_ops,
             full=RecomputeOption(act_mib=_mib(act_full), extra_ms=full_extra, workspace_mib=_mib(full_ws),
                                  static_delta_mib=_mib(full_delta)),
-            select=RecomputeOption(act_mib=_mib(act_sel), extra_ms=A["select_extra_frac"] * bwd),
-            comm=RecomputeOption(act_mib=_mib(act_comm), extra_ms=A["comm_extra_frac"] * bwd),
-            both=RecomputeOption(act_mib=_mib(act_both),
-                                 extra_ms=(A["select_extra_frac"] + A["comm_extra_frac"]) * bwd),
+            select=RecomputeOption(act_mib=max(0.0, act_mib - sel_mib), extra_ms=sel_ms),
+            comm=RecomputeOption(act_mib=max(0.0, act_mib - comm_mib), extra_ms=comm_ms),
+            both=RecomputeOption(act_mib=max(0.0, act_mib - sel_mib - comm_mib), extra_ms=sel_ms + comm_ms),
         )
 
     kinds: dict[str, LayerKind] = {}
     runs: list[tuple[str, int]] = []
     n = cfg.num_layers
     if d.num_experts:
-        moe_shared = d.shared_expert_num * 3 * h * d.moe_intermediate_size
-        moe_routed = d.num_experts * 3 * h * d.moe_intermediate_size
-        active = (d.num_experts_per_tok + d.shared_expert_num) * 3 * h * d.moe_intermediate_size
-        f_moe = (d.num_experts_per_tok + d.shared_expert_num) * d.moe_intermediate_size
+        cf = max(1.0, d.capacity_factor) if d.capacity_factor > 0 else 1.0
+        moe_shared = d.shared_expert_num * mlp_mats * h * d.moe_intermediate_size
+        moe_routed = d.num_experts * mlp_mats * h * d.moe_intermediate_size
+        active = (d.num_experts_per_tok + d.shared_expert_num) * mlp_mats * h * d.moe_intermediate_size
         dense_n = min(d.first_k_dense_replace, n)
         if dense_n:
             kinds["dense"] = kind(dense_mlp_p, 0.0, dense_mlp_p, d.intermediate_size)
             runs.append(("dense", dense_n))
-        kinds["moe"] = kind(moe_shared + h * d.num_experts, moe_routed, active + h * d.num_experts, f_moe,
-                            f_shared=d.shared_expert_num * d.moe_intermediate_size, experts=d.num_experts)
+        kinds["moe"] = kind(moe_shared + h * d.num_experts, moe_routed, active + h * d.num_experts,
+                            cf * d.num_experts_per_tok * d.moe_intermediate_size,
+                            f_shared=d.shared_expert_num * d.moe_intermediate_size, experts=d.num_experts,
+                            tokens_routed=cf * d.num_experts_per_tok)
         if n - dense_n:
             runs.append(("moe", n - dense_n))
     else:
         kinds["dense"] = kind(dense_mlp_p, 0.0, dense_mlp_p, d.intermediate_size)
         runs.append(("dense", n))
 
-    emb_p = V * h / t
-    head = EndPart(static_mib=_mib(emb_p * bpp), act_mib=_mib(c * sbh / t))
-    tail_flops = 2 * s * b * h * V / t
+    v_div = 1 if vocab_replicated else t
+    emb_p = V * h / v_div
+    head = EndPart(static_mib=_mib(emb_p * groups["embedding"].per_param), act_mib=_mib(c * sbh / t))
+    tail_flops = 2 * s * b * h * V / v_div
     tail_fwd = tail_flops / (dev.peak_tflops * 1e12 * A["efficiency"]) * 1e3
-    tail_static = (emb_p + h) * bpp
+    tail_static = emb_p * groups["vocab"].per_param + h * bpp
     tail_act = 2 * c * sbh / sp_div + 8 * s * b * V / t
+    tail_ws = 8 * s * b * V / t + (c * s * b * V / v_div if vocab_replicated and t > 1 else 0.0)
     tail_bwd = 2 * tail_fwd
     mtp_w = 0.0
     if d.mtp_num_layers:
@@ -514,25 +633,35 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
     # W of the tail: half of its GEMM backward (LM head, MTP projections), the MTP layers' own W
     tail_w_frac = (0.5 * tail_bwd + mtp_w) / tail_bwd if tail_bwd > 0 else 0.5
     tail = EndPart(fwd_ms=tail_fwd, bwd_ms=tail_bwd, static_mib=_mib(tail_static),
-                   act_mib=_mib(tail_act), workspace_mib=_mib(8 * s * b * V / t),
-                   bwd_w_frac=tail_w_frac)
+                   act_mib=_mib(tail_act), workspace_mib=_mib(tail_ws), bwd_w_frac=tail_w_frac)
     p2p = c * sbh / sp_div / (dev.p2p_gbps * 1e9) * 1e3 + dev.p2p_latency_ms
     assumptions: dict[str, Any] = dict(A)
     assumptions.update({
         "device": dev.name, "device_peak_tflops": dev.peak_tflops, "device_p2p_gbps": dev.p2p_gbps,
         "static_bytes_per_param": round(bpp, 4), "optimizer_shard_group": d_os,
+        "gradient_sharded": groups["layer"].grad_sharded,
         "model_parallel": t, "context_parallel": cp, "expert_parallel": ep,
         "sequence_parallel": sp, "compute_dtype_bytes": c,
+        "param_dtype_bytes": d.param_dtype_bytes, "embedding_dtype_bytes": d.embedding_dtype_bytes,
+        "use_flash_attention": d.use_flash_attention, "softmax_dtype_bytes": d.softmax_dtype_bytes,
+        "gated_mlp": d.gated_mlp, "moe_capacity_factor": d.capacity_factor,
+        "frozen_base_weights": d.frozen_base, "vocab_replicated_over_mp": vocab_replicated,
+        "cell_family": fam.name if fam is not None else None,
         "optimizer_shard_group_experts": d_os_exp, "allgather_gbps_used": ag_gbps,
         "parallel_optimizer_comm_recompute": cfg.parallel_optimizer_comm_recompute,
     })
+    for note in d.notes:
+        assumptions.setdefault("notes", []).append(note)
     return ModelProfile(
         name=f"analytic:{cfg.source}", device=dev.name, kinds=kinds, layer_kinds=runs, head=head,
         tail=tail, stage_const_mib=A["stage_const_mib"], p2p_ms=p2p, assumptions=assumptions,
+        model_warnings=warnings,
         sources={"activation": "Korthikanti et al. 2022 (arXiv 2205.05198) §4, adapted (module docstring)",
                  "parameters": "Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2, generalized",
-                 "static_bytes": "cost-model reference §5.1 (MindSpore AdamW, optimizer parallel)",
+                 "static_bytes": "MindFormers AdamW fp32 states, parameter-dtype gradients, MindSpore "
+                                 "optimizer parallel (static_groups; docs/profiles.md, Memory keys)",
                  "recompute_time": "SAPP defaults, cost-model reference §3.4",
+                 "cell_names": fam.source if fam is not None else "unknown model class: no select saving",
                  "bwd_w_frac": "weight-gradient GEMMs / backward FLOPs (Qi et al. ICLR 2024 §2 B/W "
                                "split; module docstring)",
                  "gathered_weights": "MindSpore optimizer parallel (reference §5.1) + ring all-gather "

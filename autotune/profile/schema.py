@@ -169,6 +169,9 @@ class ModelProfile(BaseModel):
     warnings: list[str] = Field(default_factory=list, description=(
         "what a measured import left out or changed (field, value taken, where it came from), "
         "written by `autotune profile` and repeated by `search` / `evaluate --profile`"))
+    model_warnings: list[dict[str, str]] = Field(default_factory=list, description=(
+        "what the analytic profile could not model, as {code, field, message} (W_MEMORY_KEY_IGNORED, "
+        "W_FAMILY_UNKNOWN); carried into every cost report made with this profile"))
 
     @model_validator(mode="after")
     def _kinds_known(self) -> "ModelProfile":

@@ -57,8 +57,9 @@ def test_gathered_weights_hand_values():
 
 def _llama_os(knob: bool, shard: int = 4):
     cfg = load_config(EXAMPLE)
+    # data_parallel 8: the shard group is at most the number of copies of a weight (dp·cp)
     cfg = cfg.model_copy(update={"enable_parallel_optimizer": True, "optimizer_weight_shard_size": shard,
-                                 "parallel_optimizer_comm_recompute": knob})
+                                 "parallel_optimizer_comm_recompute": knob, "data_parallel": 8})
     return cfg, analytic_profile(cfg, overrides={"allgather_gbps": 10.0})
 
 
@@ -90,8 +91,10 @@ def test_parallel_optimizer_comm_recompute_terms():
     _, plain_off = _llama_os(False, shard=1)
     _, plain_on = _llama_os(True, shard=1)
     assert plain_on.kinds["dense"] == plain_off.kinds["dense"]
-    # static: 12/d_os + 4 bytes per param of the layer shard plus the gathered copy (2 B/param)
+    # static: (weight + 8)/d_os + grad bytes per param of the layer shard (weight and gradient in
+    # param_init_type, here fp32: 12/4 + 4) plus the gathered copy (2 B/param)
     norms = 2 * h
+    assert d.param_dtype_bytes == 4
     want_static = (params / t) * (12 / 4 + 4) + norms * (12 / 4 + 4) + w_g
     assert k_off.static_mib * BYTES_PER_MIB == pytest.approx(want_static)
 
