@@ -76,7 +76,7 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
     "stage_const_mib": 2048.0,      # runtime, communication buffers, fragmentation per device
     "select_extra_frac": 0.04,      # SAPP default: select recompute adds 4 % of backward
     "comm_extra_frac": 0.125,       # SAPP default: comm recompute adds 12.5 % of backward
-    "softmax_stat_bytes": 4.0,      # flash attention keeps fp32 log-sum-exp per head and token
+    "softmax_stat_bytes": 64.0,     # flash attention's softmax_max + softmax_sum, (B, N, S, 8) fp32 each
     "allgather_gbps": 0.0,          # optimizer-parallel all-gather bandwidth (GB/s); 0 = device p2p
     "moe_buffer_copies": 2.0,       # MoE: dispatched expert input + expert output kept per token copy
 }
