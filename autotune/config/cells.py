@@ -155,6 +155,14 @@ FAMILIES: tuple[CellFamily, ...] = (
                "(Baichuan13BDecodeLayer: same names)",
                dict(_LLAMA_ROLES), _LLAMA_ATTN_EXTRA + _LLAMA_FFN_EXTRA
                + _linears("attention.w", "attention.wk_v") + ("attention.split_kv",)),
+    CellFamily("llama_concat", (), "legacy",
+               _LLAMA_SRC + "; with qkv_concat: True: LLamaAttention.w_qkv and LlamaFeedForward(ffn_concat="
+               "True).w_gate_hidden + activate (also TelechatFeedForward)",
+               {**{k: v for k, v in _LLAMA_ROLES.items() if k not in ("q", "k", "v", "gate", "up", "act")},
+                "qkv": "attention.w_qkv.matmul", "gate_up": "feed_forward.w_gate_hidden.matmul",
+                "act": "feed_forward.activate.silu"},
+               tuple(p for p in _LLAMA_ATTN_EXTRA + _LLAMA_FFN_EXTRA
+                     if not p.startswith(("feed_forward.w1", "feed_forward.w3")))),
     CellFamily("qwen1", ("QwenForCausalLM",), "legacy",
                "research/qwen/qwen_model.py @ r1.3.0: QwenDecodeLayer(LLamaDecodeLayer), QwenFeedForward "
                "(w1, w3, silu = LlamaSiLU cell applied to w3's output, mul, w2)",
@@ -238,7 +246,7 @@ MCORE = next(f for f in FAMILIES if f.mode == "mcore")
 
 
 def family_for(arch_type: str | None, mode: str, *, moe: bool = False,
-               shared: bool = False) -> CellFamily | None:
+               shared: bool = False, concat: bool = False) -> CellFamily | None:
     """The family of a model: ``mcore`` for every ``use_legacy: False`` model (one layer class for
     all of them), else by ``model.arch.type``. A Llama-class MoE (``LLamaDecodeLayer`` with
     ``moe_config.expert_num`` > 1) uses ``MoEV2`` (Mixtral names: ``feed_forward.ffn.*``) without
@@ -251,6 +259,8 @@ def family_for(arch_type: str | None, mode: str, *, moe: bool = False,
     fam = _BY_ARCH.get(arch_type)
     if fam is not None and fam.name == "llama" and moe:
         return _BY_NAME["llama_moe_shared"] if shared else _BY_NAME["mixtral"]
+    if fam is not None and fam.name == "llama" and concat:
+        return _BY_NAME["llama_concat"]
     return fam
 
 
@@ -315,7 +325,8 @@ def family_from_yaml(data: dict) -> tuple[CellFamily | None, str | None]:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             shared = int(v)
             break
-    fam = family_for(arch, "legacy", moe=experts > 1, shared=shared > 0)
+    concat = _get(data, "model.model_config.qkv_concat") is True
+    fam = family_for(arch, "legacy", moe=experts > 1, shared=shared > 0, concat=concat)
     return fam, arch
 
 

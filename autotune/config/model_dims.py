@@ -90,7 +90,7 @@ class ModelDims(BaseModel):
     dropless routing), ``frozen_base`` (LoRA / ``pet_config``: base weights have no gradient or
     optimizer state), ``vocab_emb_dp`` (embedding and LM head replicated over model parallel),
     ``gradient_accumulation_shard``, ``gradient_accumulation_steps``, ``context_parallel_algo``,
-    ``moe_tokens_split_tp`` (legacy ``moe_config.ep_extend_tp``, default True: the experts spread
+    ``qkv_concat`` (fused projection cells), ``moe_tokens_split_tp`` (legacy ``moe_config.ep_extend_tp``, default True: the experts spread
     over expert x model parallel, so each device routes 1/t of its micro-batch's tokens).
     ``notes`` lists what was read with its source key (printed by ``autotune profile``).
     """
@@ -132,6 +132,7 @@ class ModelDims(BaseModel):
     gradient_accumulation_steps: int = 1
     context_parallel_algo: str = "colossalai_cp"
     moe_tokens_split_tp: bool = False
+    qkv_concat: bool = False
     family: str | None = None
     notes: tuple[str, ...] = ()
 
@@ -402,12 +403,13 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     elif _node(data, MC + "expand_ratio") is not None:            # GPT-2: f = expand_ratio · h
         inter = as_count(_node(data, MC + "expand_ratio"), MC + "expand_ratio", minimum=1) * hidden
         notes.append(f"intermediate_size = expand_ratio x hidden_size = {inter}")
-    else:                                                          # Llama: ffn_dim_multiplier, multiple_of
+    else:   # Llama: LlamaFeedForward (llama_layer.py) from hidden_dim = 4h, ffn_dim_multiplier, multiple_of
         mult = _node(data, MC + "ffn_dim_multiplier")
         multiple_of = _node(data, MC + "multiple_of") or 256
-        base = int(2 * 4 * hidden / 3)
+        base = 4 * hidden
         if mult is not None:
-            base = int(float(mult) * base)
+            base = int((float(mult) + 0.01) * base)
+        base = int(2 * base / 3)
         inter = multiple_of * ((base + multiple_of - 1) // multiple_of)
         notes.append(f"intermediate_size from hidden_size/ffn_dim_multiplier/multiple_of = {inter}")
     seq, seq_path = _seq_length(data)
@@ -480,7 +482,7 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
         context_parallel_algo=str(_node(data, "parallel_config.context_parallel_algo") or "colossalai_cp"),
         moe_tokens_split_tp=bool(experts) and data.get("use_legacy") is not False and _flag(
             data, "moe_config.ep_extend_tp", True),
-        family=family_of(data), notes=tuple(notes),
+        qkv_concat=_node(data, MC + "qkv_concat") is True, family=family_of(data), notes=tuple(notes),
     )
 
 

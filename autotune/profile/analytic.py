@@ -398,8 +398,8 @@ def static_groups(cfg: TrainingConfig, A: dict[str, float], *, vocab_replicated:
     """The three parameter groups' bytes per parameter: ``layer`` (attention, dense MLP, shared
     experts, router: replicated over dp·cp), ``expert`` (routed experts: replicated over dp·cp/ep)
     and ``vocab`` (embedding table and LM head: replicated over dp·cp, ·t when ``vocab_emb_dp`` or
-    the vocabulary does not divide by t), and ``embedding`` (the table alone, in
-    ``embedding_init_type``).
+    the vocabulary does not divide by t), and ``embedding`` (the table alone: weight and gradient
+    in ``embedding_init_type``).
 
     - weight and gradient: ``A["weight_bytes"]`` / ``A["grad_bytes"]`` (default: the bytes of
       ``param_init_type``; MindSpore keeps gradients and the pipeline's accumulated gradients in the
@@ -420,18 +420,19 @@ def static_groups(cfg: TrainingConfig, A: dict[str, float], *, vocab_replicated:
     shard_on = cfg.enable_parallel_optimizer
     size = cfg.optimizer_weight_shard_size
 
-    def group(copies: int, weight: float) -> StaticGroup:
+    def group(copies: int, weight: float, grad: float) -> StaticGroup:
         if d.frozen_base:
             return StaticGroup(weight, 0.0, 0.0, 1, False)
         d_os = (min(size, copies) if size > 0 else copies) if shard_on else 1
         grad_sharded = shard_on and (d.gradient_accumulation_shard or (
             cfg.pipeline_stage == 1 and d.gradient_accumulation_steps == 1))
-        return StaticGroup(weight, A["grad_bytes"], A["optimizer_bytes"], max(1, d_os), grad_sharded)
+        return StaticGroup(weight, grad, A["optimizer_bytes"], max(1, d_os), grad_sharded)
 
     vocab_copies = dpcp * (cfg.model_parallel if vocab_replicated else 1)
-    return {"layer": group(dpcp, A["weight_bytes"]), "expert": group(max(1, dpcp // ep), A["weight_bytes"]),
-            "vocab": group(vocab_copies, A["weight_bytes"]),
-            "embedding": group(vocab_copies, embedding_bytes)}
+    w, g = A["weight_bytes"], A["grad_bytes"]
+    return {"layer": group(dpcp, w, g), "expert": group(max(1, dpcp // ep), w, g),
+            "vocab": group(vocab_copies, w, g),
+            "embedding": group(vocab_copies, embedding_bytes, embedding_bytes)}
 
 
 def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", *,
@@ -470,7 +471,8 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
                               field=f"--set {key}", value=val, rule="assumption")
         A[key] = _check_assumption(key, float(val))
     mode = "legacy" if cfg.use_legacy else "mcore"
-    fam = family_for(d.family, mode, moe=bool(d.num_experts), shared=bool(d.shared_expert_num))
+    fam = family_for(d.family, mode, moe=bool(d.num_experts), shared=bool(d.shared_expert_num),
+                     concat=d.qkv_concat)
     warnings = [{"code": w.code, "field": w.field, "message": w.message}
                 for w in unread_memory_keys(cfg.raw)]
     if fam is None:
@@ -521,9 +523,10 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
     norms_p = 2 * h
     dense_mlp_p = mlp_mats * h * d.intermediate_size
     vocab_replicated = cfg.use_legacy and (d.vocab_emb_dp or V % t != 0)
-    groups = static_groups(cfg, A, vocab_replicated=vocab_replicated,
-                           embedding_bytes=float(d.embedding_dtype_bytes) if "weight_bytes" not in (
-                               overrides or {}) else A["weight_bytes"])
+    emb_bytes = float(d.embedding_dtype_bytes)
+    if "weight_bytes" in (overrides or {}) or d.embedding_dtype_bytes == d.param_dtype_bytes:
+        emb_bytes = A["weight_bytes"]      # --set weight_bytes applies to the table too
+    groups = static_groups(cfg, A, vocab_replicated=vocab_replicated, embedding_bytes=emb_bytes)
     bpp, bpp_exp = groups["layer"].per_param, groups["expert"].per_param
     d_os, d_os_exp = groups["layer"].d_os, groups["expert"].d_os
 
