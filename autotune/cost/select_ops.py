@@ -2,15 +2,15 @@
 
 **Op list.** A layer kind may list its operators (``LayerKind.select_ops`` / ``comm_ops``): paths
 inside the decoder layer, cell names joined by ".", each with the activation its recompute frees
-and its replay time (:class:`~autotune.profile.schema.OpSaving`). The analytic profile lists, for
-legacy (Llama-style) models, ``attention_norm.norm``, ``attention.wq|wk|wv|wo.matmul``,
-``attention.flash_attention``, ``ffn_norm.norm``, ``feed_forward.w1.matmul``,
-``feed_forward.w1.activation.silu``, ``feed_forward.w3.matmul``, ``feed_forward.mul``,
-``feed_forward.w2.matmul``; for mcore models ``input_layernorm.norm``,
-``self_attention.linear_qkv|core_attention|linear_proj``, ``pre_mlp_layernorm.norm``,
-``mlp.linear_fc1``, ``mlp.activation_func.silu``, ``mlp.mul``, ``mlp.linear_fc2`` (MoE:
-``mlp.router``, ``mlp.experts.linear_fc1|linear_fc2``, ``mlp.shared_experts.*``); see
-:func:`autotune.profile.analytic.op_tables` for the savings.
+and its replay time (:class:`~autotune.profile.schema.OpSaving`). The analytic profile names them
+after the model class's cells (the registry :mod:`autotune.config.cells`: Llama-style
+``attention_norm.norm``, ``attention.wq.matmul``, ``feed_forward.w1.activation.silu``,
+``feed_forward.mul``, ...; GLM's ``input_layernorm.norm``, ``self_attention.query_key_value.matmul``,
+``mlp.activation_func.silu``; GPT-2's ``layernorm1.layer_norm``, ``output.mapping.matmul``; mcore's
+``input_layernorm.norm``, ``self_attention.linear_qkv``, ``mlp.linear_fc1``, ``mlp.experts.*``,
+``mlp.shared_experts.*``; see :func:`autotune.profile.analytic.role_savings` for the savings) and
+records the family in ``assumptions["cell_family"]``; a pattern that names another cell of that
+family (a reshape, a cast, ...) matches and saves nothing, without a warning.
 
 **Matching** (MindFormers, shared/spec/mindformers-layer-setting.md §4.2). A pattern is split on
 the literal two characters ``\\.``; each segment is a regular expression that must fully match one

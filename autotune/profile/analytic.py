@@ -11,19 +11,30 @@ the compute dtype):
   ``h·a·d + 2·h·g·d + a·d·h`` (MLA: the LoRA projections), SwiGLU MLP ``3·h·f``, MoE layer
   ``E·3·h·f_moe + S·3·h·f_moe + h·E`` (E routed, S shared experts), 2 norms ``2h``; embedding and
   LM head ``V·h`` each. Per device: divided by t; routed experts also by expert_parallel.
-- **Static bytes/parameter** (cost-model reference §5.1, MindSpore working assumption): fp32 weight
-  4 + fp32 accumulated gradient 4 + AdamW m, v 8 = 16; with ``enable_parallel_optimizer`` the weight
-  and optimizer state are sharded over the optimizer group d_os: ``12/d_os + 4``, plus the gathered
-  weights below (``c`` bytes per parameter when d_os > 1).
-- **Activations** (Korthikanti et al. 2022, §4 accounting, adapted to SwiGLU/GQA and flash attention,
-  no dropout): attention ``c·s·b·h`` (norm input, /t with sequence parallel) + ``c·s·b·h`` (norm
-  output = QKV input, gathered) + ``c·s·b·(a+2g)·d/t`` (Q, K, V) + ``c·s·b·a·d/t`` (attention output)
-  + ``4·s·b·a/t`` (softmax statistics); MLP ``c·s·b·h`` (norm input) + ``c·s·b·h`` (norm output) +
-  ``2·c·s·b·f/t`` (gate, up) + ``2·c·s·b·f/t`` (SiLU output, product). Select recompute (SiLU, mul)
-  drops the last ``2·c·s·b·f/t``; comm recompute (the norms and their all-gather) drops the two norm
-  outputs ``2·c·s·b·h``; full recompute keeps the layer input ``c·s·b·h`` (/t with sequence
-  parallel or ``recompute_slice_activation``) and needs one layer's full activation as workspace
-  in backward. MoE layers use ``f = top_k·f_moe + S·f_moe``.
+- **Static bytes/parameter** (:func:`static_groups`; docs/profiles.md "Memory keys"): weight p +
+  gradient p (p = bytes of ``param_init_type``; MindSpore keeps gradients and the pipeline's
+  accumulated gradients in the parameter's dtype) + AdamW m, v 8 (fp32 in MindFormers' AdamW):
+  16 for fp32, 12 for bf16 weights. With ``enable_parallel_optimizer`` the weight and optimizer
+  state are sharded over the optimizer group d_os (the devices holding copies of the weight: dp·cp,
+  dp·cp/ep for routed experts, ×t for a vocabulary replicated by ``vocab_emb_dp``; at most
+  ``optimizer_weight_shard_size``); the gradient too when nothing accumulates it (pp = 1 without
+  gradient accumulation: reduce-scatter) or with ``gradient_accumulation_shard``. Frozen LoRA base
+  weights (``pet_config``) keep the weight only. Plus the gathered weights below.
+- **Activations** (Korthikanti et al. 2022, §4 accounting, adapted to SwiGLU/GQA and flash attention):
+  attention ``c·s·b·h`` (norm input, /t with sequence parallel) + ``c·s·b·h`` (norm output = QKV
+  input, gathered) + ``c·s·b·(a+2g)·d/t`` (Q, K, V) + ``c·s·b·a·d/t`` (attention output) +
+  ``64·s·b·a/t`` (flash attention's softmax_max and softmax_sum, (B, N, S, 8) fp32 each) — without
+  flash attention instead the probabilities ``a·s·s·b/t·(softmax bytes [+ c when they differ]
+  [+ c + 1/8 with attention dropout])``; MLP ``c·s·b·h`` (norm input) + ``c·s·b·h`` (norm output) +
+  ``2·c·s·b·f/t`` (gate, up) + ``2·c·s·b·f/t`` (SiLU output, product) — a GELU MLP (GPT-2) keeps
+  ``c·s·b·f/t`` of each; hidden dropout masks ``2·s·b·h/8``. MoE layers use ``f = cf·k·f_moe +
+  S·f_moe`` (cf the capacity factor, 1 when dropless) and keep the dispatched expert input and the
+  expert output, ``moe_buffer_copies·c·cf·k·s·b·h`` (/t with ``ep_extend_tp``) + the fp32 router
+  logits ``4·s·b·E``. Select / comm recompute free what the family's cells matched by the patterns
+  hold (:func:`role_savings`, :func:`op_tables`; the default patterns' aggregate is the ``select`` /
+  ``comm`` option, 0 when they name no cell of the model class, :mod:`autotune.config.cells`); full
+  recompute keeps the layer input ``c·s·b·h`` (/t with sequence parallel or
+  ``recompute_slice_activation``) and needs one layer's full activation as workspace in backward.
 - **Time**: forward FLOPs ``2·s·b·P_active + 2·s²·b·a·d`` (causal attention: half of QKᵀ and AV),
   divided by t; backward = 2 × forward (Narayanan et al. 2021, 6·N rule); time = FLOPs / (device
   peak × ``efficiency``). Recompute extra time: full = one forward; select = 0.04 × backward and
@@ -35,7 +46,9 @@ the compute dtype):
   + core))`` (< 0.5, backward = 2 × forward as above). Tail: the LM head GEMM splits evenly (0.5);
   MTP modules add their layer's W. Recompute replay is never W.
 - **Tail**: final norm + LM head (``2·s·b·h·V/t`` FLOPs) + loss; activation ``2·c·s·b·h`` +
-  fp32 logits and their softmax ``8·s·b·V/t``. MTP modules (r1.7+ semantics) sit on the last stage
+  the loss's fp32 softmax and one-hot label ``8·s·b·V/t`` (``_LogSoftmax`` / ``_NLLLoss`` bprop in
+  ``mindformers/core/loss/loss.py``), the same again as backward workspace (+ the whole
+  vocabulary's logits ``c·s·b·V`` when the LM head is replicated over t). MTP modules (r1.7+ semantics) sit on the last stage
   and are added to the tail. **Head**: embedding table, activation ``c·s·b·h/t``.
 - **Optimizer-parallel gathered weights** (``enable_parallel_optimizer`` with a shard group
   d_os > 1; MindSpore optimizer parallel gathers each sharded weight before use, reference §5.1

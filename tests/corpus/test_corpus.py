@@ -44,7 +44,8 @@ def test_counts_as_in_the_readme():
     fits = sum(1 for e in read if e["fits"])
     readme = (L.ROOT / "README.md").read_text(encoding="utf-8")
     line = (f"{len(EXPECT)} files: {n['read']} read, {n['rejected']} rejected as MindFormers rejects "
-            f"them, {n['unsupported']} unsupported; {fits} of the {len(read)} read files")
+            f"them, {n['unsupported']} unsupported; {fits} of the {len(read)} read files that evaluate "
+            f"accepts are predicted to fit")
     assert line in readme, line
     assert n["unsupported"] <= 0.05 * len(EXPECT)
     assert fits >= 0.9 * len(read)
