@@ -129,7 +129,7 @@ def test_unknown_model_class_is_credited_no_saving():
     prof = analytic_profile(config_from_dict(data))
     k = prof.kinds["dense"]
     assert k.select.act_mib == k.comm.act_mib == k.act_mib and k.select_ops is None
-    assert [w["code"] for w in prof.warnings] == ["W_FAMILY_UNKNOWN"]
+    assert [w["code"] for w in prof.model_warnings] == ["W_FAMILY_UNKNOWN"]
 
 
 def test_qkv_concat_llama_names():

@@ -16,6 +16,7 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("AUTOTUNE_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: set AUTOTUNE_SLOW=1 to run the search round trip on the whole corpus")
+    here = Path(__file__).resolve().parent
     for item in items:
-        if "slow" in item.keywords:
+        if "slow" in item.keywords and here in Path(str(item.fspath)).resolve().parents:
             item.add_marker(skip)

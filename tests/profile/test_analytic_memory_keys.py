@@ -204,8 +204,8 @@ def test_swap_is_warned_not_modelled():
     _, base = prof()
     _, sw = prof(swap_config={"swap": True, "layer_swap": [{"backward_prefetch": 1, "layers": True}]})
     assert sw.kinds == base.kinds
-    assert [w["code"] for w in sw.warnings] == ["W_MEMORY_KEY_IGNORED"]
-    assert sw.warnings[0]["field"] == "swap_config.swap"
+    assert [w["code"] for w in sw.model_warnings] == ["W_MEMORY_KEY_IGNORED"]
+    assert sw.model_warnings[0]["field"] == "swap_config.swap"
 
 
 def test_recompute_slice_activation():
