@@ -14,12 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autotune.profile.schema import load_profile
 from autotune.tuner import heuristic as H
 from autotune.tuner.problem import Candidate, Problem, even_layers
 from tests.search.test_exact_bounds import _random_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 _KIND = {"full": 0, "select": 1, "comm": 2}
+
+#: TeleChat2's layer profile as the search benchmark tunes it (frozen: benchmarks/data/README.md)
+FROZEN_TELECHAT2 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "telechat2_115b_profile.yaml"
 
 
 def _plain_fit(problem: Problem, layers: np.ndarray, *, max_rounds: int = 10_000):
@@ -218,11 +222,11 @@ def test_memo_is_per_problem_and_budget() -> None:
 def p48() -> Problem:
     """TeleChat2's profile cut to 48 layers, pp 5, vpp 2, 10 micro-batches (the benchmark's
     "48L pp5 vpp2")."""
-    from autotune.api import _config, resolve_profile
+    from autotune.api import _config
     from autotune.cost.inputs import ProfileArrays
 
     cfg = _config(ROOT / "examples/telechat2_115b/train.yaml")
-    prof = resolve_profile(cfg).with_num_layers(48)
+    prof = load_profile(FROZEN_TELECHAT2).with_num_layers(48)
     return Problem(ProfileArrays.from_profile(prof), P=5, m=10, hbm_mib=cfg.hbm_mib, vpp_candidates=[2])
 
 

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import os
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from autotune.profile.schema import load_profile
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.milp_bound import _quiet_stdout, milp_bound
 from autotune.tuner.stage_dp import stage_dp_bound
 from tests.search.test_exact_bounds import _random_problem
 from tests.search.test_stage_dp import VPP_CASES, _telechat_48l, small_vpp_problem
+
+#: TeleChat2's layer profile as the search benchmark tunes it (frozen: benchmarks/data/README.md)
+FROZEN_TELECHAT2 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "telechat2_115b_profile.yaml"
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,13 +121,13 @@ def test_bound_result_types() -> None:
 
 
 def _telechat_96l_vpp3():
-    from autotune.api import _config, resolve_profile
+    from autotune.api import _config
     from autotune.cost.inputs import ProfileArrays
     from autotune.tuner.problem import Problem
     from tests.search.test_stage_dp import ROOT
 
     cfg = _config(ROOT / "examples/telechat2_115b/train.yaml")
-    prof = resolve_profile(cfg)
+    prof = load_profile(FROZEN_TELECHAT2)
     return Problem(ProfileArrays.from_profile(prof), P=8, m=8, hbm_mib=cfg.hbm_mib, vpp_candidates=[3])
 
 

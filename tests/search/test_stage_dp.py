@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autotune.profile.schema import load_profile
 from autotune.cost.inputs import ProfileArrays, stage_costs
 from autotune.cost.simulate import compile_schedule, simulate
 from autotune.tuner.exact import exact_optimum
@@ -20,6 +21,9 @@ from autotune.tuner.stage_dp import _count_vectors, stage_dp_bound, stage_paths
 from tests.search.test_exact_bounds import _random_problem
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: TeleChat2's layer profile as the search benchmark tunes it (frozen: benchmarks/data/README.md)
+FROZEN_TELECHAT2 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "telechat2_115b_profile.yaml"
 
 
 def test_count_vectors_by_hand() -> None:
@@ -114,10 +118,10 @@ def test_one_stay_paths_are_tight_on_a_searched_layout() -> None:
 
 
 def _telechat_48l() -> Problem:
-    from autotune.api import _config, resolve_profile
+    from autotune.api import _config
 
     cfg = _config(ROOT / "examples/telechat2_115b/train.yaml")
-    prof = resolve_profile(cfg).with_num_layers(48)
+    prof = load_profile(FROZEN_TELECHAT2).with_num_layers(48)
     return Problem(ProfileArrays.from_profile(prof), P=5, m=10, hbm_mib=cfg.hbm_mib, vpp_candidates=[2])
 
 
