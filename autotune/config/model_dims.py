@@ -510,6 +510,4 @@ def unread_memory_keys(data: dict[str, Any]) -> list[Warning_]:
                             "swap (layer / op offload to host) is not modelled: the activations of "
                             "swapped layers are counted as kept on the device, so the predicted peak "
                             "is an upper bound"))
-    if _node(data, MC + "use_attn_mask_compression") is False and _node(data, MC + "use_flash_attention"):
-        pass   # the s x s mask is one shared constant (not per micro-batch): no term, nothing to warn
     return out
