@@ -452,7 +452,7 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
         if pareto:
             pareto_pool += _front_of(problem, var, outcome, bs, sp)
             pareto_exact = pareto_exact and bs.exact and (sp.recompute_granularity == "mini_stage"
-                                                          or problem.vpp_candidates == [1])
+                                                          or problem.vpp_candidates == (1,))
     cert = None
     if best is not None and np.isfinite(lb) and lb > 0:
         cert = max(0.0, (best[1].step_ms - lb) / lb)
@@ -500,7 +500,7 @@ def _front_of(problem: Any, var: Any, outcome: Any, bs: Any, sp: SearchSpace) ->
         if c is not None and t.values:
             evaluated.append(c)
     evaluated = problem.score(evaluated + [c for c in bs.seeds]) if evaluated or bs.seeds else []
-    if bs.exact and (sp.recompute_granularity == "mini_stage" or problem.vpp_candidates == [1]):
+    if bs.exact and (sp.recompute_granularity == "mini_stage" or problem.vpp_candidates == (1,)):
         pts = exact_front(problem)
     else:
         pts = heuristic_front(problem, evaluated)

@@ -372,32 +372,17 @@ def _descend(problem: Problem, best: Candidate, memo: dict, scans: int,
     return best, used, None
 
 
-#: Fitted-column memos of live problems: id(problem) -> (fingerprint, memo) (see :func:`_memo_for`).
-_MEMOS: dict[int, tuple[tuple, dict]] = {}
-#: A memo is cleared when it holds more fitted columns than this (bounds memory).
+#: A problem's fit cache is cleared when it holds more fitted columns than this (bounds memory).
 MEMO_MAX = 100_000
 
 
 def _memo_for(problem: Problem) -> dict:
-    """The :func:`_refit_touched` memo shared by every :func:`local_search` on ``problem``.
-
-    Keyed by the problem object's identity (dropped when the problem is garbage-collected) and
-    checked against everything a fit depends on (the profile object itself, P, m, schedule,
-    budget, kinds, seq_split_num): a problem changed in place, or a copy with another budget,
-    gets a fresh memo, so a fit is never reused for another problem (V is in the memo's keys).
-    """
-    import weakref
-
-    fp = (problem.pa, problem.P, problem.m, problem.schedule, float(problem.hbm_mib),
-          tuple(problem.kinds), problem.seq_split_num)
-    key = id(problem)
-    ent = _MEMOS.get(key)
-    if ent is None:
-        weakref.finalize(problem, _MEMOS.pop, key, None)
-    if ent is None or ent[0][0] is not fp[0] or ent[0][1:] != fp[1:] or len(ent[1]) > MEMO_MAX:
-        ent = (fp, {})
-        _MEMOS[key] = ent
-    return ent[1]
+    """The :func:`_refit_touched` memo shared by every :func:`local_search` on ``problem``: its
+    ``fit_cache`` (the problem is frozen, so a fit is never reused for another budget, profile or
+    schedule; V is in the memo's keys), cleared first when it outgrew :data:`MEMO_MAX`."""
+    if len(problem.fit_cache) > MEMO_MAX:
+        problem.fit_cache.clear()
+    return problem.fit_cache
 
 
 def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,

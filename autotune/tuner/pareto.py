@@ -18,7 +18,7 @@ A user choosing a safety margin reads the fastest config whose peak leaves that 
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 from typing import Any, Iterable
 
 import numpy as np
@@ -47,9 +47,7 @@ def non_dominated(points: Iterable[Any], *, step: Any = lambda c: c.step_ms,
 
 
 def _with_budget(problem: Problem, hbm_mib: float) -> Problem:
-    p = copy.copy(problem)
-    p.hbm_mib = hbm_mib
-    return p
+    return replace(problem, hbm_mib=hbm_mib)
 
 
 def exact_front(problem: Problem, *, max_steps: int = MAX_EXACT_STEPS) -> list[Candidate]:

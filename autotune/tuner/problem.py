@@ -61,18 +61,23 @@ class BatchScore:
     busy_ms: np.ndarray
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
-    """Everything fixed during a search.
+    """Everything fixed during a search (frozen: a variant is ``dataclasses.replace(problem, ...)``).
 
     Attributes:
         pa: profile arrays; P: pipeline_stage; m: micro_batch_num; schedule: scheduler name;
-        hbm_mib: budget per device (MiB, inf when unknown); vpp_candidates: runnable V values;
+        hbm_mib: budget per device (MiB, inf when unknown); vpp_candidates: runnable V values
+            (stored as a tuple);
         kinds: recompute kinds the search may set ("full", "select", "comm");
         max_abs_offset: optional bound on |layers - base|;
         seq_split_num: sequence chunks per micro-batch (seqpipe), 1 otherwise;
         recompute_granularity: "mini_stage" (one recompute fraction per mini-stage in a trial) or
             "stage" (one per stage, dealt over its chunks).
+        fit_cache: fitted recompute columns and mini-stage option fronts of this problem
+            (:mod:`autotune.tuner.fit`), shared by every local search on it. It lives on the
+            object, so a copy made with ``dataclasses.replace`` (another budget, other V) starts
+            empty; never compared, hashed or printed.
     """
 
     pa: ProfileArrays
@@ -80,11 +85,16 @@ class Problem:
     m: int
     schedule: str = "1f1b"
     hbm_mib: float = float("inf")
-    vpp_candidates: list[int] = field(default_factory=lambda: [1])
+    vpp_candidates: tuple[int, ...] = (1,)
     kinds: tuple[str, ...] = ("full", "select", "comm")
     max_abs_offset: int | None = None
     seq_split_num: int = 1
     recompute_granularity: str = "mini_stage"
+    fit_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "vpp_candidates", tuple(int(v) for v in self.vpp_candidates))
+        object.__setattr__(self, "kinds", tuple(self.kinds))
 
     @property
     def N(self) -> int:

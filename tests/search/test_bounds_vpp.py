@@ -4,6 +4,8 @@ critical path's length equals the simulated step time; the exact oracle's work b
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -66,7 +68,7 @@ def test_exact_work_budget_falls_back() -> None:
     from autotune.tuner.solve import bound_and_seeds
 
     problem = _random_problem(3, 12, 2, 1, ("full", "select", "comm"), 0.7)
-    problem.vpp_candidates = runnable_vpp(12, 2, problem.m, "1f1b", [1, 2, 3, 4])
+    problem = dataclasses.replace(problem, vpp_candidates=runnable_vpp(12, 2, problem.m, "1f1b", [1, 2, 3, 4]))
     with pytest.raises(ExactBudgetExceeded) as exc:
         exact_optimum(problem, max_work=20_000)
     assert exc.value.work > 20_000

@@ -6,7 +6,7 @@ are what they claim; and the pair-move escape leaves the 48-layer pp5 vpp2 local
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -206,16 +206,16 @@ def test_pair_moves_are_distinct_two_layer_moves() -> None:
 
 
 def test_memo_is_per_problem_and_budget() -> None:
-    """The shared memo is reused for the same problem, never for a copy with another budget."""
+    """The shared memo is reused for the same problem, never for a copy with another budget; the
+    problem is frozen, so it cannot change under its memo."""
     problem = _random_problem(0, 8, 2, 1, ("full",), 0.8)
     m1 = H._memo_for(problem)
     m1["x"] = 1
     assert H._memo_for(problem) is m1
-    other = copy.copy(problem)
-    other.hbm_mib = problem.hbm_mib * 0.9
+    other = dataclasses.replace(problem, hbm_mib=problem.hbm_mib * 0.9)
     assert "x" not in H._memo_for(other)
-    problem.hbm_mib *= 0.5  # changed in place: a fresh memo
-    assert "x" not in H._memo_for(problem)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        problem.hbm_mib *= 0.5
 
 
 @pytest.fixture(scope="module")
