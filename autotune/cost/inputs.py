@@ -13,12 +13,25 @@ contiguous position ranges: full [0, r), both [r, lo), select-only or comm-only 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from autotune.profile.schema import RECOMPUTE_CLASSES, ModelProfile
 
 NONE, SELECT, COMM, BOTH, FULL = range(5)
+
+
+class EndCosts(NamedTuple):
+    """Per-micro-batch costs of the head (embedding, pipeline position 0) or the tail (final norm +
+    LM head + loss, last position): forward / backward ms, activation kept and static MiB, and the
+    backward's transient workspace MiB."""
+
+    fwd_ms: float
+    bwd_ms: float
+    act_mib: float
+    static_mib: float
+    ws_mib: float
 
 
 def _op_tuple(ops: dict | None) -> tuple | None:
@@ -50,8 +63,8 @@ class ProfileArrays:
     ws_kc: np.ndarray
     static_k: np.ndarray
     kind_prefix: np.ndarray
-    head: tuple[float, float, float, float, float]  # fwd, bwd, act, static, workspace
-    tail: tuple[float, float, float, float, float]
+    head: EndCosts
+    tail: EndCosts
     stage_const_mib: float
     p2p_ms: float
     static_dc: np.ndarray | None = None
@@ -124,8 +137,8 @@ class ProfileArrays:
         prefix = np.concatenate([np.zeros((K, 1), dtype=np.int64), np.cumsum(onehot, axis=1)], axis=1)
         h, t = profile.head, profile.tail
         return cls(fwd, bwd, act, ws, static, prefix,
-                   (h.fwd_ms, h.bwd_ms, h.act_mib, h.static_mib, h.workspace_mib),
-                   (t.fwd_ms, t.bwd_ms, t.act_mib, t.static_mib, t.workspace_mib),
+                   EndCosts(h.fwd_ms, h.bwd_ms, h.act_mib, h.static_mib, h.workspace_mib),
+                   EndCosts(t.fwd_ms, t.bwd_ms, t.act_mib, t.static_mib, t.workspace_mib),
                    profile.stage_const_mib, profile.p2p_ms, sdelta,
                    tuple(_op_tuple(profile.kinds[nm].select_ops) for nm in names),
                    tuple(_op_tuple(profile.kinds[nm].comm_ops) for nm in names),

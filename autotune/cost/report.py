@@ -186,8 +186,8 @@ def evaluate_layout(profile: ModelProfile | ProfileArrays, layout: Layout, *, mi
     stages = []
     for p in range(layout.pp):
         peak = float(sim.peak_mib[0, p])
-        head_s = pa.head[3] if p == head_stage else 0.0
-        tail_s = pa.tail[3] if p == tail_stage else 0.0
+        head_s = pa.head.static_mib if p == head_stage else 0.0
+        tail_s = pa.tail.static_mib if p == tail_stage else 0.0
         static = float(costs.static_mib[0, p])
         mem = {
             "layer_static": static - head_s - tail_s - pa.stage_const_mib,

@@ -17,13 +17,15 @@ scan stops when that bound reaches the incumbent (branch and bound; still exact)
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from autotune.cost.inputs import stage_costs
-from autotune.cost.simulate import compile_schedule, peak_activation
-from autotune.tuner.problem import Candidate, Problem
+from autotune.cost.simulate import CompiledSchedule, compile_schedule, peak_activation
+from autotune.tuner.problem import Candidate, Problem, count_splits
+from autotune.tuner.recompute import recompute_choices
 
 
 def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -50,15 +52,9 @@ def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _chunk_options(n: int, kinds: tuple[str, ...]) -> list[tuple[int, int, int]]:
-    """Distinct (full, select, comm) counts for a mini-stage of n layers (select/comm <= full are
-    the same as 0 because full takes precedence)."""
-    rs = range(n + 1) if "full" in kinds else [0]
-    out = []
-    for r in rs:
-        ss = [0] + list(range(r + 1, n + 1)) if "select" in kinds else [0]
-        cc = [0] + list(range(r + 1, n + 1)) if "comm" in kinds else [0]
-        out += [(r, s, c) for s in ss for c in cc]
-    return out
+    """The recompute choices of a mini-stage of n layers (:func:`autotune.tuner.recompute.
+    recompute_choices`) in lexicographic (full, select, comm) order, the enumeration's order."""
+    return sorted(tuple(int(x) for x in row) for row in recompute_choices(n, kinds))
 
 
 def space_size(problem: Problem) -> int:
@@ -69,18 +65,9 @@ def space_size(problem: Problem) -> int:
         for split in compositions(problem.N, lo.reshape(-1), hi.reshape(-1)):
             prod = 1
             for n in split:
-                prod *= len(_chunk_options(int(n), problem.kinds))
+                prod *= len(recompute_choices(int(n), problem.kinds))
             total += prod
     return total
-
-
-def split_count(problem: Problem) -> int:
-    """Number of layer splits (all V) — the enumeration cost driver."""
-    n = 0
-    for V in problem.vpp_candidates:
-        lo, hi = problem.bounds(V)
-        n += len(compositions(problem.N, lo.reshape(-1), hi.reshape(-1)))
-    return n
 
 
 @dataclass
@@ -113,6 +100,102 @@ def _pareto_min(b: np.ndarray) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
+class _Enumeration:
+    """The state of :func:`exact_optimum`: the incumbent, the work charged and the pending batch."""
+
+    def __init__(self, problem: Problem, batch: int, max_work: int | None, deadline: float | None) -> None:
+        self.problem, self.batch, self.max_work, self.deadline = problem, batch, max_work, deadline
+        self.best: Candidate | None = None
+        self.evaluated = self.work = 0
+        self.pend: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def charge(self, units: int) -> None:
+        """Count ``units`` of work; raises :class:`ExactBudgetExceeded` past the budget or deadline."""
+        self.work += units
+        if self.max_work is not None and self.work > self.max_work:
+            raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={self.max_work} units",
+                                      self.work)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ExactBudgetExceeded("exact enumeration reached its deadline", self.work)
+
+    def stage_set(self, cs: CompiledSchedule, cache: dict, split: np.ndarray, p: int) -> np.ndarray:
+        """Pareto-minimal feasible (full, select, comm) [k, 3, V] tables for stage p of ``split``
+        (memoised in ``cache`` by the stage's column and first-layer indices)."""
+        problem = self.problem
+        V, P = split.shape
+        starts = (np.cumsum(split.reshape(-1)) - split.reshape(-1)).reshape(V, P)
+        key = (p, tuple(split[:, p]), tuple(starts[:, p]))
+        if key in cache:
+            return cache[key]
+        opts = [_chunk_options(int(split[v, p]), problem.kinds) for v in range(V)]
+        self.charge(int(np.prod([len(o) for o in opts], dtype=np.float64)))
+        combos = np.asarray(list(itertools.product(*opts)), dtype=np.int64)  # k, V, 3
+        k = combos.shape[0]
+        L = np.broadcast_to(split, (k, V, P)).copy()
+        R = np.zeros((k, V, P), dtype=np.int64)
+        S, C = R.copy(), R.copy()
+        R[:, :, p], S[:, :, p], C[:, :, p] = combos[:, :, 0], combos[:, :, 1], combos[:, :, 2]
+        costs = stage_costs(problem.pa, L, R, S, C)
+        peak = costs.static_mib[:, p] + peak_activation(cs, costs.act_mib, costs.ws_mib)[:, p]
+        ok = peak <= problem.hbm_mib + 1e-9
+        if not ok.any():
+            cache[key] = np.zeros((0, 3, V), dtype=np.int64)
+            return cache[key]
+        idx = np.flatnonzero(ok)
+        keep = idx[_pareto_min(costs.bwd_ms[idx, :, p])]
+        cache[key] = combos[keep].transpose(0, 2, 1)  # k, 3, V
+        return cache[key]
+
+    def add(self, V: int, split: np.ndarray, tables: np.ndarray) -> None:
+        """Queue one layout (recompute ``tables`` int [3, V, P]); a full batch is simulated."""
+        self.pend.append((split, tables))
+        if len(self.pend) >= self.batch:
+            self.flush(V)
+
+    def flush(self, V: int) -> None:
+        """Simulate the pending layouts and keep the fastest fitting one when it beats the best."""
+        if not self.pend:
+            return
+        problem = self.problem
+        L = np.stack([x[0] for x in self.pend])
+        T = np.stack([x[1] for x in self.pend])  # B, 3, V, P
+        self.pend.clear()
+        self.charge(L.shape[0])
+        s = problem.evaluate(V, L, T[:, 0], T[:, 1], T[:, 2])
+        self.evaluated += L.shape[0]
+        i = int(np.argmin(s.step_ms))
+        if self.best is None or s.step_ms[i] < self.best.step_ms - 1e-9:
+            peak = float(s.peak_mib[i].max())
+            self.best = Candidate(V, L[i], T[i, 0], T[i, 1], T[i, 2], float(s.step_ms[i]), peak,
+                                  peak - problem.hbm_mib, origin="exact")
+
+    def scan(self, V: int, splits: np.ndarray) -> None:
+        """Every split of one V, by branch and bound: a split's simulated time with no recompute
+        (memory ignored) is a lower bound for every recompute choice on it (durations only grow),
+        so splits are visited in that order and the scan stops once the bound reaches the
+        incumbent. Exact, much faster."""
+        problem = self.problem
+        P = problem.P
+        cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
+        cache: dict[tuple, np.ndarray] = {}
+        z = np.zeros_like(splits)
+        self.charge(len(splits))
+        lb0 = problem.evaluate(V, splits, z, z, z).step_ms
+        for si in np.argsort(lb0, kind="stable"):
+            if self.best is not None and lb0[si] >= self.best.step_ms - 1e-9:
+                if self.pend:
+                    self.flush(V)
+                if lb0[si] >= self.best.step_ms - 1e-9:
+                    break
+            split = splits[si]
+            sets = [self.stage_set(cs, cache, split, p) for p in range(P)]
+            if any(s.shape[0] == 0 for s in sets):
+                continue
+            for pick in itertools.product(*(range(s.shape[0]) for s in sets)):
+                self.add(V, split, np.stack([sets[p][pick[p]] for p in range(P)], axis=-1))  # 3, V, P
+        self.flush(V)
+
+
 def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 512,
                   max_work: int | None = None, deadline: float | None = None) -> ExactResult:
     """The memory-feasible layout with the least simulated step time (see module docstring).
@@ -126,97 +209,17 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 5
         deadline: ``time.monotonic()`` limit, checked between batches; None = none.
 
     Raises:
-        ValueError: more than ``max_splits`` splits to enumerate (use :func:`lower_bound` instead).
+        ValueError: more than ``max_splits`` splits to enumerate (use the lower bounds instead).
         ExactBudgetExceeded: ``max_work`` or ``deadline`` reached before the optimum was proven.
     """
-    import time
-
-    if split_count(problem) > max_splits:
-        raise ValueError(f"{split_count(problem)} splits exceed max_splits={max_splits}")
-    P = problem.P
-    best: Candidate | None = None
-    evaluated = splits_done = 0
-    work = 0
-
-    def charge(units: int) -> None:
-        nonlocal work
-        work += units
-        if max_work is not None and work > max_work:
-            raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={max_work} units",
-                                      work)
-        if deadline is not None and time.monotonic() > deadline:
-            raise ExactBudgetExceeded("exact enumeration reached its deadline", work)
+    n_splits = count_splits(problem)
+    if n_splits > max_splits:
+        raise ValueError(f"{n_splits} splits exceed max_splits={max_splits}")
+    run = _Enumeration(problem, batch, max_work, deadline)
+    splits_done = 0
     for V in problem.vpp_candidates:
         lo, hi = problem.bounds(V)
-        splits = compositions(problem.N, lo.reshape(-1), hi.reshape(-1)).reshape(-1, V, P)
+        splits = compositions(problem.N, lo.reshape(-1), hi.reshape(-1)).reshape(-1, V, problem.P)
         splits_done += len(splits)
-        cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
-        cache: dict[tuple, np.ndarray] = {}
-
-        def stage_set(split: np.ndarray, p: int) -> np.ndarray:
-            """Pareto-minimal feasible (full, select, comm) [k, 3, V] tables for stage p."""
-            starts = (np.cumsum(split.reshape(-1)) - split.reshape(-1)).reshape(V, P)
-            key = (p, tuple(split[:, p]), tuple(starts[:, p]))
-            if key in cache:
-                return cache[key]
-            opts = [_chunk_options(int(split[v, p]), problem.kinds) for v in range(V)]
-            charge(int(np.prod([len(o) for o in opts], dtype=np.float64)))
-            combos = np.asarray(list(itertools.product(*opts)), dtype=np.int64)  # k, V, 3
-            k = combos.shape[0]
-            L = np.broadcast_to(split, (k, V, P)).copy()
-            R = np.zeros((k, V, P), dtype=np.int64)
-            S, C = R.copy(), R.copy()
-            R[:, :, p], S[:, :, p], C[:, :, p] = combos[:, :, 0], combos[:, :, 1], combos[:, :, 2]
-            costs = stage_costs(problem.pa, L, R, S, C)
-            peak = costs.static_mib[:, p] + peak_activation(cs, costs.act_mib, costs.ws_mib)[:, p]
-            ok = peak <= problem.hbm_mib + 1e-9
-            if not ok.any():
-                cache[key] = np.zeros((0, 3, V), dtype=np.int64)
-                return cache[key]
-            idx = np.flatnonzero(ok)
-            keep = idx[_pareto_min(costs.bwd_ms[idx, :, p])]
-            out = combos[keep].transpose(0, 2, 1)  # k, 3, V
-            cache[key] = out
-            return out
-
-        pend: list[tuple[np.ndarray, np.ndarray]] = []
-
-        def flush() -> None:
-            nonlocal best, evaluated
-            if not pend:
-                return
-            L = np.stack([x[0] for x in pend])
-            T = np.stack([x[1] for x in pend])  # B, 3, V, P
-            pend.clear()
-            charge(L.shape[0])
-            s = problem.evaluate(V, L, T[:, 0], T[:, 1], T[:, 2])
-            evaluated += L.shape[0]
-            i = int(np.argmin(s.step_ms))
-            if best is None or s.step_ms[i] < best.step_ms - 1e-9:
-                peak = float(s.peak_mib[i].max())
-                best = Candidate(V, L[i], T[i, 0], T[i, 1], T[i, 2], float(s.step_ms[i]), peak,
-                                 peak - problem.hbm_mib, origin="exact")
-
-        # Branch and bound: a split's simulated time with no recompute (memory ignored) is a lower
-        # bound for every recompute choice on it (durations only grow), so splits are visited in
-        # that order and the scan stops once the bound reaches the incumbent. Exact, much faster.
-        z = np.zeros_like(splits)
-        charge(len(splits))
-        lb0 = problem.evaluate(V, splits, z, z, z).step_ms
-        for si in np.argsort(lb0, kind="stable"):
-            if best is not None and lb0[si] >= best.step_ms - 1e-9:
-                if pend:
-                    flush()
-                if lb0[si] >= best.step_ms - 1e-9:
-                    break
-            split = splits[si]
-            sets = [stage_set(split, p) for p in range(P)]
-            if any(s.shape[0] == 0 for s in sets):
-                continue
-            for pick in itertools.product(*(range(s.shape[0]) for s in sets)):
-                t = np.stack([sets[p][pick[p]] for p in range(P)], axis=-1)  # 3, V, P
-                pend.append((split, t))
-                if len(pend) >= batch:
-                    flush()
-        flush()
-    return ExactResult(best, evaluated, splits_done, work)
+        run.scan(V, splits)
+    return ExactResult(run.best, run.evaluated, splits_done, run.work)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.tuner.problem import Candidate, Problem, even_layers
-from autotune.tuner.stage_dp import _undominated
+from autotune.tuner.bounds._relax import undominated as _undominated
+from autotune.tuner.recompute import recompute_choices
 
 _KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
 
@@ -482,32 +483,6 @@ EXACT_FIT_MAX_OPTS = 30_000
 EXACT_FIT_MAX_COMBOS = 400_000
 
 
-def _mini_stage_options(n: int, kinds: tuple[str, ...]) -> np.ndarray:
-    """Every distinct recompute configuration of a mini-stage of ``n`` layers: int [O, 3] (rec,
-    sel, com), (0, 0, 0) first. The classes occupy contiguous ranges (``autotune.cost.inputs``):
-    full [0, f), select+comm [f, f+b), select-only or comm-only [f+b, f+b+x), none after; a count
-    is used only when its kind is allowed (b needs select and comm), and an unused key stays 0."""
-    full, s_ok, c_ok = "full" in kinds, "select" in kinds, "comm" in kinds
-    out = [(0, 0, 0)]
-    seen = {(0, 0, 0)}
-    for f in range(n + 1 if full else 1):
-        for b in range(n - f + 1 if (s_ok and c_ok) else 1):
-            lo = f + b
-            for x in range(n - lo + 1):
-                for sel_type in ((True, False) if x else (True,)):
-                    if x and not (s_ok if sel_type else c_ok):
-                        continue
-                    hi = lo + x
-                    base = lo if b else 0
-                    s = hi if (x and sel_type) else base
-                    c = hi if (x and not sel_type) else base
-                    t = (f, s, c)
-                    if t not in seen:
-                        seen.add(t)
-                        out.append(t)
-    return np.asarray(out, dtype=np.int64)
-
-
 def _stage_rows(problem: Problem, V: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per stage the memory rows (Nu [R, V], Om [R, V]) of the schedule: the stage's activation
     peak is max_r Nu_r·act + Om_r·ws (act, ws [V] of its mini-stages; :func:`peak_activation`),
@@ -572,7 +547,7 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
         if (n + 1) * (n + 2) * (n + 3) // 3 > EXACT_FIT_MAX_OPTS:
             memo[key] = None
             continue
-        o = _mini_stage_options(n, problem.kinds)
+        o = recompute_choices(n, problem.kinds)
         groups.append((key, b, v, p, len(o)))
         opts.append(o)
     if not groups:

@@ -176,3 +176,21 @@ def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
         out.append(V)
     return out
 
+
+
+def count_splits(problem: Problem) -> int:
+    """Number of layer splits over all V candidates (a counting DP over the mini-stages' bounds;
+    never enumerates)."""
+    total = 0
+    N = problem.N
+    for V in problem.vpp_candidates:
+        lo, hi = problem.bounds(V)
+        ways = np.zeros(N + 1, dtype=object)
+        ways[0] = 1
+        for a, b in zip(lo.reshape(-1), hi.reshape(-1)):
+            nxt = np.zeros(N + 1, dtype=object)
+            for x in range(int(a), int(min(b, N)) + 1):
+                nxt[x:] = nxt[x:] + ways[:N + 1 - x]
+            ways = nxt
+        total += int(ways[N])
+    return total

@@ -1,6 +1,16 @@
-"""Fast solvers that feed the Optuna study: exact enumeration when the space is small, else
-solver seeds (even split + cheapest fitting recompute, the lower bound's relaxed split, each
-improved by local moves) and the lower bound that certifies the gap (pure numpy, no Optuna)."""
+"""Fast solvers that feed the Optuna study (pure numpy, no Optuna): the exact optimum when the space
+is small, else a short pipeline
+
+    propose -> tighten -> improve -> polish -> tighten
+
+- propose: the even split with the cheapest fitting recompute, per V;
+- tighten: the first bound pass of :data:`autotune.tuner.bounds.REGISTRY` (every V's bound; its
+  relaxed splits become seeds too);
+- improve: local moves (:mod:`autotune.tuner.heuristic`) from the most promising starts of the V's
+  that can still hold the optimum;
+- polish: the integer program picks the recompute of each such V's best layout;
+- tighten: the later bound passes against the incumbent (their relaxed splits become seeds).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.tuner.bounds import lower_bound
-from autotune.tuner.device_dp import device_dp_bound
-from autotune.tuner.exact import ExactBudgetExceeded, exact_optimum
+from autotune.tuner.bounds import REGISTRY, BoundContext, tighten
+from autotune.tuner.bounds.milp import milp_recompute
+from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.heuristic import exact_fit_spec, fitted, local_search, polish_recompute
-from autotune.tuner.milp_bound import milp_bound, milp_recompute
-from autotune.tuner.problem import Candidate, Problem, even_layers
+from autotune.tuner.problem import Candidate, Problem, count_splits, even_layers
 
 #: Spaces with at most this many layer splits (all V) are enumerated exactly (branch and bound:
 #: 20,128 splits of the 16-layer pp4 vpp1-2 benchmark take about 2 s).
@@ -24,23 +33,14 @@ EXACT_MAX_SPLITS = 25_000
 #: per stage (12 layers, 2 stages, V up to 4, full/select/comm, tight memory) falls back to the
 #: solver path instead of enumerating for minutes. Deterministic (no clock).
 EXACT_MAX_WORK = 1_500_000
-
-
-def count_splits(problem: Problem) -> int:
-    """Number of layer splits over all V candidates (a counting DP; never enumerates)."""
-    total = 0
-    N = problem.N
-    for V in problem.vpp_candidates:
-        lo, hi = problem.bounds(V)
-        ways = np.zeros(N + 1, dtype=object)
-        ways[0] = 1
-        for a, b in zip(lo.reshape(-1), hi.reshape(-1)):
-            nxt = np.zeros(N + 1, dtype=object)
-            for x in range(int(a), int(min(b, N)) + 1):
-                nxt[x:] = nxt[x:] + ways[:N + 1 - x]
-            ways = nxt
-        total += int(ways[N])
-    return total
+#: A V's best layout is given the integer-program recompute polish when it is within this
+#: fraction of the incumbent (the polish gained 1.0 % on TeleChat2 vpp3; a V further behind
+#: would not catch up).
+POLISH_WITHIN = 0.02
+#: Local searches run from this many of the best starts (a work cap, not a clock: deterministic).
+LOCAL_STARTS = 3
+#: Moves per local search.
+LOCAL_ITERS = 60
 
 
 @dataclass
@@ -53,83 +53,63 @@ class BoundAndSeeds:
     notes: list[str] = field(default_factory=list)
 
 
-#: A V's best layout is given the integer-program recompute polish when it is within this
-#: fraction of the incumbent (the polish gained 1.0 % on TeleChat2 vpp3; a V further behind
-#: would not catch up).
-POLISH_WITHIN = 0.02
-#: Local searches run from this many of the best starts (a work cap, not a clock: deterministic).
-LOCAL_STARTS = 3
-#: Moves per local search.
-LOCAL_ITERS = 60
-#: Subgradient iterations (and stall patience) of the second bound pass for V > 1 (a work cap).
-REFINE_ITERS = 1500
-REFINE_PATIENCE = 30
+def _incumbent(cands: list[Candidate]) -> float | None:
+    """The least step time (ms) of the feasible (scored) candidates, None when none fits."""
+    feas = [c.step_ms for c in cands if c.excess_mib <= 0]
+    return min(feas) if feas else None
 
 
-def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
-                    deadline: float | None = None) -> BoundAndSeeds:
-    """Exact optimum as the seed and the bound when the space is small; otherwise solver seeds
-    and the Lagrangian path bound (:func:`autotune.tuner.bounds.lower_bound`).
+def propose(problem: Problem) -> list[Candidate]:
+    """The even split of every V with the cheapest fitting recompute (greedy fit), scored."""
+    return [fitted(problem, V, even_layers(problem.N, problem.P, V)[None], f"even-fit-v{V}")[0]
+            for V in problem.vpp_candidates]
 
-    Args:
-        problem: the tuning problem.
-        seeds: caller's seeds (user config, baselines), kept first.
-        deadline: time.monotonic() limit for the local-search seeds.
-    """
-    out = list(seeds)
-    notes: list[str] = []
-    if count_splits(problem) <= EXACT_MAX_SPLITS:
-        try:
-            ex = exact_optimum(problem, max_work=EXACT_MAX_WORK, deadline=deadline)
-        except ExactBudgetExceeded as exc:
-            notes.append(f"exact enumeration skipped: {exc}")
-        else:
-            if ex.best is not None:
-                out.append(ex.best)
-            return BoundAndSeeds(out, ex.best.step_ms if ex.best is not None else float("inf"), True)
-    starts = [fitted(problem, V, even_layers(problem.N, problem.P, V)[None], f"even-fit-v{V}")[0]
-              for V in problem.vpp_candidates]
-    problem.score([c for c in out if not np.isfinite(c.step_ms)])
-    feas = [c.step_ms for c in starts + out if c.excess_mib <= 0]
-    ub = min(feas) if feas else None
-    b = lower_bound(problem, upper_ms=ub)
-    relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.layers_v.items()
-               if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
-    out += starts + relaxed
-    # Local moves from the most promising starts, best first; a V whose bound is above the
-    # incumbent cannot hold the optimum and is skipped (per-V pruning).
-    pool = sorted(starts + relaxed, key=lambda c: c.rank())
-    feas_pool = [x.step_ms for x in pool if x.excess_mib <= 0]
-    inc = min(feas_pool + ([ub] if ub is not None else [])) if feas_pool or ub is not None else float("inf")
+
+def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float], upper_ms: float | None, *,
+            deadline: float | None = None) -> list[Candidate]:
+    """Local searches from the :data:`LOCAL_STARTS` best ``starts`` (by rank) whose V's bound is not
+    above the incumbent (that V cannot hold the optimum). Interleaved starts are re-fitted exactly
+    (least replay per stage, edge chunks weighted) when that ranks better, searched with the exact
+    fit, then their recompute is polished by simulation (both answers kept); V = 1 starts are
+    searched with the greedy fit. Returns the answers in order."""
+    pool = sorted(starts, key=lambda c: c.rank())
+    feas = [x.step_ms for x in pool if x.excess_mib <= 0] + ([upper_ms] if upper_ms is not None else [])
+    inc = min(feas) if feas else float("inf")
+    out: list[Candidate] = []
     done = 0
     for c in pool:
         if done >= LOCAL_STARTS or (deadline is not None and time.monotonic() > deadline):
             break
-        if b.per_v_ms.get(c.V, 0.0) > inc:
+        if per_v_ms.get(c.V, 0.0) > inc:
             continue  # this V cannot beat the incumbent (its bound is above it)
         if c.V > 1:
-            # interleaved: moves re-fit recompute exactly (least replay per stage, replay on the
-            # first / last chunk weighted by EXACT_EDGE_WEIGHT), from the better-fitted start
             fit = exact_fit_spec(c.V)
             ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
             ls = local_search(problem, ex if ex.rank() < c.rank() else c, max_iters=LOCAL_ITERS,
                               deadline=deadline, fit=fit)
-            # coordinate descent over stages on the recompute, by simulation
             out += [ls, polish_recompute(problem, ls)]
         else:
             out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
         done += 1
-    # Recompute polish: the integer program with the split pinned picks each mini-stage's
-    # recompute classes (the greedy fit can leave ~1 % on memory-tight problems); the best layout
-    # of each V that can still win is polished and kept when it fits and is faster.
-    problem.score([c for c in out if not np.isfinite(c.step_ms)])
+    return out
+
+
+def polish(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float], *,
+           deadline: float | None = None) -> list[Candidate]:
+    """The integer program's recompute (:func:`autotune.tuner.bounds.milp.milp_recompute`, split
+    pinned) for the best layout of each interleaved V that can still win: its bound is below the
+    incumbent and it is within :data:`POLISH_WITHIN` of it (the greedy fit can leave ~1 % on
+    memory-tight problems). A polished layout is returned when it fits and is faster. ``cands``
+    are scored here."""
+    problem.score([c for c in cands if not np.isfinite(c.step_ms)])
+    out: list[Candidate] = []
     for V in problem.vpp_candidates:
-        mine = [c for c in out if c.V == V and c.excess_mib <= 0]
+        mine = [c for c in cands + out if c.V == V and c.excess_mib <= 0]
         if V < 2 or not mine:
             continue
         c0 = min(mine, key=lambda c: c.step_ms)
-        inc = min(c.step_ms for c in out if c.excess_mib <= 0)
-        if b.per_v_ms.get(V, 0.0) >= inc or c0.step_ms > inc * (1 + POLISH_WITHIN):
+        inc = min(c.step_ms for c in cands + out if c.excess_mib <= 0)
+        if per_v_ms.get(V, 0.0) >= inc or c0.step_ms > inc * (1 + POLISH_WITHIN):
             continue  # this V cannot win, or is too far behind for a recompute polish to help
         if c0.origin.endswith("+polish"):
             continue  # polish_recompute's coordinate descent already tuned it (the integer
@@ -137,46 +117,55 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         pols = [c for c in problem.score(milp_recompute(problem, c0, deadline=deadline)) if c.excess_mib <= 0]
         if pols and min(c.step_ms for c in pols) < c0.step_ms - 1e-9:
             out.append(min(pols, key=lambda c: c.step_ms))
-    # Second bound pass for V > 1 (every layout in ``out`` is scored by now), against the
-    # incumbent. First the device-by-device DP (autotune.tuner.device_dp: exact over integer
-    # splits for the no-skip paths, every stage's replay counted; about a second), so that the
-    # integer program starts from it and a V it already settles is skipped.
-    feas = [c.step_ms for c in out if c.excess_mib <= 0]
-    ub2 = min(feas) if feas else None
-    if ub2 is not None:
-        for V in problem.vpp_candidates:
-            if V > 1 and b.per_v_ms.get(V, 0.0) < ub2:
-                dd = device_dp_bound(problem, V, upper_ms=ub2)
-                if dd is not None:
-                    b.per_v_ms[V] = max(b.per_v_ms[V], dd.bound_ms)
-    vs = sorted((V for V in problem.vpp_candidates
-                 if V > 1 and (ub2 is None or b.per_v_ms.get(V, 0.0) < ub2)), key=lambda V: b.per_v_ms[V])
-    # Then the integer program over layer counts with lazily generated paths
-    # (autotune.tuner.milp_bound), seeded with the critical paths of every layout found and the
-    # incumbent as a cutoff; where it does not apply (B/W-split schedules) the Lagrangian's column
-    # generation pass with the incumbent as the Polyak target.
-    refine = []
-    for i, V in enumerate(vs):
-        # the bound is the minimum over V: once a V processed earlier, or one no pass raises,
-        # is at or below this V's bound, raising this one cannot change the minimum
-        fixed_v = [W for W in problem.vpp_candidates if W not in vs[i:]]
-        if any(b.per_v_ms[W] <= b.per_v_ms[V] for W in fixed_v):
-            continue
-        mb = milp_bound(problem, V, layouts=[c for c in out if c.V == V], lower_ms=b.per_v_ms[V],
-                        upper_ms=ub2, deadline=deadline)
-        if mb is None:
-            refine.append(V)
-            continue
-        b.per_v_ms[V] = max(b.per_v_ms[V], mb.bound_ms)
-        if mb.split is not None:
-            out += fitted(problem, V, mb.split[None], f"milp-split-v{V}")
-    if refine:
-        from dataclasses import replace
+    return out
 
-        b2 = lower_bound(replace(problem, vpp_candidates=refine), upper_ms=ub2, iters=REFINE_ITERS,
-                         patience=REFINE_PATIENCE, layouts=[c for c in out if c.V in refine],
-                         stage_dp=False)  # the first pass ran it; its value is kept below
-        for V in refine:
-            b.per_v_ms[V] = max(b.per_v_ms[V], b2.per_v_ms[V])
-    b.bound_ms = min(b.per_v_ms.values())
-    return BoundAndSeeds(out, b.bound_ms, notes=notes)
+
+def _exact(problem: Problem, deadline: float | None, notes: list[str]) -> ExactResult | None:
+    """The exact enumeration, or None when it is skipped (too many splits, or over its work
+    budget: a note says why)."""
+    if count_splits(problem) > EXACT_MAX_SPLITS:
+        return None
+    try:
+        return exact_optimum(problem, max_work=EXACT_MAX_WORK, deadline=deadline)
+    except ExactBudgetExceeded as exc:
+        notes.append(f"exact enumeration skipped: {exc}")
+        return None
+
+
+def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
+                    deadline: float | None = None) -> BoundAndSeeds:
+    """The exact optimum as the seed and the bound when the space is small; otherwise the module's
+    pipeline: solver seeds and the lower bound of the passes of
+    :data:`autotune.tuner.bounds.REGISTRY` (the first one before the local search, the others
+    against its incumbent).
+
+    Args:
+        problem: the tuning problem.
+        seeds: caller's seeds (user config, baselines), kept first.
+        deadline: time.monotonic() limit for the local-search seeds and the integer program.
+    """
+    out = list(seeds)
+    notes: list[str] = []
+    ex = _exact(problem, deadline, notes)
+    if ex is not None:
+        return BoundAndSeeds(out + ([ex.best] if ex.best is not None else []),
+                             ex.best.step_ms if ex.best is not None else float("inf"), True)
+    starts = propose(problem)
+    problem.score([c for c in out if not np.isfinite(c.step_ms)])
+    ub = _incumbent(starts + out)
+    first, *later = REGISTRY
+    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub), skip=first.skip)
+    relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
+               if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
+    out += starts + relaxed
+    out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=deadline)
+    out += polish(problem, out, dict(b.per_v_ms), deadline=deadline)
+    per_v = b.per_v_ms
+    ub2 = _incumbent(out)
+    for p in later:
+        t = tighten(problem, p.proofs, per_v, skip=p.skip,
+                    ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline))
+        per_v = t.per_v_ms
+        for V, split in t.splits.items():
+            out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
+    return BoundAndSeeds(out, min(per_v.values()), notes=notes)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from autotune.cost import compile_schedule, simulate_schedule
 from autotune.cost.schedules import W, get_schedule, registered
+from tests.oracles import critical_path_lower_bound_ms, ideal_step_ms, sum_plus_max_ms
 
 # (P, V, m, k) sizes each schedule can run
 SIZES = {
@@ -149,8 +150,6 @@ def test_simulation_between_bounds(P, m, name, seed):
     """Lower bounds <= simulated step (reference §6.1), for 1F1B, GPipe and SeqPipe. The
     reference's upper bound Σt + (m−1)·max t does not hold (hypothesis found P=3, m=2, seed 64:
     19.60 ms simulated vs 19.27; see test_closed_form_is_not_an_upper_bound)."""
-    from autotune.cost.bounds import critical_path_lower_bound_ms, ideal_step_ms
-
     rng = np.random.default_rng(seed)
     f = rng.uniform(0.1, 3.0, P)
     b = rng.uniform(0.1, 6.0, P)
@@ -165,8 +164,6 @@ def test_closed_form_is_not_an_upper_bound():
     (1.5), B0, B1 on stage 1 (5 + 5; B0 waits for F1 on stage 1 in program order), B1 on stage 0
     (2) is 19.5 ms, and nothing is longer: the simulated step is 19.5 ms, above the closed form
     Σt + (m−1)·max t = 12.4 + 6.5 = 18.9 ms that the reference (§6.1) calls an upper bound."""
-    from autotune.cost.bounds import sum_plus_max_ms
-
     f, b = np.array([3.0, 1.5, 0.3]), np.array([2.0, 5.0, 0.6])
     assert simulate_schedule(f, b, micro_batch_num=2, schedule="1f1b").step_ms == pytest.approx(19.5)
     assert sum_plus_max_ms(f, b, 2) == pytest.approx(18.9)

@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 
 from autotune.cost import compile_schedule, simulate_schedule
-from autotune.cost.bounds import (critical_path_lower_bound_ms, sum_plus_max_ms, zero_bubble_peak_inflight,
-                                  zero_bubble_rates)
-from autotune.cost.exact import brute_force_1f1b, min_max_partition
 from autotune.cost.inputs import ProfileArrays, stage_costs
 from autotune.cost.schedules.interleaved import vpp_group_rule
 from autotune.profile.analytic import (flops_utilization, korthikanti_layer_activation_bytes,
                                        korthikanti_step_flops, megatron_bytes_per_param, narayanan_params)
 from autotune.profile.schema import EndPart, LayerKind, ModelProfile, RecomputeOption
 from autotune.units import BYTES_PER_MIB
+from tests.oracles import (brute_force_1f1b, critical_path_lower_bound_ms, min_max_partition, sum_plus_max_ms,
+                           zero_bubble_peak_inflight, zero_bubble_rates)
 
 CASES_PATH = Path(__file__).resolve().parents[1] / "data" / "cases" / "validation_cases.json"
 CASES = {c["id"]: c for c in json.loads(CASES_PATH.read_text())["cases"]}

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autotune.profile.schema import load_profile
-from autotune.tuner.device_dp import device_dp_bound
+from autotune.tuner.bounds.device_dp import device_dp_bound
 from autotune.tuner.exact import exact_optimum
-from autotune.tuner.stage_dp import one_stay_counts
+from autotune.tuner.bounds._paths import one_stay_counts
 from tests.search.test_stage_dp import VPP_CASES, small_vpp_problem
 
 #: TeleChat2's layer profile as the search benchmark tunes it (frozen: benchmarks/data/README.md)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from autotune.cost.inputs import ProfileArrays
 from autotune.profile.schema import ModelProfile
-from autotune.tuner.bounds import lower_bound, minmax_partition, path_dp_bound
+from autotune.tuner.bounds import lower_bound, path_dp_bound
+from autotune.tuner.bounds._paths import detour_counts
 from autotune.tuner.exact import compositions, exact_optimum, space_size
 from autotune.tuner.problem import Problem
 
@@ -35,14 +36,6 @@ def syn2_problem(cap: float) -> Problem:
         layer_kinds=[("L", c["L"])], head={"static_mib": c["head_static"]},
         tail={"fwd_ms": c["tail_time_fwd"], "bwd_ms": c["tail_time_bwd"], "static_mib": c["tail_static"]})
     return Problem(ProfileArrays.from_profile(prof), P=c["p"], m=c["m"], hbm_mib=cap, kinds=("full",))
-
-
-def test_syn1_minmax_partition() -> None:
-    c = _case("SYN-1-MINMAX")
-    i, e = c["inputs"], c["expected"]
-    value, split = minmax_partition(i["layer_cost"], i["p"], head=i["head_cost_stage0"], tail=i["tail_cost_last"])
-    assert value == e["optimal_bottleneck"] == 14
-    assert sum(split) == 8 and len(split) == 3
 
 
 @pytest.mark.parametrize("cap", [150, 100])
@@ -163,9 +156,7 @@ def test_detour_counts_1f1b_stage0() -> None:
     trip from F7 to B7 skips B4 B5 B6 (8 forwards, 5 backwards); the heaviest paths per r are
     non-dominated (r, forwards, backwards) triples."""
     from autotune.cost.simulate import compile_schedule
-    from autotune.tuner.bounds import _detour_counts
-
-    got = _detour_counts(compile_schedule("1f1b", 4, 1, 8), 0)
+    got = detour_counts(compile_schedule("1f1b", 4, 1, 8), 0)
     assert (1, 8, 5) in got
     assert all(r >= 1 and f <= 8 and b <= 8 for r, f, b in got)
-    assert _detour_counts(compile_schedule("1f1b", 4, 1, 8), 3) == []
+    assert detour_counts(compile_schedule("1f1b", 4, 1, 8), 3) == []

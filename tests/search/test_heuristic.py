@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from autotune.profile.schema import load_profile
 from autotune.tuner import heuristic as H
 from autotune.tuner.problem import Candidate, Problem, even_layers
+from autotune.tuner.recompute import recompute_choices
 from tests.search.test_exact_bounds import _random_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,7 +298,7 @@ def _brute_least_replay(problem: Problem, layers: np.ndarray, p: int, w: np.ndar
     import itertools
 
     V, P = layers.shape
-    per = [H._mini_stage_options(int(layers[v, p]), problem.kinds) for v in range(V)]
+    per = [recompute_choices(int(layers[v, p]), problem.kinds) for v in range(V)]
     combos = list(itertools.product(*[range(len(o)) for o in per]))
     R, S, C = (np.zeros((len(combos), V, P), dtype=np.int64) for _ in range(3))
     for i, cmb in enumerate(combos):

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 
 from autotune.profile.schema import load_profile
 from autotune.tuner.exact import exact_optimum
-from autotune.tuner.milp_bound import _quiet_stdout, milp_bound
-from autotune.tuner.stage_dp import stage_dp_bound
+from autotune.tuner.bounds.milp import _quiet_stdout, milp_bound, milp_recompute
+from autotune.tuner.bounds.stage_dp import stage_dp_bound
 from tests.search.test_exact_bounds import _random_problem
 from tests.search.test_stage_dp import VPP_CASES, _telechat_48l, small_vpp_problem
 
@@ -138,8 +138,6 @@ def test_recompute_polish_beats_the_greedy_fit_on_telechat2() -> None:
     6,845.16 ms and fit (worst stage 55,752 MiB). The chosen counts are valid MindFormers values
     (full <= select, comm <= layers), and no layer is fully recomputed (select + comm suffice)."""
     from autotune.tuner.heuristic import fitted
-    from autotune.tuner.milp_bound import milp_recompute
-
     problem = _telechat_96l_vpp3()
     lay = np.array([[3, 3, 3, 4, 4, 4, 4, 4], [4] * 8, [5, 5, 5, 4, 5, 4, 4, 3]])
     greedy = fitted(problem, 3, lay[None], "greedy")[0]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.bounds import _pair_cycle
+from autotune.tuner.bounds._paths import pair_cycle
 from tests.search.test_exact_bounds import syn2_problem
 
 
 def test_pair_cycle_1f1b_p2_m4() -> None:
     # stage 0: F0 F1 B0 F2 B1 F3 B2 B3; stage 1: F0 B0 F1 B1 F2 B2 F3 B3.
     # path: F0(s) -> F0 B0 (L) -> B0(s) -> F2(s) -> F2 B2 (L) -> B2(s) -> B3(s)
-    assert _pair_cycle(compile_schedule("1f1b", 2, 1, 4)) == (2, 3, 2, 2, 4)
+    assert pair_cycle(compile_schedule("1f1b", 2, 1, 4)) == (2, 3, 2, 2, 4)
 
 
 def test_pair_cycle_bounds_a_balanced_simulation() -> None:
@@ -22,7 +22,7 @@ def test_pair_cycle_bounds_a_balanced_simulation() -> None:
 
     P, m, f, b, p2p = 4, 8, 1.0, 2.0, 0.4
     cs = compile_schedule("1f1b", P, 1, m)
-    cF_s, cB_s, cF_L, cB_L, hops = _pair_cycle(cs)
+    cF_s, cB_s, cF_L, cB_L, hops = pair_cycle(cs)
     z = np.zeros((1, 1, P))
     costs = StageCosts(z + f, z + b, z, z, np.zeros((1, P)), z)
     T = float(simulate(cs, costs, p2p).step_ms[0])

@@ -151,8 +151,8 @@ def test_scheduler_candidates() -> None:
 def test_stage_granularity_shares_fraction_across_chunks() -> None:
     cfg = autotune.load_config(DATA / "tiny.yaml")
     pa = ProfileArrays.from_profile(autotune.load_profile(DATA / "tiny_profile.yaml"))
-    prob = Problem(pa, P=2, m=4, hbm_mib=1024, vpp_candidates=[1, 2], kinds=("full",))
-    prob.recompute_granularity = "stage"
+    prob = Problem(pa, P=2, m=4, hbm_mib=1024, vpp_candidates=[1, 2], kinds=("full",),
+                   recompute_granularity="stage")
     names = param_names(prob)
     assert [n for n in names if n.startswith("full")] == ["full0", "full1"]
     params = {"pp_interleave_num": 2, **{f"w{i}": 1.0 for i in range(4)}, "full0": 0.5, "full1": 1.0}

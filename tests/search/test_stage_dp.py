@@ -17,7 +17,9 @@ from autotune.cost.inputs import ProfileArrays, stage_costs
 from autotune.cost.simulate import compile_schedule, simulate
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.problem import Problem
-from autotune.tuner.stage_dp import _count_vectors, stage_dp_bound, stage_paths
+from autotune.tuner.bounds._paths import stage_paths
+from autotune.tuner.bounds._relax import count_vectors
+from autotune.tuner.bounds.stage_dp import stage_dp_bound
 from tests.search.test_exact_bounds import _random_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +30,7 @@ FROZEN_TELECHAT2 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" /
 
 def test_count_vectors_by_hand() -> None:
     """lo (1, 0), hi (3, 2), Σ <= 3: (1,0) (1,1) (1,2) (2,0) (2,1) (3,0)."""
-    got = _count_vectors(np.array([1, 0]), np.array([3, 2]), 3)
+    got = count_vectors(np.array([1, 0]), np.array([3, 2]), 3)
     assert got == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (3, 0)]
 
 

@@ -55,9 +55,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.tuner.bounds import _pareto_front
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._paths import one_stay_counts
+from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, RowFrontiers, count_vectors, integer_setup,
+                                          min_extra_ms, pareto_front, undominated)
 from autotune.tuner.problem import Problem
-from autotune.tuner.stage_dp import _count_vectors, _min_extra, _RowFrontiers, _setup, _undominated, one_stay_counts
 
 
 #: Work cap: stage configurations (layer-count vectors) enumerated over all stages.
@@ -100,7 +102,7 @@ class _Stage:
     last chunk's forwards of the other stages (their length is W + Es − f·(those layers); -inf
     elsewhere); for the joint pass the live-count vectors with their phase, jrows [Rj, V] and
     jchunk [Rj] (-1 after a forward, else the chunk whose backward runs: its workspace is live),
-    jroom [M, Rj] (MiB) and the head / tail workspace end_w [V] (MiB)."""
+    jroom [M, Rj] (MiB) and the head / tail workspace end_ws_mib [V] (MiB)."""
 
     n: np.ndarray
     F: np.ndarray
@@ -115,12 +117,12 @@ class _Stage:
     jrows: np.ndarray
     jchunk: np.ndarray
     jroom: np.ndarray
-    end_w: np.ndarray
+    end_ws_mib: np.ndarray
 
     def take(self, idx: np.ndarray, e: np.ndarray | None = None, E: np.ndarray | None = None) -> "_Stage":
         return _Stage(self.n[idx], self.F[idx], self.B[idx], self.e[idx] if e is None else e,
                       self.E[idx] if E is None else E, self.E0[idx], self.A, self.rows, self.room[idx],
-                      self.Es[idx], self.jrows, self.jchunk, self.jroom[idx], self.end_w)
+                      self.Es[idx], self.jrows, self.jchunk, self.jroom[idx], self.end_ws_mib)
 
     @property
     def cost(self) -> np.ndarray:
@@ -149,7 +151,7 @@ class _WeightedFronts:
     front for one live-count weight w_v (:class:`autotune.tuner.stage_dp._RowFrontiers`) with its
     replay scaled by a_v, Minkowski-summed over the chunks (memoised by counts, w, a)."""
 
-    def __init__(self, fr: _RowFrontiers) -> None:
+    def __init__(self, fr: RowFrontiers) -> None:
         self.fr = fr
         self.cache: dict[tuple, np.ndarray] = {}
 
@@ -165,7 +167,7 @@ class _WeightedFronts:
             for n, wv, av in zip(counts, w, a):
                 g = self.fr.get(int(n), float(wv)).copy()
                 g[:, 1] *= av
-                acc = _pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
+                acc = pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
             self.cache[key] = acc
         ok = acc[:, 0] <= budget + 1e-9 * (1.0 + abs(budget))
         return float(acc[ok, 1].min()) if ok.any() else float("inf")
@@ -183,9 +185,9 @@ class _ChunkOptions:
     def get(self, n: int) -> np.ndarray:
         if n not in self.cache:
             lay = self.layer
-            per = np.stack([lay.act, lay.sdelta, lay.extra], axis=1)  # [C, 3]
+            per = np.stack([lay.act_mib, lay.sdelta_mib, lay.extra_ms], axis=1)  # [C, 3]
             combos = list(itertools.combinations_with_replacement(range(per.shape[0]), n))
-            arr = np.array([np.append(per[list(c)].sum(axis=0), lay.ws[list(c)].max()) for c in combos]) \
+            arr = np.array([np.append(per[list(c)].sum(axis=0), lay.ws_mib[list(c)].max()) for c in combos]) \
                 if n else np.zeros((1, 4))
             keep = [j for j in range(arr.shape[0])
                     if not np.any(np.all(arr <= arr[j] + 1e-9, axis=1) & np.any(arr < arr[j] - 1e-9, axis=1))]
@@ -208,7 +210,7 @@ def _joint(jo: _ChunkOptions, counts: tuple[int, ...], st: "_Stage", j: int) -> 
     act = np.stack([o[i, 0] for o, i in zip(opts, sel)], axis=1)  # [K, V]
     sd = sum(o[i, 1] for o, i in zip(opts, sel))  # [K]
     x = np.stack([o[i, 2] for o, i in zip(opts, sel)], axis=1)  # [K, V]
-    ws = np.maximum(np.stack([o[i, 3] for o, i in zip(opts, sel)], axis=1), st.end_w[None, :])  # [K, V]
+    ws = np.maximum(np.stack([o[i, 3] for o, i in zip(opts, sel)], axis=1), st.end_ws_mib[None, :])  # [K, V]
     ch = st.jchunk
     live = act @ st.jrows.T + sd[:, None] + np.where(ch >= 0, ws[:, np.maximum(ch, 0)], 0.0)  # [K, Rj]
     room = st.jroom[j]
@@ -216,7 +218,7 @@ def _joint(jo: _ChunkOptions, counts: tuple[int, ...], st: "_Stage", j: int) -> 
     if not fit.any():
         return np.zeros((0, 2))
     x = x[fit]
-    return _pareto_front(np.stack([x.sum(axis=1), (st.E0[j][None, :] + x @ st.A.T).max(axis=1)], axis=1))
+    return pareto_front(np.stack([x.sum(axis=1), (st.E0[j][None, :] + x @ st.A.T).max(axis=1)], axis=1))
 
 
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
@@ -226,18 +228,18 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     configurations enumerated and the shared setup (:func:`autotune.tuner.stage_dp._setup`); None
     when a work cap or the applicability check fails, or when no stage has a no-skip path (a stage
     may be left with no configuration: nothing beats upper)."""
-    su = _setup(problem, V)
+    su = integer_setup(problem, V)
     if su is None:
         return None
-    cs, lay, p2p = su.cs, su.lay, su.p2p
-    end_f, end_b, end_a, const_static = su.end_f, su.end_b, su.end_a, su.const_static
+    cs, lay, p2p = su.cs, su.layer, su.p2p_ms
+    end_f, end_b, end_a, const_static = su.end_fwd_ms, su.end_bwd_ms, su.end_act_mib, su.const_static_mib
     P, N, m, k = problem.P, problem.N, problem.m, cs.k
     lo, hi = problem.bounds(V)
-    fb0 = lay.f + lay.b0
+    fb0 = lay.fwd_ms + lay.bwd_ms
     w_const = N * fb0 + float(end_f.sum() + end_b.sum())  # W without replay (ms)
     n_cap = N if fb0 <= 0 else min(N, int(upper_ms / (m * fb0)) + 1)  # a stage's own ops path
     fam = one_stay_counts(cs)
-    fr = _RowFrontiers(lay)
+    fr = RowFrontiers(lay)
     wf = _WeightedFronts(fr)
     stages = []
     total = 0
@@ -257,13 +259,13 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
             skip = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in fam[p]
                     if (np.abs(cf[zero]) < 1e-9).all() and (cf[off & ~zero] >= 1.0 - 1e-9).all()
                     and (cb[off] >= 1.0 - 1e-9).all() and not (end_f[V - 1, :P - 1] > 0).any()]
-        vecs = _count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), n_cap)
+        vecs = count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), n_cap)
         total += len(vecs)
         if total > max_configs:
             return None
         nv = np.asarray(vecs, dtype=np.float64).reshape(-1, V)  # [M, V]
-        F = nv * lay.f + end_f[:, p]
-        B = nv * lay.b0 + end_b[:, p]
+        F = nv * lay.fwd_ms + end_f[:, p]
+        B = nv * lay.bwd_ms + end_b[:, p]
         if keep:
             any_path = True
             A_f = np.array([a for a, _, _ in keep])  # [Q, V]
@@ -275,14 +277,14 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
             A = np.zeros((1, V))
             E0 = np.full((nv.shape[0], 1), -np.inf)
             ok = np.ones(nv.shape[0], dtype=bool)
-        jr = [(w, -1) for w in _undominated(np.asarray(cs.mem_fwd[p]).reshape(-1, V).astype(np.float64)) / k]
+        jr = [(w, -1) for w in undominated(np.asarray(cs.mem_fwd[p]).reshape(-1, V).astype(np.float64)) / k]
         bv, bc = cs.mem_bwd[p]
         for c_ in (np.unique(bc) if bv.size else []):
-            jr += [(w, int(c_)) for w in _undominated(bv[bc == c_].reshape(-1, V).astype(np.float64)) / k]
+            jr += [(w, int(c_)) for w in undominated(bv[bc == c_].reshape(-1, V).astype(np.float64)) / k]
         jrows = np.array([w for w, _ in jr]).reshape(-1, V)
         jchunk = np.array([c_ for _, c_ in jr], dtype=np.int64)
-        rows = _undominated(jrows)  # the first pass ignores the phase (no workspace)
-        free = problem.hbm_mib - const_static[p] - nv.sum(axis=1) * lay.static  # [M] MiB
+        rows = undominated(jrows)  # the first pass ignores the phase (no workspace)
+        free = problem.hbm_mib - const_static[p] - nv.sum(axis=1) * lay.static_mib  # [M] MiB
         jroom = free[:, None] - (jrows @ end_a[:, p])[None, :]  # [M, Rj]
         room = free[:, None] - (rows @ end_a[:, p])[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
@@ -298,7 +300,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         for i in np.flatnonzero(ok):
             cnt = tuple(int(x) for x in vecs[i])
             for w, r in zip(rows, room[i]):
-                e[i] = max(e[i], _min_extra(fr, cnt, w, r))
+                e[i] = max(e[i], min_extra_ms(fr, cnt, w, r))
             if not np.isfinite(e[i]) or not keep:
                 continue
             if least_work + len(rows) * len(groups) > LEAST_WORK:
@@ -315,7 +317,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         ok &= np.isfinite(e)
         idx = np.flatnonzero(ok)
         stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx], Es[idx],
-                             jrows, jchunk, jroom[idx], su.end_w[:, p]))
+                             jrows, jchunk, jroom[idx], su.end_ws_mib[:, p]))
     if not any_path:
         return None
     return stages, total, su
@@ -438,7 +440,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         eps = _thresholds(sts)
         if eps.size == 0:
             return upper, 0
-        val = _final(sts, eps, N, float(su.lay.f))  # Σ cost is W
+        val = _final(sts, eps, N, float(su.layer.fwd_ms))  # Σ cost is W
         return (float(val.min()) if np.isfinite(val).any() else float("inf")), eps.size
 
     best, kn = solve(stages)
@@ -451,7 +453,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     # reaches τ, τ rises (more survivors) until the work cap or the incumbent.
     eps = _thresholds(stages)
     thr = _through(stages, eps, N)
-    jo = _ChunkOptions(su.lay)
+    jo = _ChunkOptions(su.layer)
     cache: dict[tuple[int, int], np.ndarray] = {}
     work = 0
     step = max(upper - best, 1e-9) / 16
@@ -490,3 +492,20 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         if val < tau:
             break  # the joint relaxation's optimum is below τ: exact, no larger τ can help
     return DeviceDPBound(min(result, upper), total, kn, n_surv, len(cache))
+
+
+@dataclass(frozen=True)
+class DeviceDP:
+    """:func:`device_dp_bound` as a :class:`~autotune.tuner.bounds.LowerBound` (V > 1, schedules
+    with whole backward ops and chunk-major positions; needs an incumbent ``ctx.upper_ms``)."""
+
+    name: str = "device DP"
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return integer_setup(problem, V) is not None
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        dd = device_dp_bound(problem, V, upper_ms=ctx.upper_ms)
+        if dd is None:
+            return None
+        return BoundOutcome(dd.bound_ms, None, {"configs": dd.configs})

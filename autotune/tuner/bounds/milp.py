@@ -46,9 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
-from autotune.tuner.bounds import allowed_classes, critical_path
-from autotune.tuner.problem import Problem
-from autotune.tuner.stage_dp import _setup, _undominated, one_stay_counts
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._paths import critical_path, one_stay_counts
+from autotune.tuner.bounds._relax import integer_setup, undominated
+from autotune.tuner.problem import Candidate, Problem
+from autotune.tuner.recompute import allowed_classes
 
 #: Work cap over all solves, in HiGHS branch-and-bound nodes × (LP variables × rows)²: measured,
 #: a node's time grows about with the square of the LP size (2.5 ms on the 24-mini-stage
@@ -138,8 +140,6 @@ def milp_recompute(problem: Problem, cand, *, max_solves: int = MAX_SOLVES,
     (the last first; the work cap may stop the lazy loop before it converges, so the caller scores
     them all); empty when not applicable or nothing fits the relaxed memory model.
     """
-    from autotune.tuner.problem import Candidate
-
     V = cand.V
     out = _milp(problem, V, layouts=[cand], max_solves=max_solves, deadline=deadline,
                 node_work=POLISH_WORK, fixed=np.asarray(cand.layers))
@@ -169,23 +169,24 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     """The lazy loop of :func:`milp_bound`; with ``fixed`` (int [V, P]) the split is pinned and
     the recompute classes are modelled exactly (see :func:`milp_recompute`). Returns (result,
     every solve's class counts float [V, P, C], in solve order)."""
-    from scipy.optimize import Bounds, LinearConstraint, milp  # lazy: ~0.6 s to import
-    from scipy.sparse import csr_matrix
+    # scipy: a heavy import (~0.6 s), needed only when the integer program runs
+    from scipy.optimize import Bounds, LinearConstraint, milp  # noqa: PLC0415
+    from scipy.sparse import csr_matrix  # noqa: PLC0415
 
-    su = _setup(problem, V)
+    su = integer_setup(problem, V)
     if su is None:
         return None
-    cs, lay, p2p = su.cs, su.lay, su.p2p
-    end_f, end_b, end_a, const_static = su.end_f, su.end_b, su.end_a, su.const_static
+    cs, lay, p2p = su.cs, su.layer, su.p2p_ms
+    end_f, end_b, end_a, const_static = su.end_fwd_ms, su.end_bwd_ms, su.end_act_mib, su.const_static_mib
     P, N, k = problem.P, problem.N, cs.k
-    C = lay.act.size
+    C = lay.act_mib.size
     lo, hi = problem.bounds(V)
 
     exact = fixed is not None
     nn, ny = V * P, V * P * C
     cls = allowed_classes(problem.kinds)
-    wsmin = lay.ws  # [C] MiB, cheapest kind per class
-    end_w = su.end_w
+    wsmin = lay.ws_mib  # [C] MiB, cheapest kind per class
+    end_ws_mib = su.end_ws_mib
     wcls = [c for c in range(C) if wsmin[c] > 0] if exact else []
     excl = exact and SELECT in cls and COMM in cls
     nu = nn * len(wcls)          # binary: class c present in mini-stage j (its workspace is on)
@@ -241,18 +242,18 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             for vv, ch in groups:
                 if vv.size == 0:
                     continue
-                for w in _undominated(vv.astype(np.float64)) / k:
+                for w in undominated(vv.astype(np.float64)) / k:
                     r = np.zeros(nvar)
                     for v in range(V):
                         j = v * P + p
-                        r[j] = lay.static
-                        r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act + lay.sdelta
+                        r[j] = lay.static_mib
+                        r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act_mib + lay.sdelta_mib
                     room = problem.hbm_mib - const_static[p] - float(w @ end_a[:, p])
                     if ch is not None:
                         if nw:
                             r[iw + ch * P + p] = 1.0
                         else:
-                            room -= float(end_w[ch, p])  # head / tail workspace (a max, so >= it)
+                            room -= float(end_ws_mib[ch, p])  # head / tail workspace (a max, so >= it)
                     add_row(r, -np.inf, room)
 
     seen: set[bytes] = set()
@@ -265,15 +266,15 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             return False
         seen.add(key)
         r = np.zeros(nvar)
-        r[:nn] = (cf * lay.f + cb * lay.b0).reshape(-1)
-        r[nn:nn + ny] = (cb[:, :, None] * lay.extra[None, None, :]).reshape(-1)
+        r[:nn] = (cf * lay.fwd_ms + cb * lay.bwd_ms).reshape(-1)
+        r[nn:nn + ny] = (cb[:, :, None] * lay.extra_ms[None, None, :]).reshape(-1)
         r[iT] = -1.0
         path_rows.append(r)
         path_hi.append(-float((cf * end_f).sum() + (cb * end_b).sum() + hops * p2p))
         return True
 
     def durations(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return n * lay.f + end_f, n * lay.b0 + (y * lay.extra).sum(axis=-1) + end_b
+        return n * lay.fwd_ms + end_f, n * lay.bwd_ms + (y * lay.extra_ms).sum(axis=-1) + end_b
 
     for stage_rows in one_stay_counts(cs):
         for cf, cb, hops in stage_rows:
@@ -298,7 +299,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         integ[nn:nn + ny] = 1
         integ[iu:iu + nu] = 1
         vhi[iu:iu + nu] = 1
-        vlo[iw:iw + nw] = end_w.reshape(-1)[:nw]
+        vlo[iw:iw + nw] = end_ws_mib.reshape(-1)[:nw]
         integ[ix:ix + nx] = 1
         vhi[ix:ix + nx] = 1
     if lower_ms is not None and np.isfinite(lower_ms):
@@ -373,3 +374,23 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         if not added:
             break
     return MilpBound(best, split, len(path_rows), solves, converged), all_y
+
+
+@dataclass(frozen=True)
+class IntegerProgram:
+    """:func:`milp_bound` as a :class:`~autotune.tuner.bounds.LowerBound` (V > 1, schedules with
+    whole backward ops and chunk-major positions): the known layouts' critical paths seed its
+    family, it starts at ``ctx.lower_ms`` and uses ``ctx.upper_ms`` as a cutoff; its split (the
+    relaxed minimiser) is a seed."""
+
+    name: str = "integer program"
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return integer_setup(problem, V) is not None
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        mb = milp_bound(problem, V, layouts=[c for c in ctx.layouts if c.V == V], lower_ms=ctx.lower_ms,
+                        upper_ms=ctx.upper_ms, deadline=ctx.deadline)
+        if mb is None:
+            return None
+        return BoundOutcome(mb.bound_ms, mb.split, {"solves": mb.solves, "paths": mb.paths})

@@ -1,0 +1,113 @@
+"""Provable lower bounds on the step time of any memory-feasible layout (pure numpy, no Optuna).
+
+Certified gap of an answer = (best - bound) / bound; the bound is a *proof*, not an estimate:
+every layout of the search space that fits the HBM budget simulates to a step time >= the bound.
+
+Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound` object
+(``name``, ``applies(problem, V)``, ``bound(problem, V, ctx)`` -> :class:`BoundOutcome`):
+
+- :mod:`.path_dp` — :class:`PathDP`, exact path DP for pp_interleave_num 1;
+- :mod:`.lagrangian` — :class:`Lagrangian`, the Lagrangian path relaxation with critical-path
+  column generation (V > 1, every schedule);
+- :mod:`.stage_dp` — :class:`StageDP`, threshold DP over one-stay paths, exact over integer splits;
+- :mod:`.device_dp` — :class:`DeviceDP`, device-by-device DP over the no-skip paths with every
+  stage's replay counted;
+- :mod:`.milp` — :class:`IntegerProgram`, integer program with lazily generated paths (HiGHS).
+
+Shared code: :mod:`._paths` (dependency-graph paths), :mod:`._relax` (relaxed layers, recompute
+fronts). :func:`tighten` combines them: per V the largest proof, over V the least, skipping a V
+that cannot change the least. :data:`REGISTRY` lists the passes the search runs
+(:func:`autotune.tuner.solve.bound_and_seeds`): a bound joins by one module and one entry there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.tuner.bounds._base import (BoundContext, BoundOutcome, Fallback, LowerBound, Skip, Tightened,
+                                         tighten)
+from autotune.tuner.bounds._paths import critical_path
+from autotune.tuner.bounds.device_dp import DeviceDP
+from autotune.tuner.bounds.lagrangian import Lagrangian
+from autotune.tuner.bounds.milp import IntegerProgram
+from autotune.tuner.bounds.path_dp import PathDP, path_dp_bound
+from autotune.tuner.bounds.stage_dp import StageDP
+from autotune.tuner.problem import Candidate, Problem
+
+#: Subgradient iterations (and stall patience) of the long Lagrangian pass for V > 1 where the
+#: integer program does not apply (schedules that split B/W; a work cap).
+REFINE_ITERS = 1500
+REFINE_PATIENCE = 30
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One bound pass of the search: its proofs (tried in order per V), how much of the skip rule
+    of :func:`tighten` it uses, and the origin tag of the seeds made from its relaxed splits
+    (``<seed_tag>-split-v<V>``)."""
+
+    name: str
+    proofs: tuple[LowerBound, ...]
+    skip: Skip = "none"
+    seed_tag: str = "bound"
+
+
+#: The bound passes of :func:`autotune.tuner.solve.bound_and_seeds`, in order. The first sets
+#: every V's bound before the local search (its splits seed it); the later ones run after it and
+#: raise the V's that can still hold the optimum, against the best layout found: the device DP
+#: first (about a second; the integer program then starts from its value and skips a V it
+#: settles), then the integer program, or the long Lagrangian pass where it does not apply.
+REGISTRY: tuple[Pass, ...] = (
+    Pass("relaxations", (PathDP(), Lagrangian(), StageDP())),
+    Pass("device DP", (DeviceDP(),), skip="upper"),
+    Pass("integer program", (Fallback(IntegerProgram(), Lagrangian(REFINE_ITERS, patience=REFINE_PATIENCE,
+                                                                     propose=False)),),
+         skip="dominated", seed_tag="milp"),
+)
+
+
+@dataclass
+class BoundResult:
+    """A lower bound on the step time (ms) of every memory-feasible layout of a problem.
+
+    Attributes:
+        bound_ms: min over V of ``per_v_ms[V]``.
+        per_v_ms: V -> bound for layouts with that pp_interleave_num (inf: none fits for sure).
+        layers_v: V -> the relaxed problem's best split int [V, P] (a good seed, not a proof).
+        iterations: subgradient iterations and DP evaluations done in all.
+    """
+
+    bound_ms: float
+    per_v_ms: dict[int, float] = field(default_factory=dict)
+    layers_v: dict[int, np.ndarray] = field(default_factory=dict)
+    iterations: int = 0
+
+
+def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int = 300,
+                tol: float = 1e-4, layouts: list[Candidate] | None = None,
+                gen_every: int = 10, patience: int = 5, stage_dp: bool = True) -> BoundResult:
+    """Lower bound on the step time (ms) of any layout in ``problem`` that fits its HBM budget:
+    the first pass of :data:`REGISTRY` (path DP for V = 1; for V > 1 the Lagrangian, then the stage
+    DP from its value when ``stage_dp``), every V bounded.
+
+    Args:
+        problem: the tuning problem (its V candidates, bounds and recompute kinds are respected).
+        upper_ms: the best known feasible step time (ms); the Polyak target, and a V whose bound
+            reaches it may stop early (it then cannot beat the incumbent).
+        iters, tol, gen_every, patience: the Lagrangian's work (:class:`Lagrangian`).
+        layouts: known layouts; the critical path of each one with its V joins that V's family.
+
+    Returns:
+        :class:`BoundResult` (``bound_ms`` may be +inf when no layout can fit).
+    """
+    proofs = (PathDP(), Lagrangian(iters, tol, gen_every, patience)) + ((StageDP(),) if stage_dp else ())
+    t = tighten(problem, proofs, ctx=BoundContext(upper_ms=upper_ms, layouts=tuple(layouts or ())))
+    work = int(sum(t.work.values()))
+    return BoundResult(t.bound_ms, dict(t.per_v_ms), dict(t.splits), work)
+
+
+__all__ = ["BoundContext", "BoundOutcome", "BoundResult", "DeviceDP", "Fallback", "IntegerProgram", "Lagrangian",
+           "LowerBound", "Pass", "PathDP", "REGISTRY", "StageDP", "Tightened", "critical_path", "lower_bound",
+           "path_dp_bound", "tighten"]

@@ -1,0 +1,320 @@
+"""Paths of a schedule's dependency graph, shared by the lower bounds (pure numpy, no Optuna).
+
+A path is a chain of ops, each starting after its predecessor (a data edge, + p2p across stages,
+or program order on a stage), so its length under any layout's durations is <= that layout's
+simulated step time (cost-model reference §6.1). A path is stored as op counts per mini-stage
+(divided by ``seq_split_num``) and its cross-stage hops: its length for forward / backward ms f, b
+[V, P] is ``Σ cf·f + Σ cb·b + hops·p2p_ms``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from autotune.cost.simulate import CompiledSchedule
+
+
+class CriticalPath(NamedTuple):
+    """A longest path: its length (ms), forward / backward (B when split) / W op counts [V, P]
+    (divided by ``seq_split_num``) and its cross-stage hops."""
+
+    length: float
+    cf: np.ndarray
+    cb: np.ndarray
+    hops: int
+    cw: np.ndarray
+
+
+def critical_path(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p2p_ms: float,
+                  w_ms: np.ndarray | None = None) -> CriticalPath:
+    """A longest path of the schedule's dependency graph for one set of mini-stage durations.
+
+    Args:
+        cs: compiled schedule; fwd_ms, bwd_ms: float [V, P] per micro-batch (ms, backward incl.
+            replay); p2p_ms: per hop; w_ms: float [V, P] W part of the backward (ms), used when the
+            schedule splits the backward (B ops then run ``bwd − w``, W ops ``w``, as in
+            :func:`autotune.cost.simulate.duration_table`; None = half of ``bwd_ms``).
+
+    Returns :class:`CriticalPath`. Counts are divided by ``seq_split_num`` so that the path's
+    length for *any* durations is ``Σ cf·f + Σ cb·b + hops·p2p`` (+ ``Σ cw·w − Σ cb·w`` when split):
+    the path is a chain of ops each starting after its predecessor (data edge, + p2p across
+    stages, or program order), so every layout's step time is >= that length (the simulation is
+    a max-plus system; this is its longest path for these durations).
+    """
+    topo, dep, prev, cross = cs._scalar
+    n = cs.num_ops
+    if cs.split_bw:
+        w = 0.5 * bwd_ms if w_ms is None else w_ms
+        table = np.stack([fwd_ms, bwd_ms - w, w])  # [3, V, P] by op kind
+        d = table[cs.kind.astype(np.int64), cs.chunk, cs.stage] / cs.k
+    else:
+        d = np.where(cs.fwd, fwd_ms[cs.chunk, cs.stage], bwd_ms[cs.chunk, cs.stage]) / cs.k
+    dl = d.tolist()
+    end = [0.0] * (n + 1)
+    pred = [-1] * (n + 1)
+    for i, dp_, pr, c in zip(topo, dep, prev, cross):
+        a = end[dp_] + c * p2p_ms
+        b = end[pr]
+        if a >= b:
+            end[i] = a + dl[i]
+            pred[i] = dp_ if dp_ < n else -1
+        else:
+            end[i] = b + dl[i]
+            pred[i] = pr if pr < n else -1
+    i = int(np.argmax(end[:n]))
+    length = end[i]
+    cnt = np.zeros((3, cs.V, cs.P))
+    hops = 0
+    while i >= 0:
+        cnt[int(cs.kind[i]), cs.chunk[i], cs.stage[i]] += 1.0
+        j = pred[i]
+        if j >= 0 and j == cs.dep[i] and cs.cross[i]:
+            hops += 1
+        i = j
+    return CriticalPath(float(length), cnt[0] / cs.k, cnt[1] / cs.k, hops, cnt[2] / cs.k)
+
+
+
+@dataclass
+class StagePaths:
+    """The path family of one stage p, arrays over its Q paths.
+
+    cF, cB: float [Q, V] forward / backward op counts on stage p (divided by seq_split_num);
+    K: float [Q] ms of the cross-stage hops (hops × p2p_ms); a_f, a_b: [Q] coefficient of the
+    forward / backward ms of all other stages; c0_f, c0_b: [Q] of the chunk-0 mini-stages of the
+    earlier stages; r_f, r_b: [Q] of the last-chunk mini-stages of the later stages.
+    """
+
+    cF: np.ndarray
+    cB: np.ndarray
+    K: np.ndarray
+    a_f: np.ndarray
+    a_b: np.ndarray
+    c0_f: np.ndarray
+    c0_b: np.ndarray
+    r_f: np.ndarray
+    r_b: np.ndarray
+
+
+def _counts_fit(CF: np.ndarray, CB: np.ndarray, p: int) -> tuple[float, float, float, float, float, float]:
+    """Largest pattern (all others, chunk-0 earlier, last-chunk later) below a path's counts off p."""
+    V, P = CF.shape
+    out = []
+    for C in (CF, CB):
+        R = C.copy()
+        R[:, p] = np.inf
+        a = float(R.min()) if P > 1 else 0.0
+        R -= a
+        c0 = float(R[0, :p].min()) if p > 0 else 0.0
+        R[0, :p] -= c0
+        r = float(R[V - 1, p + 1:].min()) if p < P - 1 else 0.0
+        out.append((a, c0, r))
+    (af, c0f, rf), (ab, c0b, rb) = out
+    return af, ab, c0f, c0b, rf, rb
+
+
+def one_stay_counts(cs: CompiledSchedule) -> list[list[tuple[np.ndarray, np.ndarray, int]]]:
+    """Exact op counts of every one-stay path (see module docstring), per stage p: a list of
+    (forward counts float [V, P], backward counts float [V, P], cross-stage hops), counts divided
+    by ``seq_split_num``. A path's length for mini-stage durations f, b (ms per micro-batch) is
+    Σ cf·f + Σ cb·b + hops·p2p_ms.
+
+    Raises:
+        ValueError: the schedule splits the backward (B/W ops).
+    """
+    if cs.split_bw:
+        raise ValueError("one-stay paths need a schedule that runs the whole backward as one op")
+    P, V, n = cs.P, cs.V, cs.num_ops
+    dep, fwd, chunk, stage, cross = cs.dep, cs.fwd, cs.chunk, cs.stage, cs.cross
+    child: dict[int, int] = {}
+    for i in range(n):
+        if dep[i] < n:
+            child.setdefault(int(dep[i]), i)
+
+    def chain(x: int, up: bool) -> tuple[np.ndarray, int]:
+        C = np.zeros((2, V, P))
+        hops = 0
+        while True:
+            if up:
+                if dep[x] >= n:
+                    break
+                hops += int(cross[x])
+                x = int(dep[x])
+            else:
+                if x not in child:
+                    break
+                x = child[x]
+                hops += int(cross[x])
+            C[0 if fwd[x] else 1, chunk[x], stage[x]] += 1
+        return C, hops
+
+    out = []
+    for p in range(P):
+        order = [int(x) for x in cs.order[p]]
+        L = len(order)
+        xs, ys = {0}, {L - 1}
+        for v in range(V):
+            bs = [t for t, o in enumerate(order) if not fwd[o] and chunk[o] == v]
+            fs = [t for t, o in enumerate(order) if fwd[o] and chunk[o] == v]
+            for seq in (bs, fs):
+                if seq:
+                    xs.add(seq[0])
+                    ys.add(seq[-1])
+        own = np.zeros((L + 1, 2, V))
+        for t, o in enumerate(order):
+            own[t + 1] = own[t]
+            own[t + 1, 0 if fwd[o] else 1, chunk[o]] += 1
+        rows = []
+        for tx in sorted(xs):
+            Ce, he = chain(order[tx], True)
+            for ty in sorted(ys):
+                if ty < tx:
+                    continue
+                Cx, hx = chain(order[ty], False)
+                C = Ce + Cx
+                C[:, :, p] += own[ty + 1] - own[tx]
+                rows.append((C[0] / cs.k, C[1] / cs.k, he + hx))
+        out.append(rows)
+    return out
+
+
+def stage_paths(cs: CompiledSchedule, p2p_ms: float) -> list[StagePaths]:
+    """One-stay paths of every stage (see module docstring) for a compiled non-split schedule.
+
+    Raises:
+        ValueError: the schedule splits the backward (B/W ops).
+    """
+    out = []
+    for p, paths in enumerate(one_stay_counts(cs)):
+        rows = [(cf[:, p], cb[:, p], hops * p2p_ms) + _counts_fit(cf, cb, p) for cf, cb, hops in paths]
+        cols = list(zip(*rows))
+        out.append(StagePaths(np.asarray(cols[0]), np.asarray(cols[1]), np.asarray(cols[2]),
+                              *(np.asarray(c, dtype=np.float64) for c in cols[3:])))
+    return out
+
+
+
+class PairCycle(NamedTuple):
+    """Op counts of :func:`pair_cycle`'s path: forwards / backwards on stage P-2 and on the last
+    stage, and its cross-stage hops."""
+
+    fwd_s: int
+    bwd_s: int
+    fwd_last: int
+    bwd_last: int
+    hops: int
+
+
+def pair_cycle(cs: CompiledSchedule) -> PairCycle | None:
+    """The "ping-pong" path between the last two stages s = P-2 and L = P-1 (V = 1).
+
+    Walk stage s's ops in program order; at each forward F_s(j) jump to F_L(j) (data edge, p2p), run
+    L's ops in program order up to B_L(j), come back to B_s(j) (data edge, p2p) and go on along s.
+    Every step is an edge of the dependency graph, so its length bounds the step time. In 1F1B's
+    steady state each round trip covers two micro-batches and costs t_s + t_L + 2·p2p, i.e. the
+    p2p latency is paid once per micro-batch, which the single-stage paths cannot see.
+
+    Returns the :class:`PairCycle` counts along the path, or None when the path is not of that shape (first op of s not a forward or last op
+    not a backward).
+    """
+    P = cs.P
+    s, L = P - 2, P - 1
+    os_, oL = [int(x) for x in cs.order[s]], [int(x) for x in cs.order[L]]
+    if not os_ or not cs.fwd[os_[0]] or cs.fwd[os_[-1]]:
+        return None
+    pos_s = {op: i for i, op in enumerate(os_)}
+    pos_L = {op: i for i, op in enumerate(oL)}
+    fwd_on_L = {int(cs.dep[op]): op for op in oL if cs.fwd[op]}  # F_s(j) -> F_L(j)
+    bwd_on_s = {int(cs.dep[op]): op for op in os_ if not cs.fwd[op]}  # B_L(j) -> B_s(j)
+    bwd_L_of = {}
+    for op in oL:
+        if not cs.fwd[op]:
+            bwd_L_of[int(cs.mb[op])] = op
+    cF_s = cB_s = cF_L = cB_L = hops = 0
+    i = 0
+    while i < len(os_):
+        x = os_[i]
+        if cs.fwd[x]:
+            cF_s += 1
+            y = fwd_on_L.get(x)
+            z = bwd_L_of.get(int(cs.mb[x])) if y is not None else None
+            if y is not None and z is not None and z in bwd_on_s and pos_L[z] >= pos_L[y]:
+                for op in oL[pos_L[y]:pos_L[z] + 1]:
+                    cF_L += int(cs.fwd[op])
+                    cB_L += int(not cs.fwd[op])
+                back = bwd_on_s[z]
+                if pos_s[back] > i:
+                    hops += 2
+                    i = pos_s[back]
+                    continue
+                return None
+        else:
+            cB_s += 1
+        i += 1
+    return PairCycle(cF_s, cB_s, cF_L, cB_L, hops)
+
+
+def detour_counts(cs: CompiledSchedule, p: int, max_r: int | None = None,
+                   ratios: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)) -> list[tuple[int, int, int]]:
+    """Op counts (r, forwards, backwards) on stage p (V = 1) of "detour" paths of the dependency
+    graph: walk stage p's ops in program order; at a forward F_p(u) the path may leave through
+    F_{p+1}(u) … F_{P-1}(u) (data edges), B_{P-1}(u) … B_{p+1}(u), come back to B_p(u) (data edge)
+    and go on along p from there, skipping p's ops in between. r = number of such round trips.
+    Each round trip costs at least Σ_{q>p} (f_q + b_q) per unit ≥ the forward + backward without
+    replay of every layer after p's block (and the tail), plus 2·(P−1−p) p2p hops, so with the
+    entry prefix and exit of the base path every such path gives
+    T >= prefix_p + (cF·f_p + cB·b_p + r·Suf(end of p's block))/k + (2p + 2r(P−1−p))·p2p.
+
+    For each r (0 < r <= ``max_r``) and each weighting b/f in ``ratios`` the heaviest path is found
+    by a DP over p's order (any path is valid; the weighting only chooses which ones to keep).
+    Returns the distinct non-dominated (r, cF, cB); empty for the last stage.
+    """
+    P = cs.P
+    if p >= P - 1:
+        return []
+    order = [int(x) for x in cs.order[p]]
+    n = len(order)
+    fw = [bool(cs.fwd[x]) for x in order]
+    idx_b = {}
+    for i, x in enumerate(order):
+        if not fw[i]:
+            idx_b[int(cs.mb[x])] = i
+    jump = [-1] * n  # jump[i] = index of B_p(u) for a forward at i (if after it)
+    for i, x in enumerate(order):
+        if fw[i]:
+            kb = idx_b.get(int(cs.mb[x]), -1)
+            if kb > i + 1:
+                jump[i] = kb
+    R = max_r if max_r is not None else min(2 * P, n // 2)
+    out: set[tuple[int, int, int]] = set()
+    for rho in ratios:
+        wt = [1.0 if f else rho for f in fw]
+        # best[r][i] = (weight, cF, cB) of the heaviest path from op 0 to op i with r round trips
+        neg = (-np.inf, 0, 0)
+        best = [[neg] * n for _ in range(R + 1)]
+        best[0][0] = (wt[0], int(fw[0]), int(not fw[0]))
+        for r in range(R + 1):
+            row = best[r]
+            for i in range(n):
+                cur = row[i]
+                if cur[0] == -np.inf:
+                    continue
+                if i + 1 < n:
+                    cand = (cur[0] + wt[i + 1], cur[1] + int(fw[i + 1]), cur[2] + int(not fw[i + 1]))
+                    if cand[0] > row[i + 1][0]:
+                        row[i + 1] = cand
+                if r < R and jump[i] >= 0:
+                    kb = jump[i]
+                    cand = (cur[0] + wt[kb], cur[1], cur[2] + 1)
+                    if cand[0] > best[r + 1][kb][0]:
+                        best[r + 1][kb] = cand
+        for r in range(1, R + 1):
+            w_, cf_, cb_ = best[r][n - 1]
+            if w_ > -np.inf:
+                out.add((r, cf_, cb_))
+    keep = [t for t in out if not any(o != t and all(a >= b for a, b in zip(o, t)) for o in out)]
+    return sorted(keep)
+

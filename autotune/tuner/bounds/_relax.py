@@ -1,0 +1,278 @@
+"""Relaxations shared by the lower bounds (pure numpy, no Optuna).
+
+Each relaxation can only lower a bound, so a bound computed on the relaxed problem stays a proof:
+
+- a free recompute class per layer (not MindFormers' "first r layers" rule): the least replay of
+  a group of layers under a memory budget is a Pareto front of (memory, replay ms) over class
+  multisets (:class:`RecomputeFrontiers` per layer kind, :class:`RowFrontiers` for the relaxed
+  layer);
+- the cheapest layer kind per recompute class (:func:`relaxed_layer`, componentwise minimum: exact
+  for a homogeneous model);
+- the backward workspace dropped from the memory peak where a bound says so.
+
+:class:`IntegerSetup` is what the V > 1 integer bounds (stage DP, device DP, integer program)
+start from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from autotune.cost.inputs import NONE, ProfileArrays
+from autotune.cost.schedules import get_schedule
+from autotune.cost.simulate import CompiledSchedule, compile_schedule
+from autotune.tuner.problem import Problem
+from autotune.tuner.recompute import allowed_classes
+
+
+def pareto_sum(a: np.ndarray, b: np.ndarray, max_points: int = 4096) -> np.ndarray:
+    """Pareto-minimal points of the Minkowski sum of two frontiers (rows (act MiB, extra ms)).
+
+    When more than ``max_points`` remain, points are merged by act buckets into their componentwise
+    minimum — a relaxation (every true point is dominated by a kept one), so bounds stay valid.
+    """
+    s = (a[:, None, :] + b[None, :, :]).reshape(-1, 2)
+    return pareto_front(s, max_points)
+
+
+def pareto_front(s: np.ndarray, max_points: int = 4096) -> np.ndarray:
+    """Rows (act, extra) not dominated, sorted by act ascending (extra strictly descending)."""
+    order = np.lexsort((s[:, 1], s[:, 0]))
+    s = s[order]
+    run_min = np.minimum.accumulate(s[:, 1])
+    keep = np.concatenate([[True], s[1:, 1] < run_min[:-1] - 1e-12])
+    f = s[keep]
+    if f.shape[0] > max_points:
+        edges = np.linspace(f[0, 0], f[-1, 0], max_points + 1)
+        bucket = np.clip(np.searchsorted(edges, f[:, 0], side="right") - 1, 0, max_points - 1)
+        lo_act = np.full(max_points, np.inf)
+        lo_ext = np.full(max_points, np.inf)
+        np.minimum.at(lo_act, bucket, f[:, 0])
+        np.minimum.at(lo_ext, bucket, f[:, 1])
+        ok = np.isfinite(lo_act)
+        f = pareto_front(np.stack([lo_act[ok], lo_ext[ok]], axis=1), max_points)
+    return f
+
+
+class RecomputeFrontiers:
+    """Least recompute replay (ms) of a group of layers under an activation budget (MiB).
+
+    Relaxation of MindFormers' "first r layers" rule: every layer picks any allowed recompute class
+    freely, so ``min_extra(counts, A)`` is <= the replay of every real recompute choice whose kept
+    activation is <= A. With ``nu`` given the memory coordinate of a choice is its whole share of
+    the stage peak, ``nu·act + static_delta_mib`` (MiB; static deltas may be negative, e.g.
+    parallel_optimizer_comm_recompute), so the budget is then in MiB of the stage. Per kind, the Pareto frontier of (Σ act, Σ extra) over n layers is built by
+    a DP over n; kinds combine by Pareto Minkowski sums (cached per count tuple).
+    """
+
+    def __init__(self, pa: ProfileArrays, kinds: tuple[str, ...], max_n: int, nu: float | None = None) -> None:
+        cls = allowed_classes(kinds)
+        self.K = pa.fwd_k.size
+        sd = pa.static_dc if pa.static_dc is not None else np.zeros_like(pa.act_kc)
+        # memory coordinate of one layer's choice: act (MiB per micro-batch) or, with a live count
+        # nu, its whole contribution to the stage peak nu·act + static_delta (MiB)
+        coord = pa.act_kc[:, cls] if nu is None else nu * pa.act_kc[:, cls] + sd[:, cls]
+        self.opts = [np.stack([coord[k], pa.bwd_kc[k, cls] - pa.bwd_kc[k, NONE]], axis=1)
+                     for k in range(self.K)]
+        self.per_kind: list[list[np.ndarray]] = []
+        for k in range(self.K):
+            fr = [np.zeros((1, 2))]
+            for _ in range(max_n):
+                fr.append(pareto_sum(fr[-1], self.opts[k]))
+            self.per_kind.append(fr)
+        self.cache: dict[tuple[int, ...], np.ndarray] = {}
+
+    def frontier(self, counts: tuple[int, ...]) -> np.ndarray:
+        """The front of a group with ``counts`` layers of each kind: rows (MiB, replay ms), MiB
+        ascending."""
+        if counts not in self.cache:
+            f = np.zeros((1, 2))
+            for k, n in enumerate(counts):
+                if n:
+                    f = self.per_kind[k][n] if f.shape[0] == 1 and f[0, 0] == 0 and f[0, 1] == 0 \
+                        else pareto_sum(f, self.per_kind[k][n], max_points=1024)
+            self.cache[counts] = f
+        return self.cache[counts]
+
+    def min_extra(self, counts: tuple[int, ...], budget: np.ndarray) -> np.ndarray:
+        """Least Σ extra (ms) with Σ act <= budget (float [Q] MiB); +inf where nothing fits."""
+        f = self.frontier(counts)
+        i = np.searchsorted(f[:, 0], budget + 1e-9, side="right") - 1
+        return np.where(i >= 0, f[np.maximum(i, 0), 1], np.inf)
+
+
+@dataclass(frozen=True)
+class RelaxedLayer:
+    """The relaxed layer: componentwise minimum over the layer kinds present, per micro-batch:
+    forward and backward (no replay) ms, static MiB; per allowed recompute class [C'] the
+    activation MiB kept, the replay ms, the static MiB change and the backward workspace MiB."""
+
+    fwd_ms: float
+    bwd_ms: float
+    static_mib: float
+    act_mib: np.ndarray
+    extra_ms: np.ndarray
+    sdelta_mib: np.ndarray
+    ws_mib: np.ndarray
+
+
+def relaxed_layer(problem: Problem) -> RelaxedLayer:
+    """:class:`RelaxedLayer` of the layer kinds present in the problem (allowed classes only)."""
+    pa = problem.pa
+    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
+    cls = allowed_classes(problem.kinds)
+    b0k = pa.bwd_kc[ks, NONE]
+    sd = pa.static_dc[ks][:, cls] if pa.static_dc is not None else np.zeros((ks.size, len(cls)))
+    return RelaxedLayer(float(pa.fwd_k[ks].min()), float(b0k.min()), float(pa.static_k[ks].min()),
+                        pa.act_kc[ks][:, cls].min(axis=0),
+                        (pa.bwd_kc[ks][:, cls] - b0k[:, None]).min(axis=0), sd.min(axis=0),
+                        pa.ws_kc[ks][:, cls].min(axis=0))
+
+
+class RowFrontiers:
+    """Least replay ms of n relaxed layers against one memory coordinate w·act + static_delta."""
+
+    def __init__(self, layer: RelaxedLayer) -> None:
+        self.layer = layer
+        self.cache: dict[tuple[int, float], np.ndarray] = {}
+        self.pre: dict[tuple, np.ndarray] = {}
+
+    def get(self, n: int, w: float) -> np.ndarray:
+        key = (n, w)
+        if key not in self.cache:
+            if n == 0:
+                f = np.zeros((1, 2))
+            else:
+                opt = np.stack([w * self.layer.act_mib + self.layer.sdelta_mib, self.layer.extra_ms], axis=1)
+                prev = self.get(n - 1, w)
+                f = pareto_front((prev[:, None, :] + opt[None, :, :]).reshape(-1, 2))
+            self.cache[key] = f
+        return self.cache[key]
+
+    def prefix(self, counts: tuple[int, ...], w: tuple[float, ...]) -> np.ndarray:
+        """Pareto frontier of the Minkowski sum over chunks of ``get(n_v, w_v)`` (memoised)."""
+        key = (counts, w)
+        if key not in self.pre:
+            if not counts:
+                f = np.zeros((1, 2))
+            else:
+                acc = self.prefix(counts[:-1], w[:-1])
+                g = self.get(counts[-1], w[-1])
+                f = pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
+            self.pre[key] = f
+        return self.pre[key]
+
+
+def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budget: float) -> float:
+    """min Σ_v replay over per-layer classes with Σ_v (w_v·act + static_delta) <= budget (MiB).
+
+    The frontier of the first V-1 chunks is a Pareto Minkowski sum (memoised by prefix); the last
+    chunk is matched to each of its points by binary search."""
+    wk = tuple(float(x) for x in w)
+    acc = fr.prefix(tuple(int(n) for n in counts[:-1]), wk[:-1])
+    last = fr.get(int(counts[-1]), wk[-1])
+    i = np.searchsorted(last[:, 0], budget - acc[:, 0] + 1e-9, side="right") - 1
+    ok = i >= 0
+    if not ok.any():
+        return np.inf
+    return float((acc[ok, 1] + last[i[ok], 1]).min())
+
+
+def undominated(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows not below another row in every column (the largest live-count vectors)."""
+    rows = np.unique(rows, axis=0)
+    keep = [i for i in range(rows.shape[0])
+            if not any(j != i and np.all(rows[j] >= rows[i]) for j in range(rows.shape[0]))]
+    return rows[keep]
+
+
+def count_vectors(lo: np.ndarray, hi: np.ndarray, cap: int) -> list[tuple[int, ...]]:
+    """All int vectors lo <= n <= hi (elementwise) with Σ n <= cap, in lexicographic order."""
+    out: list[tuple[int, ...]] = []
+    V = lo.size
+    rest_lo = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
+
+    def rec(v: int, acc: tuple[int, ...], used: int) -> None:
+        if v == V:
+            out.append(acc)
+            return
+        for x in range(int(lo[v]), int(min(hi[v], cap - used - rest_lo[v])) + 1):
+            rec(v + 1, acc + (x,), used + x)
+    rec(0, (), 0)
+    return out
+
+
+@dataclass(frozen=True)
+class IntegerSetup:
+    """What the V > 1 integer bounds (stage DP, device DP, integer program) start from: the
+    compiled schedule, the relaxed layer, p2p ms per hop, the head / tail per-micro-batch forward,
+    backward ms and activation MiB placed on their mini-stages (float [V, P]), each stage's
+    constant static MiB (float [P], head / tail static included) and the head / tail backward
+    workspace MiB on their mini-stages (float [V, P]; the cost model's workspace of a mini-stage
+    is a max over its layers and its head / tail, so it is >= this)."""
+
+    cs: CompiledSchedule
+    layer: RelaxedLayer
+    p2p_ms: float
+    end_fwd_ms: np.ndarray
+    end_bwd_ms: np.ndarray
+    end_act_mib: np.ndarray
+    const_static_mib: np.ndarray
+    end_ws_mib: np.ndarray
+
+
+def integer_setup(problem: Problem, V: int) -> IntegerSetup | None:
+    """:class:`IntegerSetup` for pp_interleave_num V, or None where these bounds do not apply: V = 1,
+    a schedule that splits B/W, or pipeline positions other than chunk-major (head on (0, 0),
+    tail on (V-1, P-1))."""
+    if V < 2:
+        return None
+    P = problem.P
+    cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
+    if cs.split_bw:
+        return None
+    pos = np.asarray(get_schedule(problem.schedule).virtual_position(P, V))
+    if not (pos[0, 0] == 0 and pos[V - 1, P - 1] == V * P - 1):
+        return None
+    pa = problem.pa
+    head, tail = pa.head, pa.tail
+    end = np.zeros((3, V, P))  # fwd ms, bwd ms, act MiB
+    end[:, 0, 0] += (head.fwd_ms, head.bwd_ms, head.act_mib)
+    end[:, V - 1, P - 1] += (tail.fwd_ms, tail.bwd_ms, tail.act_mib)
+    const_static = np.full(P, pa.stage_const_mib)
+    const_static[0] += head.static_mib
+    const_static[P - 1] += tail.static_mib
+    end_ws = np.zeros((V, P))
+    end_ws[0, 0] = head.ws_mib
+    end_ws[V - 1, P - 1] = max(end_ws[V - 1, P - 1], tail.ws_mib)
+    return IntegerSetup(cs, relaxed_layer(problem), pa.p2p_ms if P > 1 else 0.0, end[0], end[1], end[2],
+                        const_static, end_ws)
+
+
+class LayerTerms(NamedTuple):
+    """Every decoder layer (layer order) under a free recompute class per layer: forward, backward
+    without replay and weight-gradient ms [N]; replay ms, kept activation MiB and static change MiB
+    (``RecomputeOption.static_delta_mib``) per allowed class [N, C]; static MiB [N]."""
+
+    fwd_ms: np.ndarray
+    bwd_ms: np.ndarray
+    w_ms: np.ndarray
+    extra_ms: np.ndarray
+    act_mib: np.ndarray
+    sdelta_mib: np.ndarray
+    static_mib: np.ndarray
+
+
+def layer_terms(problem: Problem) -> LayerTerms:
+    """:class:`LayerTerms` of the problem's layers for its allowed recompute classes."""
+    pa = problem.pa
+    kind = np.argmax(np.diff(pa.kind_prefix, axis=1), axis=0)  # [N]
+    cls = allowed_classes(problem.kinds)
+    act = pa.act_kc[kind][:, cls]
+    sdelta = pa.static_dc[kind][:, cls] if pa.static_dc is not None else np.zeros_like(act)
+    return LayerTerms(pa.fwd_k[kind], pa.bwd_kc[kind, NONE], pa.w_k()[kind],
+                      pa.bwd_kc[kind][:, cls] - pa.bwd_kc[kind, NONE][:, None], act, sdelta,
+                      pa.static_k[kind])

@@ -1,0 +1,216 @@
+"""Exact path-DP lower bound for pp_interleave_num = 1 (cost-model reference §6.1, critical path).
+
+See :func:`path_dp_bound` for the proof. Registered as :class:`PathDP`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.cost.inputs import NONE
+from autotune.cost.simulate import compile_schedule
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._paths import detour_counts, pair_cycle
+from autotune.tuner.bounds._relax import RecomputeFrontiers
+from autotune.tuner.problem import Problem
+from autotune.tuner.recompute import allowed_classes
+
+
+@dataclass
+class PathDPBound:
+    """Result of :func:`path_dp_bound`: the bound (ms), the relaxed problem's best split int [1, P]
+    and the threshold-DP evaluations done."""
+
+    bound_ms: float
+    split: np.ndarray | None
+    evaluations: int
+
+
+def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """F[i, j] (fwd ms of layers i..j-1, per micro-batch) and Bmin[p, i, j] (the least backward +
+    replay ms of that block on stage p among recompute choices whose kept activation fits; inf when
+    none fits, or when the block size breaks stage p's bounds). Head/tail are included on the first
+    and last stage.
+
+    Fit test of a block on stage p (live count ν): const + Σ static + Σ static_delta(class) +
+    ν·(Σ act(class) + end act) <= cap, the workspace (>= 0) dropped. Without static deltas the
+    frontier over Σ act is shared by all stages (budget (cap − const − Σ static)/ν − end act);
+    with them (``RecomputeOption.static_delta_mib``, negative under
+    parallel_optimizer_comm_recompute) each distinct ν gets the frontier over
+    Σ (ν·act + static_delta), so the assumed fit is exactly the real one, never stricter."""
+    pa, P, N = problem.pa, problem.P, problem.N
+    has_sd = pa.static_dc is not None and bool(np.any(pa.static_dc[:, allowed_classes(problem.kinds)]))
+    frontiers: dict[float | None, RecomputeFrontiers] = {}
+
+    def frontier_for(nu: float | None) -> RecomputeFrontiers:
+        if nu not in frontiers:
+            frontiers[nu] = RecomputeFrontiers(pa, problem.kinds, N, nu)
+        return frontiers[nu]
+    cs = compile_schedule(problem.schedule, P, 1, problem.m, problem.seq_split_num)
+    kp = pa.kind_prefix.astype(np.int64)  # K, N+1
+    cnt = kp[:, None, :] - kp[:, :, None]  # K, i, j
+    fwd = np.einsum("k,kij->ij", pa.fwd_k, cnt)
+    bwd0 = np.einsum("k,kij->ij", pa.bwd_kc[:, NONE], cnt)
+    static = np.einsum("k,kij->ij", pa.static_k, cnt)
+    size = np.arange(N + 1)[None, :] - np.arange(N + 1)[:, None]
+    lo, hi = problem.bounds(1)
+    hf, hb, ha, hs = pa.head.fwd_ms, pa.head.bwd_ms, pa.head.act_mib, pa.head.static_mib
+    tf, tb, ta, ts = pa.tail.fwd_ms, pa.tail.bwd_ms, pa.tail.act_mib, pa.tail.static_mib
+    F = np.where(size >= 0, fwd, np.inf)
+    Bmin = np.full((P, N + 1, N + 1), np.inf)
+    ii, jj = np.nonzero(size >= 0)
+    keys = [tuple(int(x) for x in cnt[:, i, j]) for i, j in zip(ii, jj)]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for q, key in enumerate(keys):
+        groups.setdefault(key, []).append(q)
+    for p in range(P):
+        rows = [cs.mem_fwd[p].reshape(-1, 1)]
+        if cs.mem_bwd[p][0].size:
+            rows.append(cs.mem_bwd[p][0].reshape(-1, 1))
+        nu = float(np.concatenate(rows).max()) / cs.k  # live micro-batches' worth of activation
+        const = pa.stage_const_mib + (hs if p == 0 else 0.0) + (ts if p == P - 1 else 0.0)
+        end_act = (ha if p == 0 else 0.0) + (ta if p == P - 1 else 0.0)
+        end_b = (hb if p == 0 else 0.0) + (tb if p == P - 1 else 0.0)
+        room = problem.hbm_mib - const - static[ii, jj]
+        if has_sd:
+            fr = frontier_for(nu)
+            budget = room - nu * end_act
+        else:
+            fr = frontier_for(None)
+            budget = (room / nu if nu > 0 else np.where(room >= 0, np.inf, -np.inf)) - end_act
+        extra = np.full(ii.size, np.inf)
+        for key, qs in groups.items():
+            qs_a = np.asarray(qs)
+            extra[qs_a] = fr.min_extra(key, budget[qs_a])
+        ok = (size[ii, jj] >= lo[0, p]) & (size[ii, jj] <= hi[0, p]) & ((room >= 0) | has_sd)
+        Bmin[p, ii, jj] = np.where(ok, bwd0[ii, jj] + extra + end_b, np.inf)
+    Fp = np.broadcast_to(F, (P, N + 1, N + 1)).copy()
+    Fp[0] += hf
+    Fp[-1] += tf
+    return Fp, Bmin
+
+
+
+def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: float = 1e-7) -> PathDPBound:
+    """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num 1.
+
+    Proof sketch (cost-model reference §6.1). Every stage runs its ops one at a time, and an op starts
+    after its data dependency ended (+ p2p when it ran on another stage). For stage p the chain
+    "forwards of the first unit on stages 0..p-1 → all 2·m·k ops of stage p → backwards of the last
+    unit on stages p-1..0" is a path of the dependency graph, so for any layout
+
+        T >= Σ_{q<p} (f_q + b_q)/k + (n_F(p)·f_p + n_B(p)·b_p)/k + 2·p·p2p      (all p)
+
+    with f/b per micro-batch (b = backward + replay), k = seq_split_num and n_F/n_B the forwards /
+    backwards of stage p (m·k each). For a fitting layout, b_q >= Bmin(block_q, q): the least backward
+    over every recompute choice (each layer's class chosen freely, a relaxation of the "first r
+    layers" rule) whose share of the peak, static + Σ static_delta(class) + ν_q·Σ act(class)/k,
+    fits the budget, ν_q the stage's largest live count (the workspace term, >= 0, is dropped;
+    static deltas of ``RecomputeOption`` may be negative and are counted, see
+    :func:`_block_tables`). So T >= min over splits of
+    max_p [prefix_p + m·(f_p + Bmin_p) + 2·p·p2p]. For a threshold T the best split is found by a DP
+    over (stage, layers placed) keeping the least prefix (a smaller prefix never hurts a later
+    stage), and the least feasible T by bisection (to ``rel_tol``); the value returned is the lower
+    end of the final bracket, so it is a valid bound. The last two stages must also satisfy the
+    pair path of :func:`pair_cycle` (prefix + its length), which adds the p2p latency paid per
+    micro-batch in 1F1B's steady state; the DP stays exact because every constraint grows with the
+    prefix.
+
+    Raises:
+        ValueError: the problem has no pp_interleave_num 1 candidate.
+    """
+    if 1 not in problem.vpp_candidates:
+        raise ValueError("path_dp_bound needs pp_interleave_num 1 among the candidates")
+    P, N = problem.P, problem.N
+    cs = compile_schedule(problem.schedule, P, 1, problem.m, problem.seq_split_num)
+    k = float(cs.k)
+    nF = np.array([np.count_nonzero(cs.fwd[cs.order[p]]) for p in range(P)]) / k
+    nB = np.array([np.count_nonzero(~cs.fwd[cs.order[p]]) for p in range(P)]) / k
+    p2p = problem.pa.p2p_ms if P > 1 else 0.0
+    F, Bmin = _block_tables(problem)
+    pathw = nF[:, None, None] * F + nB[:, None, None] * Bmin + (2 * np.arange(P) * p2p)[:, None, None]
+    stepw = (F + Bmin) / k  # contribution to later prefixes
+    # detour paths (see detour_counts): r round trips through the stages after p, each at least
+    # Suf[j] = forward + backward (no replay) of the layers after p's block [i, j) and the tail
+    pa = problem.pa
+    kp = pa.kind_prefix.astype(np.float64)
+    fb = pa.fwd_k + pa.bwd_kc[:, NONE]
+    suf = (fb @ (kp[:, -1:] - kp)) + pa.tail.fwd_ms + pa.tail.bwd_ms  # [N+1] ms per micro-batch
+    with np.errstate(invalid="ignore"):
+        for p in range(P - 1):
+            for r, cf_, cb_ in detour_counts(cs, p):
+                w = (cf_ * F[p] + cb_ * Bmin[p] + r * suf[None, :]) / k \
+                    + (2 * p + 2 * r * (P - 1 - p)) * p2p
+                pathw[p] = np.maximum(pathw[p], np.where(np.isfinite(pathw[p]), w, np.inf))
+
+    cyc = pair_cycle(cs) if P >= 2 else None
+    if cyc is not None:
+        s_, L_ = P - 2, P - 1
+        cF_s, cB_s, cF_L, cB_L, hops = cyc.fwd_s, cyc.bwd_s, cyc.fwd_last, cyc.bwd_last, cyc.hops
+        # pair path through stages s = P-2 (block [i, j)) and L = P-1 (block [j, N)), i, j free
+        pairw = (cF_s * F[s_] + cB_s * Bmin[s_]) / k + ((cF_L * F[L_][:, N] + cB_L * Bmin[L_][:, N]) / k)[None, :] \
+            + (2 * s_ + hops) * p2p  # [i, j]
+
+    def feasible(T: float) -> tuple[bool, np.ndarray | None]:
+        D = np.full(N + 1, np.inf)
+        D[0] = 0.0
+        back = np.zeros((P, N + 1), dtype=np.int64)
+        for p in range(P):
+            ok = D[:, None] + pathw[p] <= T
+            cand = np.where(ok, D[:, None] + stepw[p], np.inf)  # i, j
+            if cyc is not None and p == P - 2:
+                # only splits whose last two blocks also satisfy the pair path; D[j] then keeps
+                # the least prefix among blocks [i, j) meeting it (monotone: exact).
+                cand = np.where(D[:, None] + pairw <= T, cand, np.inf)
+            back[p] = np.argmin(cand, axis=0)
+            D = cand[back[p], np.arange(N + 1)]
+        if not np.isfinite(D[N]):
+            return False, None
+        split, j = np.zeros(P, dtype=np.int64), N
+        for p in range(P - 1, -1, -1):
+            i = int(back[p, j])
+            split[p] = j - i
+            j = i
+        return True, split
+
+    finite = pathw[np.isfinite(pathw)]
+    if finite.size == 0:
+        return PathDPBound(float("inf"), None, 0)
+    lo_T = 0.0
+    hi_T = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else float(finite.max()) * P
+    evals = 0
+    ok, split = feasible(hi_T)
+    evals += 1
+    while not ok:  # the incumbent may be below the relaxed optimum only if it is infeasible
+        lo_T, hi_T = hi_T, hi_T * 2
+        ok, split = feasible(hi_T)
+        evals += 1
+        if hi_T > 1e15:
+            return PathDPBound(float("inf"), None, evals)
+    while hi_T - lo_T > rel_tol * hi_T:
+        mid = 0.5 * (lo_T + hi_T)
+        ok, s = feasible(mid)
+        evals += 1
+        if ok:
+            hi_T, split = mid, s
+        else:
+            lo_T = mid
+    return PathDPBound(lo_T, split.reshape(1, P) if split is not None else None, evals)
+
+
+
+@dataclass(frozen=True)
+class PathDP:
+    """:func:`path_dp_bound` as a :class:`~autotune.tuner.bounds.LowerBound` (V = 1 only); its
+    split is the relaxed problem's best split."""
+
+    name: str = "path DP"
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return V == 1
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome:
+        dp = path_dp_bound(problem, upper_ms=ctx.upper_ms)
+        return BoundOutcome(dp.bound_ms, dp.split, {"evaluations": dp.evaluations})
