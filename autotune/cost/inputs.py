@@ -173,7 +173,7 @@ class StageCosts:
     bwd_w_ms: np.ndarray | None = None
 
 
-def _starts(layers: np.ndarray, pos: np.ndarray | None) -> np.ndarray:
+def first_layers(layers: np.ndarray, pos: np.ndarray | None) -> np.ndarray:
     """Index of the first layer of every mini-stage, int [B, V, P], filling pipeline positions in
     order (chunk-major by default; ``pos`` [V, P] for V-shaped placements)."""
     B, V, P = layers.shape
@@ -206,7 +206,7 @@ def class_counts(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np
     pipeline position of each mini-stage (default chunk-major v·P + p).
     """
     B, V, P = layers.shape
-    start = _starts(layers, pos)
+    start = first_layers(layers, pos)
     r, lo, hi, select_only = _class_bounds(layers, rec, sel, com)
     bounds = {FULL: (0, r), BOTH: (r, lo), NONE: (hi, layers)}
     sel_only = (lo, np.where(select_only, hi, lo))
@@ -243,7 +243,7 @@ def stage_costs(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray, sel: np.
         hv, hp = (int(x) for x in np.argwhere(pos == 0)[0])
         tv, tp = (int(x) for x in np.argwhere(pos == V * P - 1)[0])
     pre = pa.prefix()
-    st = _starts(layers, pos)
+    st = first_layers(layers, pos)
     n = layers
     r, lo, hi, sel_only = _class_bounds(layers, rec, sel, com)
     # Absolute layer index of each class boundary: full [0,r), both [r,lo), select- or comm-only

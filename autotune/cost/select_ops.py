@@ -43,7 +43,7 @@ import numpy as np
 from autotune.config.cells import FAMILIES, pattern_hits
 from autotune.config.layer_setting import DEFAULT_PATTERNS, FIELDS, Warning_, _compile
 from autotune.config.layout import Layout
-from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays, StageCosts, _starts, stage_costs
+from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays, StageCosts, first_layers, stage_costs
 
 
 FAMILIES_BY_NAME = {f.name: f for f in FAMILIES}
@@ -96,7 +96,7 @@ def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
     base = stage_costs(pa, L[None], layout.recompute_vp[None], z, z, pos=pos)
     act, bwd, ws = base.act_mib.copy(), base.bwd_ms.copy(), base.ws_mib.copy()
     rec_ms = base.recompute_ms.copy()
-    start = _starts(L[None], pos)[0]
+    start = first_layers(L[None], pos)[0]
     kind_of = np.argmax(np.diff(pa.kind_prefix, axis=1), axis=0)
     sides = []
     for key, tables, agg_vp, ops_k, cells in (

@@ -1,294 +1,28 @@
-"""Fast deterministic solvers whose answers seed the Optuna study (pure numpy, no Optuna).
+"""Local searches that improve the solver seeds (pure numpy, no Optuna).
 
-- :func:`fit_recompute`: for a batch of layer splits, the cheapest recompute per stage that makes
-  every stage fit the HBM budget (greedy: at each round, per over-budget stage, the single
-  increment that fits at least extra time, else the best MiB saved per ms added). A stage's peak
-  depends only on its own column, so all stages and all candidates are fitted at once, finished
-  rows drop out, and long runs of one increment are speculated several rounds per simulation.
-- :func:`local_search`: steepest descent over "move one layer from mini-stage a to mini-stage b"
-  (re-fitting the recompute of the stages touched, each distinct touched column once per problem)
-  until no move lowers the step time; then a pair-move escape (two moves at once, or a descent
-  from the best pair moves) and the descent goes on.
+- :func:`local_search`: steepest descent over single-layer moves
+  (:class:`~autotune.tuner.moves.SingleLayerMoves`, touched stages re-fitted by a
+  :class:`~autotune.tuner.fit.RecomputeFit`) until no move lowers the step time; then a pair-move
+  escape (:class:`~autotune.tuner.moves.PairMoves`, or a descent from the best pair moves) and the
+  descent goes on.
+- :func:`polish_recompute`: coordinate descent on the recompute with the split fixed
+  (:class:`~autotune.tuner.moves.RecomputeTrades`), by simulation.
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from autotune.tuner.problem import Candidate, Problem, even_layers
-from autotune.tuner.bounds._relax import undominated as _undominated
-from autotune.tuner.recompute import recompute_choices
-
-_KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
-
-
-def _positions(problem: Problem, V: int) -> np.ndarray | None:
-    """Pipeline position [V, P] of each mini-stage as :meth:`Problem.costs` places them (V-shaped
-    for zero_bubble_v); None for the default chunk-major order (the cost model's faster path)."""
-    from autotune.cost.schedules import get_schedule
-
-    pos = get_schedule(problem.schedule).virtual_position(problem.P, V)
-    return None if np.array_equal(pos, np.arange(V * problem.P).reshape(V, problem.P)) else pos
-
-
-def _stage_time(problem: Problem, layers, rec, sel, com, pos: np.ndarray | None = None,
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """(peak [B, P] MiB, per-stage fwd+bwd [B, P] ms per micro-batch) for int [B, V, P] arrays.
-
-    ``pos``: :func:`_positions` of this V (the schedule's placement, the one :meth:`Problem.evaluate`
-    scores)."""
-    from autotune.cost.inputs import stage_costs
-    from autotune.cost.simulate import compile_schedule, peak_activation
-
-    costs = stage_costs(problem.pa, layers, rec, sel, com, pos=pos)
-    cs = compile_schedule(problem.schedule, problem.P, layers.shape[1], problem.m, problem.seq_split_num)
-    peak = costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
-    t = (costs.fwd_ms + costs.bwd_ms).sum(axis=1)
-    return peak, t
-
-
-#: Rows per batched simulation in :func:`fit_recompute`'s speculative rounds (a work cap).
-SPEC_ROWS = 2048
-#: Most greedy rounds one speculative block looks ahead.
-SPEC_DEPTH = 64
-
-
-def _variants(kinds: list[int], lay: np.ndarray, r: np.ndarray, s: np.ndarray, c: np.ndarray,
-              over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The greedy's candidate increments of one state: (rec, sel, com) int [K, b, V, P], K =
-    len(kinds)·V; variant j·V + v adds one layer of kind ``kinds[j]`` to chunk v of every stage in
-    ``over`` (bool [b, P]); ``lay``, ``r``, ``s``, ``c`` int [b, V, P]."""
-    b, V, P = lay.shape
-    K = len(kinds) * V
-    ar = np.arange(V)
-    lt, rt, st, ct = (x.transpose(1, 0, 2) for x in (lay, r, s, c))  # V b P
-    R, S, C = (np.broadcast_to(x, (K, b, V, P)).copy() for x in (r, s, c))
-    # Fancy index [j·V + v, :, v, :] selects chunk v of variant j·V + v: shape [V, b, P].
-    for j, k in enumerate(kinds):
-        rows = j * V + ar
-        if k == 0:
-            R[rows, :, ar, :] = np.where(over, np.minimum(rt + 1, lt), rt)
-        elif k == 1:
-            S[rows, :, ar, :] = np.where(over, np.minimum(np.maximum(st, rt) + 1, lt), st)
-        else:
-            C[rows, :, ar, :] = np.where(over, np.minimum(np.maximum(ct, rt) + 1, lt), ct)
-    return R, S, C
-
-
-def fit_recompute(problem: Problem, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
-                  com: np.ndarray, *, max_rounds: int = 10_000,
-                  stages: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """Add recompute until every stage fits (see module docstring).
-
-    Args:
-        problem: the tuning problem (budget ``hbm_mib`` MiB, allowed ``kinds``).
-        layers, rec, sel, com: int [B, V, P] layer counts and starting recompute counts.
-        max_rounds: cap on greedy rounds (one increment per over-budget stage per round).
-        stages: optional bool [B, P]: fit only these stages; the others keep their recompute
-            (they are never treated as over budget). Default: every stage.
-
-    Returns (rec, sel, com int [B, V, P], fits [B] bool: every stage of the row, fitted or not, at
-    or under the budget). Stages that cannot fit even with every allowed kind on every layer are
-    left at their maximum.
-
-    Each (row, stage) follows its own greedy path: a stage's peak depends only on its own column,
-    and a stage over budget takes one increment per round until it fits or no increment helps.
-    So finished rows drop out, a stage no increment helps is dropped for good, ``stages`` only
-    skips work, and rounds are speculated: when few rows remain (long runs on one big chunk), a
-    block simulates the variants of the next D states on the guess that each stage repeats its
-    last increment, then replays the greedy on those numbers and stops each stage where its
-    choice departs from the guess. A stage gets exactly the recompute of the plain round-by-round
-    greedy over the whole batch (same simulations per stage state; only the batching differs).
-    """
-    rec, sel, com = rec.copy(), sel.copy(), com.copy()
-    B, V, P = layers.shape
-    kinds = [_KIND_ATTR[k] for k in problem.kinds]
-    K = len(kinds) * V  # variants: one (kind, chunk) increment each
-    cap = problem.hbm_mib
-    pos = _positions(problem, V)
-    mask = np.ones((B, P), dtype=bool) if stages is None else np.array(stages, dtype=bool)
-    rounds = np.zeros((B, P), dtype=np.int64)  # increments taken per stage (its greedy round)
-    guess = np.zeros((B, P), dtype=np.int64)   # variant each stage is expected to take next
-    peak, t = _stage_time(problem, layers, rec, sel, com, pos)
-    if K == 0:  # no recompute kind allowed (recompute_kinds: [], or full only with seq_split_num > 1)
-        return rec, sel, com, (peak <= cap + 1e-9).all(axis=1)
-    idx = np.arange(B)  # rows still being fitted
-    grow = 1  # speculation depth that recent blocks earned
-    while True:
-        mask[idx] &= rounds[idx] < max_rounds
-        over = (peak > cap + 1e-9) & mask[idx]
-        live = over.any(axis=1)
-        if not live.any():
-            break
-        if not live.all():
-            idx, over, peak, t = idx[live], over[live], peak[live], t[live]
-        b = len(idx)
-        D = int(max(1, min(SPEC_DEPTH, grow, SPEC_ROWS // (K * b))))
-        lay = layers[idx]
-        r, s, c = rec[idx], sel[idx], com[idx]
-        g = guess[idx]
-        bi, pi, ar = np.arange(b)[:, None], np.arange(P)[None, :], np.arange(V)
-        Rs, Ss, Cs = [], [], []
-        kept = np.zeros(K, dtype=bool)  # variants that change some stage at some depth
-        for j in range(D):  # state j + 1 = the guessed variant of state j, for every stage
-            R, S, C = _variants(kinds, lay, r, s, c, over)
-            Rs.append(R), Ss.append(S), Cs.append(C)
-            kept |= ((R != r) | (S != s) | (C != c)).any(axis=(1, 2, 3))
-            if j < D - 1:
-                gi = (g[:, None, :], bi[:, :, None], ar[None, :, None], pi[None])
-                r, s, c = R[gi], S[gi], C[gi]
-        # A variant that changes nothing saves nothing: never chosen, so it is not simulated.
-        ks = np.nonzero(kept)[0]
-        k2 = len(ks)
-        n = D * k2 * b
-        if n:
-            vpeak, vt = _stage_time(problem, np.broadcast_to(lay, (D * k2, b, V, P)).reshape(n, V, P),
-                                    np.stack([x[ks] for x in Rs]).reshape(n, V, P),
-                                    np.stack([x[ks] for x in Ss]).reshape(n, V, P),
-                                    np.stack([x[ks] for x in Cs]).reshape(n, V, P), pos)
-        else:
-            vpeak = vt = np.zeros(n)
-        vpeak = vpeak.reshape(D, k2, b, P)
-        vt = vt.reshape(D, k2, b, P)
-        r, s, c = rec[idx], sel[idx], com[idx]
-        follow = over.copy()  # stages whose true state is still speculated state j
-        j = 0
-        for j in range(D):
-            ov = follow & (peak > cap + 1e-9)
-            if not ov.any():
-                break
-            if not k2:  # no increment changes any over-budget stage: all stuck
-                sr, sp = np.nonzero(ov)
-                mask[idx[sr], sp] = False
-                break
-            saved = peak[None] - vpeak[j]           # K b P
-            added = vt[j] - t[None]
-            useful = saved > 1e-9
-            fits_now = useful & (vpeak[j] <= cap + 1e-9)
-            big = 1e30
-            # Prefer an increment that fits with the least added time; else best MiB per ms.
-            cost_fit = np.where(fits_now, added, big)
-            ratio = np.where(useful, saved / np.maximum(added, 1e-9), -1.0)
-            any_fit = fits_now.any(axis=0)
-            choice = np.where(any_fit, cost_fit.argmin(axis=0), ratio.argmax(axis=0))  # b P
-            stuck = ov & ~useful.any(axis=0)
-            apply = ov & ~stuck
-            pick = np.where(apply, choice, 0)  # b P, among the simulated variants
-            choice = ks[pick] if k2 else pick  # ... and among all K
-            # A stuck stage's column does not change, so it stays stuck: stop fitting it.
-            sr, sp = np.nonzero(stuck)
-            mask[idx[sr], sp] = False
-            gi = (choice[:, None, :], bi[:, :, None], ar[None, :, None], pi[None])  # -> b V P
-            a3 = apply[:, None, :]
-            r = np.where(a3, Rs[j][gi], r)
-            s = np.where(a3, Ss[j][gi], s)
-            c = np.where(a3, Cs[j][gi], c)
-            # The new peak / time of a changed stage is its chosen variant's (already simulated).
-            peak = np.where(apply, vpeak[j][pick, bi, pi], peak)
-            t = np.where(apply, vt[j][pick, bi, pi], t)
-            follow = apply & (choice == g) & (rounds[idx] + 1 < max_rounds)
-            rounds[idx] += apply
-            g = np.where(apply, choice, g)
-        rec[idx], sel[idx], com[idx] = r, s, c
-        guess[idx] = g
-        grow = 2 * D if follow.any() and j == D - 1 else max(1, D // 2)
-    peak, _ = _stage_time(problem, layers, rec, sel, com, pos)
-    return rec, sel, com, (peak <= cap + 1e-9).all(axis=1)
-
-
-def fitted(problem: Problem, V: int, layers: np.ndarray, origin: str, *,
-           fit: str = "greedy") -> list[Candidate]:
-    """Candidates for a batch of splits int [B, V, P] with fitted recompute, scored. ``fit``:
-    "greedy" (:func:`fit_recompute`) or "exact" (:func:`fit_exact`, least replay per stage)."""
-    z = np.zeros_like(layers)
-    if fit != "greedy":
-        w = None if fit == "exact" else np.asarray(fit[1], float)[:, None]
-        rec, sel, com, _ = fit_exact(problem, layers, memo=_memo_for(problem), weights=w)
-    else:
-        rec, sel, com, _ = fit_recompute(problem, layers, z, z, z)
-    cands = [Candidate(V, layers[i], rec[i], sel[i], com[i], origin=origin) for i in range(layers.shape[0])]
-    return problem.score(cands)
-
-
-def _moves(problem: Problem, cand: Candidate) -> np.ndarray:
-    """All valid splits [B, V, P] one layer away from ``cand`` (a -> b for every pair)."""
-    V, P = cand.V, problem.P
-    flat = cand.layers.reshape(-1)
-    lo, hi = problem.bounds(V)
-    lo, hi = lo.reshape(-1), hi.reshape(-1)
-    out = []
-    n = V * P
-    for a in range(n):
-        if flat[a] - 1 < lo[a]:
-            continue
-        for b in range(n):
-            if a == b or flat[b] + 1 > hi[b]:
-                continue
-            f = flat.copy()
-            f[a] -= 1
-            f[b] += 1
-            out.append(f.reshape(V, P))
-    return np.asarray(out, dtype=np.int64).reshape(-1, V, P)
-
-
-def _refit_touched(problem: Problem, base: Candidate, splits: np.ndarray,
-                   memo: dict | None = None, fit: str = "greedy") -> tuple[np.ndarray, ...]:
-    """Recompute [B, V, P] for moves ``splits`` (int [B, V, P]) of ``base``: untouched stages keep
-    ``base``'s, each touched stage is re-fitted from zero by :func:`fit_recompute`.
-
-    A stage's peak and the greedy's choices depend only on that stage's column (its layer counts
-    and first-layer indices), so each distinct touched column is fitted once and shared by every
-    move that produces it — the same result as fitting every move, with far fewer simulations
-    (V·P distinct decremented / incremented columns instead of (V·P)² moves). Only the touched
-    stages of a fitted row are fitted (``fit_recompute(stages=...)``).
-
-    ``memo`` (optional, owned by the caller) maps (V, stage, column bytes, first-layer indices
-    bytes) to the fitted (rec, sel, com) columns and persists across calls: the caller must use
-    one memo per :class:`Problem` (same profile, budget, kinds and schedule) and never mutate
-    that problem while the memo lives.
-    """
-    from autotune.cost.inputs import _starts
-    from autotune.cost.schedules import get_schedule
-
-    B, V, P = splits.shape
-    memo = {} if memo is None else memo
-    changed = (splits != base.layers[None]).any(axis=1)  # B P: stages touched
-    keep = ~changed[:, None, :]
-    rec = np.where(keep, base.rec[None], 0)
-    sel = np.where(keep, base.sel[None], 0)
-    com = np.where(keep, base.com[None], 0)
-    # first-layer indices as the cost model fills pipeline positions (V-shaped for zero_bubble_v)
-    starts = _starts(splits, get_schedule(problem.schedule).virtual_position(P, V))
-    todo = np.zeros((B, P), dtype=bool)  # (move, stage) fitted here: one per new column
-    keys: dict[tuple, tuple[int, int]] = {}
-    uses: list[tuple[int, int, tuple]] = []  # (move, stage, key) filled from the memo
-    for b, p in zip(*np.nonzero(changed)):
-        b, p = int(b), int(p)
-        key = (V, p, splits[b, :, p].tobytes(), starts[b, :, p].tobytes()) + ((fit,) if fit != "greedy" else ())
-        if key not in memo and key not in keys:
-            keys[key] = (b, p)
-            todo[b, p] = True
-        uses.append((b, p, key))
-    rows = np.nonzero(todo.any(axis=1))[0]
-    if rows.size:
-        L = splits[rows]
-        z = np.zeros_like(L)
-        if fit != "greedy":
-            w = None if fit == "exact" else np.asarray(fit[1], float)[:, None]
-            fr, fs, fc, _ = fit_exact(problem, L, stages=todo[rows], memo=memo, weights=w)
-        else:
-            fr, fs, fc, _ = fit_recompute(problem, L, z, z, z, stages=todo[rows])
-        at = {int(b): i for i, b in enumerate(rows)}
-        for key, (b, p) in keys.items():
-            i = at[b]
-            memo[key] = (fr[i, :, p].copy(), fs[i, :, p].copy(), fc[i, :, p].copy())
-    for b, p, key in uses:
-        rec[b, :, p], sel[b, :, p], com[b, :, p] = memo[key]
-    return rec, sel, com
-
+from autotune.cost.simulate import compile_schedule
+from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
+from autotune.tuner.moves import GivenSplits, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
+from autotune.tuner.problem import Candidate, Problem
 
 #: When no single-layer move improves, :func:`local_search` scores the pair moves (two single
 #: moves at once) among this many best single moves: a work cap of at most
+#: PAIR_TOP·(PAIR_TOP + 1)/2 pairs per stall (< 2 turns the escape off).
 #: PAIR_TOP·(PAIR_TOP + 1)/2 pairs per stall (< 2 turns the escape off).
 PAIR_TOP = 60
 #: ... and at most about this many ops simulated per stall (pairs × schedule ops): 1,830 pairs of
@@ -297,53 +31,6 @@ PAIR_OPS = 1_500_000
 #: When no pair move improves either, a single-move descent runs from each of this many best pair
 #: moves (kicks); the best end point is taken if it improves.
 PAIR_KICKS = 2
-#: Moves refitted and simulated per batch (bounds memory on large spaces).
-MOVE_CHUNK = 20_000
-
-
-def _pair_moves(problem: Problem, base: Candidate, singles: np.ndarray, order: np.ndarray,
-                top: int) -> np.ndarray:
-    """Splits int [M, V, P] two single-layer moves away from ``base``: the sum of every pair of
-    the first ``top`` single moves in ``order`` (indices into ``singles``, int [B, V, P]; a move
-    may pair with itself: two layers a -> b), kept when within :meth:`Problem.bounds` and really
-    two layers moved (neither ``base`` itself nor a single move); distinct, pairs of
-    better-ranked single moves first."""
-    lo, hi = problem.bounds(base.V)
-    d = singles[np.asarray(order)[:top]] - base.layers[None]  # T V P: -1 at a, +1 at b
-    i, j = np.triu_indices(len(d))
-    o = np.lexsort((j, i + j))  # by rank sum, then by the second move's rank
-    i, j = i[o], j[o]
-    dd = d[i] + d[j]
-    comb = base.layers[None] + dd
-    ok = ((comb >= lo) & (comb <= hi)).all(axis=(1, 2)) & (np.abs(dd).sum(axis=(1, 2)) == 4)
-    comb = comb[ok]
-    if not len(comb):
-        return comb
-    _, first = np.unique(comb.reshape(len(comb), -1), axis=0, return_index=True)
-    return comb[np.sort(first)]
-
-
-def _score_moves(problem: Problem, base: Candidate, splits: np.ndarray, memo: dict,
-                 fit: str = "greedy") -> tuple[Candidate, np.ndarray, np.ndarray]:
-    """Refit (:func:`_refit_touched`) and simulate moves ``splits`` int [B, V, P] of ``base`` in
-    batches of :data:`MOVE_CHUNK`. Returns (the best move as a scored Candidate, memory excess
-    [B] MiB clipped at 0, step [B] ms); best = least excess, then least step, then first."""
-    ex_all, st_all = [], []
-    best_key, best = None, None
-    for lo in range(0, len(splits), MOVE_CHUNK):
-        sp = splits[lo:lo + MOVE_CHUNK]
-        rec, sel, com = _refit_touched(problem, base, sp, memo, fit)
-        s = problem.evaluate(base.V, sp, rec, sel, com)
-        excess = np.maximum(0.0, s.peak_mib.max(axis=1) - problem.hbm_mib)
-        i = int(np.lexsort((s.step_ms, excess))[0])
-        if best_key is None or (excess[i], s.step_ms[i]) < best_key:
-            best_key = (excess[i], s.step_ms[i])
-            pk = float(s.peak_mib[i].max())
-            best = Candidate(base.V, sp[i], rec[i], sel[i], com[i], float(s.step_ms[i]), pk,
-                             pk - problem.hbm_mib)
-        ex_all.append(excess)
-        st_all.append(s.step_ms)
-    return best, np.concatenate(ex_all), np.concatenate(st_all)
 
 
 def _better(c: Candidate, than: Candidate) -> bool:
@@ -351,44 +38,38 @@ def _better(c: Candidate, than: Candidate) -> bool:
     return (max(0.0, c.excess_mib), c.step_ms) < (max(0.0, than.excess_mib), than.step_ms - 1e-9)
 
 
-def _descend(problem: Problem, best: Candidate, memo: dict, scans: int,
-             deadline: float | None, fit: str = "greedy") -> tuple[Candidate, int, tuple | None]:
+def _descend(problem: Problem, best: Candidate, memo: dict, scans: int, deadline: float | None,
+             fit: RecomputeFit) -> tuple[Candidate, int, Scan | None]:
     """Steepest single-move descent from ``best`` (scored) for at most ``scans`` neighbourhood
-    scans. Returns (end point, scans used, the last scan's (splits, excess, step) when it stopped
-    at a local optimum, else None)."""
-    import time
-
+    scans. Returns (end point, scans used, the last scan when it stopped at a local optimum, else
+    None)."""
     used = 0
     while used < scans:
         if deadline is not None and time.monotonic() > deadline:
             return best, used, None
-        splits = _moves(problem, best)
-        if splits.size == 0:
+        sc = scan(problem, best, SingleLayerMoves(), fit=fit, memo=memo)
+        if sc is None:
             return best, used, None
-        c, excess, step = _score_moves(problem, best, splits, memo, fit)
+        c = sc.best(problem)
         used += 1
         if not _better(c, best):
-            return best, used, (splits, excess, step)
+            return best, used, sc
         best = c
     return best, used, None
 
 
-#: A problem's fit cache is cleared when it holds more fitted columns than this (bounds memory).
-MEMO_MAX = 100_000
-
-
-def _memo_for(problem: Problem) -> dict:
-    """The :func:`_refit_touched` memo shared by every :func:`local_search` on ``problem``: its
-    ``fit_cache`` (the problem is frozen, so a fit is never reused for another budget, profile or
-    schedule; V is in the memo's keys), cleared first when it outgrew :data:`MEMO_MAX`."""
-    if len(problem.fit_cache) > MEMO_MAX:
-        problem.fit_cache.clear()
-    return problem.fit_cache
+def _pair_top(problem: Problem, V: int, pair_top: int | None) -> int:
+    """Single moves paired at a stall: ``pair_top``, or :data:`PAIR_TOP` capped so that the pairs
+    simulate at most :data:`PAIR_OPS` ops (256 micro-batches: ~20 pairs)."""
+    if pair_top is not None:
+        return pair_top
+    ops = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num).num_ops
+    return min(PAIR_TOP, int(np.sqrt(2.0 * PAIR_OPS / max(ops, 1))))
 
 
 def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
                  deadline: float | None = None, pair_top: int | None = None,
-                 kicks: int | None = None, fit: str = "greedy") -> Candidate:
+                 kicks: int | None = None, fit: RecomputeFit = GREEDY) -> Candidate:
     """Steepest descent from ``start`` over single-layer moves with re-fitted recompute, with a
     deterministic pair-move escape from local optima.
 
@@ -407,22 +88,16 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         deadline: time.monotonic() limit, checked before every scan.
         pair_top: single moves paired at a stall (default :data:`PAIR_TOP`; < 2 = no escape).
         kicks: descents from non-improving pair moves (default :data:`PAIR_KICKS`).
+        fit: how touched stages get their recompute (default the greedy fit).
 
     Returns the best candidate found (``start`` itself when nothing improves; step_ms in ms).
     """
-    import time
-
-    top = PAIR_TOP if pair_top is None else pair_top
-    if pair_top is None:  # work cap: pairs × ops simulated per stall (256 micro-batches: ~20 pairs)
-        from autotune.cost.simulate import compile_schedule
-
-        ops = compile_schedule(problem.schedule, problem.P, start.V, problem.m, problem.seq_split_num).num_ops
-        top = min(top, int(np.sqrt(2.0 * PAIR_OPS / max(ops, 1))))
+    top = _pair_top(problem, start.V, pair_top)
     n_kicks = PAIR_KICKS if kicks is None else kicks
     best = start
     if not np.isfinite(best.step_ms):
         problem.score([best])
-    memo = _memo_for(problem)  # fitted touched columns, shared by every scan on this problem
+    memo = fit_cache(problem)  # fitted touched columns, shared by every scan on this problem
     used = 0
 
     def late() -> bool:
@@ -436,19 +111,20 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
             best = end
         if stall is None or top < 2 or late():
             break
-        splits, excess, step = stall
-        pairs = _pair_moves(problem, best, splits, np.lexsort((step, excess)), top)
-        if not len(pairs):
+        order = np.lexsort((stall.step_ms, stall.excess_mib(problem)))
+        pairs = scan(problem, best, PairMoves(singles=stall.layouts.layers, order=order, top=top),
+                     fit=fit, memo=memo)
+        if pairs is None:
             break
-        c, ex2, st2 = _score_moves(problem, best, pairs, memo, fit)
+        c = pairs.best(problem)
         used += 1
         if not _better(c, best):
             ends = []
-            for k in np.lexsort((st2, ex2))[:n_kicks]:
+            for k in np.lexsort((pairs.step_ms, pairs.excess_mib(problem)))[:n_kicks]:
                 if late():
                     break
-                kick, _, _ = _score_moves(problem, best, pairs[k:k + 1], memo, fit)
-                e, n, _ = _descend(problem, kick, memo, max_iters - used, deadline, fit)
+                kick = scan(problem, best, GivenSplits(pairs.layouts.layers[k:k + 1]), fit=fit, memo=memo)
+                e, n, _ = _descend(problem, kick.best(problem), memo, max_iters - used, deadline, fit)
                 used += n
                 ends.append(e)
             if not ends:
@@ -459,291 +135,6 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         c.origin = f"{start.origin}+local"
         best = c
     return best
-
-
-def heuristic_seeds(problem: Problem, *, deadline: float | None = None) -> list[Candidate]:
-    """Even split with fitted recompute for every V, each improved by :func:`local_search`."""
-    out = []
-    for V in problem.vpp_candidates:
-        ev = fitted(problem, V, even_layers(problem.N, problem.P, V)[None], origin=f"even-fit-v{V}")[0]
-        out.append(ev)
-        out.append(local_search(problem, ev, deadline=deadline))
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Exact per-stage recompute fit
-# ----------------------------------------------------------------------------------------------
-
-#: The exact fit enumerates every recompute configuration of a mini-stage (O(n³) for n layers);
-#: a mini-stage with more configurations than this sends its stage to the greedy (a work cap).
-EXACT_FIT_MAX_OPTS = 30_000
-#: Most partial combinations (over a stage's chunks) the exact fit builds for one stage; a stage
-#: that needs more goes to the greedy (a work cap).
-EXACT_FIT_MAX_COMBOS = 400_000
-
-
-def _stage_rows(problem: Problem, V: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per stage the memory rows (Nu [R, V], Om [R, V]) of the schedule: the stage's activation
-    peak is max_r Nu_r·act + Om_r·ws (act, ws [V] of its mini-stages; :func:`peak_activation`),
-    rows dominated by another row dropped (act and ws are >= 0)."""
-    from autotune.cost.simulate import compile_schedule
-
-    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
-    out = []
-    for p in range(problem.P):
-        if cs.mem_split is not None:
-            vec = cs.mem_split[p].astype(float)
-            nu, om = vec[:, :V] / cs.k, vec[:, V:]
-        else:
-            f = cs.mem_fwd[p].astype(float).reshape(-1, V) / cs.k
-            bv, bc = cs.mem_bwd[p]
-            b = bv.astype(float).reshape(-1, V) / cs.k
-            nu = np.concatenate([f, b])
-            om = np.concatenate([np.zeros_like(f), np.eye(V)[np.asarray(bc, dtype=np.int64)].reshape(-1, V)])
-        row = _undominated(np.concatenate([nu, om], axis=1))
-        out.append((row[:, :V], row[:, V:]))
-    return out
-
-
-def _pareto_mask(vals: np.ndarray) -> np.ndarray:
-    """bool [O]: rows of ``vals`` [O, D] not dominated (<= everywhere, < somewhere) by another,
-    and the first of equal rows."""
-    O = len(vals)
-    keep = np.ones(O, dtype=bool)
-    for lo in range(0, O, 256):
-        blk = vals[lo:lo + 256]
-        le = (vals[None, :, :] <= blk[:, None, :]).all(-1)  # [b, O]: option j <= option lo+i
-        lt = (vals[None, :, :] < blk[:, None, :]).any(-1)
-        eq = le & ~lt
-        earlier = np.arange(O)[None, :] < (lo + np.arange(len(blk)))[:, None]
-        keep[lo:lo + len(blk)] = ~((le & lt) | (eq & earlier)).any(axis=1)
-    return keep
-
-
-def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, int]],
-               memo: dict, pos: np.ndarray | None) -> None:
-    """Fill ``memo`` with the undominated recompute options of mini-stages: for each (row b of
-    ``layers`` int [B, V, P], chunk v, stage p) in ``need`` whose key is new, key ("xf", V, v, p,
-    first layer, layers) -> (options int [F, 3] (rec, sel, com), memory rows' share c [F, R] MiB,
-    replay [F] ms, static delta [F] MiB) or None when it has too many options. c_r = Nu_rv·act +
-    Om_rv·ws + static delta (vs no recompute), so a stage fits iff static(no recompute) +
-    Σ_v c_v <= budget on every row r; options dominated on (c, replay) are dropped."""
-    from autotune.cost.inputs import _starts
-
-    B, V, P = layers.shape
-    starts = _starts(layers, pos)
-    rows = _stage_rows(problem, V)
-    todo: dict[tuple, tuple[int, int, int]] = {}
-    for b, v, p in need:
-        key = ("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p]))
-        if key not in memo and key not in todo:
-            todo[key] = (b, v, p)
-    if not todo:
-        return
-    groups, opts = [], []
-    for key, (b, v, p) in todo.items():
-        n = int(layers[b, v, p])
-        if (n + 1) * (n + 2) * (n + 3) // 3 > EXACT_FIT_MAX_OPTS:
-            memo[key] = None
-            continue
-        o = recompute_choices(n, problem.kinds)
-        groups.append((key, b, v, p, len(o)))
-        opts.append(o)
-    if not groups:
-        return
-    tot = sum(g[4] for g in groups)
-    L = np.empty((tot, V, P), dtype=np.int64)
-    R, S, C = (np.zeros((tot, V, P), dtype=np.int64) for _ in range(3))
-    at = 0
-    for (key, b, v, p, k), o in zip(groups, opts):
-        L[at:at + k] = layers[b]
-        R[at:at + k, v, p], S[at:at + k, v, p], C[at:at + k, v, p] = o.T
-        at += k
-    from autotune.cost.inputs import stage_costs
-
-    costs = stage_costs(problem.pa, L, R, S, C, pos=pos)
-    at = 0
-    for (key, b, v, p, k), o in zip(groups, opts):
-        sl = slice(at, at + k)
-        at += k
-        act, ws = costs.act_mib[sl, v, p], costs.ws_mib[sl, v, p]
-        rep = costs.recompute_ms[sl, v, p]
-        sd = costs.static_mib[sl, p] - costs.static_mib[at - k, p]  # option 0: no recompute
-        nu, om = rows[p]
-        c = act[:, None] * nu[None, :, v] + ws[:, None] * om[None, :, v] + sd[:, None]
-        # cheap pre-filter on (act, ws, static delta, replay), which implies row dominance ...
-        vals = np.stack([act, ws, sd, rep], axis=1)
-        order = np.lexsort((act, rep, sd, ws))
-        keep = np.zeros(k, dtype=bool)
-        grp = vals[order][:, 1:3]
-        new = np.ones(k, dtype=bool)
-        new[1:] = (grp[1:] != grp[:-1]).any(axis=1)
-        best = np.inf
-        for i, j in enumerate(order):  # per (ws, sd) group, by replay: a strictly lower act only
-            if new[i]:
-                best = np.inf
-            if act[j] < best - 1e-12:
-                keep[j] = True
-                best = act[j]
-        idx = np.nonzero(keep)[0]
-        # ... then the exact dominance on the stage's memory rows and replay
-        idx = idx[_pareto_mask(np.concatenate([c[idx], rep[idx, None]], axis=1))]
-        idx = idx[np.argsort(rep[idx], kind="stable")]
-        memo[key] = (o[idx], c[idx], rep[idx], sd[idx])
-
-
-def _stage_combos(fr: list, room: float, w: np.ndarray,
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Every combination of one option per chunk (``fr``: the chunks' :func:`_frontiers` entries)
-    that fits: (option index per chunk int [S, V], Σ_v w_v·replay [S] ms, largest memory-row
-    share [S] MiB); ``room`` = budget − static without recompute. None when a chunk has no
-    frontier or the partial combinations exceed :data:`EXACT_FIT_MAX_COMBOS`. Partial
-    combinations that cannot fit even with the least share of the remaining chunks are dropped
-    as they are built."""
-    if any(f is None for f in fr):
-        return None
-    V = len(fr)
-    mins = np.array([f[1].min(axis=0) for f in fr])  # V R: least share of each row
-    rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, mins.shape[1]))])
-    sc = fr[0][1]
-    obj = w[0] * fr[0][2]
-    idx = np.arange(len(sc))[:, None]
-    ok = (sc + rest[1] <= room).all(axis=1)
-    sc, obj, idx = sc[ok], obj[ok], idx[ok]
-    for v in range(1, V):
-        f = fr[v]
-        k = len(f[0])
-        if len(sc) * k > EXACT_FIT_MAX_COMBOS:
-            return None
-        nc = (sc[:, None, :] + f[1][None, :, :]).reshape(-1, sc.shape[1])
-        nobj = (obj[:, None] + w[v] * f[2][None, :]).reshape(-1)
-        nidx = np.concatenate([np.repeat(idx, k, axis=0), np.tile(np.arange(k), len(idx))[:, None]], axis=1)
-        ok = (nc + rest[v + 1] <= room).all(axis=1)
-        sc, obj, idx = nc[ok], nobj[ok], nidx[ok]
-    return idx, obj, sc.max(axis=1) if len(sc) else np.zeros(0)
-
-
-def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.ndarray,
-                ) -> tuple[np.ndarray, float, float] | None:
-    """The fitting combination of :func:`_stage_combos` with the least Σ_v w_v·replay (ties: the
-    least largest memory-row share), by a DP over the chunks: after chunk v the partial
-    combinations are feasibility-filtered (least share of the remaining chunks) and pruned to
-    those undominated on (partial sums of the rows the remaining chunks still touch, objective).
-    Rows with the same coefficients on the chunks placed so far have the same partial sums and
-    count once, so for the 1F1B families (nested live-count vectors) the state is one number.
-    Returns (option index per chunk int [V], objective, largest row share) or None (no frontier,
-    no fitting combination, or over :data:`EXACT_FIT_MAX_COMBOS`)."""
-    if any(f is None for f in fr):
-        return None
-    V = len(fr)
-    R = nu.shape[0]
-    mins = np.array([f[1].min(axis=0) for f in fr])
-    rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, R))])
-    has_sd = [bool(np.any(f[3])) for f in fr]
-    coef = (nu != 0) | (om != 0)  # R V
-    sc = fr[0][1]
-    obj = w[0] * fr[0][2]
-    idx = np.arange(len(sc))[:, None]
-    for v in range(V):
-        if v:
-            f = fr[v]
-            k = len(f[0])
-            if len(sc) * k > EXACT_FIT_MAX_COMBOS:
-                return None
-            sc = (sc[:, None, :] + f[1][None, :, :]).reshape(-1, R)
-            obj = (obj[:, None] + w[v] * f[2][None, :]).reshape(-1)
-            idx = np.concatenate([np.repeat(idx, k, axis=0), np.tile(np.arange(k), len(idx))[:, None]], axis=1)
-        ok = (sc + rest[v + 1] <= room).all(axis=1)
-        sc, obj, idx = sc[ok], obj[ok], idx[ok]
-        if not len(sc):
-            return None
-        if v == V - 1:
-            break
-        # prune: rows the remaining chunks touch, one per distinct coefficient prefix
-        act = coef[:, v + 1:].any(axis=1) | any(has_sd[v + 1:])
-        if not act.any():
-            i = int(np.argmin(obj))
-            sc, obj, idx = sc[i:i + 1], obj[i:i + 1], idx[i:i + 1]
-            continue
-        pre = np.concatenate([nu[:, :v + 1], om[:, :v + 1]], axis=1)[act]
-        _, first = np.unique(pre, axis=0, return_index=True)
-        key = sc[:, np.nonzero(act)[0][np.sort(first)]]
-        if key.shape[1] == 1:
-            o = np.lexsort((obj, key[:, 0]))
-            run = np.minimum.accumulate(obj[o])
-            keep = np.ones(len(o), dtype=bool)
-            keep[1:] = obj[o][1:] < run[:-1] - 1e-12
-            sel = o[keep]
-        elif len(sc) <= 4096:
-            sel = np.nonzero(_pareto_mask(np.concatenate([key, obj[:, None]], axis=1)))[0]
-        else:
-            continue
-        sc, obj, idx = sc[sel], obj[sel], idx[sel]
-    top = sc.max(axis=1)
-    tie = np.nonzero(obj <= obj.min() + 1e-9)[0]
-    i = int(tie[np.argmin(top[tie])])
-    return idx[i], float(obj[i]), float(top[i])
-
-
-def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None = None,
-              weights: np.ndarray | None = None, memo: dict | None = None,
-              ) -> tuple[np.ndarray, ...]:
-    """Least-replay recompute per stage that fits the budget, exactly (no greedy).
-
-    A stage's peak depends only on its own column: static + max over the schedule's memory rows
-    of the live activations (+ a backward's workspace). Each mini-stage's configurations (every
-    full / select+comm / select-only or comm-only / none class count, in MindFormers' "first r
-    layers" order) are reduced to those undominated on (share of every memory row, replay ms);
-    the stage takes the combination over its chunks that fits with the least Σ_v weights[v]·replay
-    (ties: the lowest peak). A stage with no fitting combination, or too many options
-    (:data:`EXACT_FIT_MAX_OPTS`, :data:`EXACT_FIT_MAX_COMBOS`), gets :func:`fit_recompute`'s greedy.
-
-    Args:
-        problem: the tuning problem. layers: int [B, V, P] splits.
-        stages: optional bool [B, P]: fit only these stages (the others get zeros).
-        weights: optional float [V, P] or [B, V, P] replay weights (> 0; default 1: least stage
-            time).
-        memo: optional dict for the mini-stage frontiers (one per problem; see :func:`_memo_for`).
-
-    Returns (rec, sel, com int [B, V, P], fits [B] bool) like :func:`fit_recompute` (stages not
-    fitted are scored as zeros).
-    """
-    B, V, P = layers.shape
-    memo = {} if memo is None else memo
-    pos = _positions(problem, V)
-    mask = np.ones((B, P), dtype=bool) if stages is None else np.asarray(stages, dtype=bool)
-    w = np.ones((B, V, P)) if weights is None else np.broadcast_to(np.asarray(weights, float), (B, V, P))
-    rec, sel, com = (np.zeros((B, V, P), dtype=np.int64) for _ in range(3))
-    cap = problem.hbm_mib + 1e-9
-    z = np.zeros_like(layers)
-    static0 = problem.costs(V, layers, z, z, z).static_mib  # B P
-    bs, ps = np.nonzero(mask)
-    _frontiers(problem, layers, [(int(b), v, int(p)) for b, p in zip(bs, ps) for v in range(V)], memo, pos)
-    from autotune.cost.inputs import _starts
-
-    starts = _starts(layers, pos)
-    rows = _stage_rows(problem, V)
-    greedy = np.zeros((B, P), dtype=bool)
-    for b, p in zip(bs, ps):
-        fr = [memo[("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p]))] for v in range(V)]
-        got = _stage_best(fr, cap - static0[b, p], w[b, :, p], *rows[p])
-        if got is None:
-            greedy[b, p] = True
-            continue
-        for v in range(V):
-            rec[b, v, p], sel[b, v, p], com[b, v, p] = fr[v][0][got[0][v]]
-    if greedy.any():
-        rows = np.nonzero(greedy.any(axis=1))[0]
-        L = layers[rows]
-        zz = np.zeros_like(L)
-        gr, gs, gc, _ = fit_recompute(problem, L, zz, zz, zz, stages=greedy[rows])
-        g3 = greedy[rows][:, None, :]
-        rec[rows] = np.where(g3, gr, rec[rows])
-        sel[rows] = np.where(g3, gs, sel[rows])
-        com[rows] = np.where(g3, gc, com[rows])
-    peak = problem.evaluate(V, layers, rec, sel, com, memory_only=True).peak_mib
-    return rec, sel, com, (peak <= cap).all(axis=1)
 
 
 #: :func:`polish_recompute` simulates at most this many fitting recompute combinations per stage
@@ -761,97 +152,46 @@ def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
                      top: int = POLISH_TOP, pair_top: int = POLISH_PAIR_TOP) -> Candidate:
     """Coordinate descent on ``cand``'s recompute with its split fixed, by simulation.
 
-    The moves: one stage's recompute replaced by any fitting combination of its chunks'
-    undominated options (:func:`_stage_combos`, the ``top`` least-replay ones), the other stages
+    The moves (:class:`~autotune.tuner.moves.RecomputeTrades`): one stage's recompute replaced by
+    any fitting combination of its chunks' undominated options
+    (:func:`~autotune.tuner.fit.stage_options`, the ``top`` least-replay ones), the other stages
     as they are; when no such move is faster, two stages' recompute replaced together (the
     ``pair_top`` least-replay combinations of each, each pair of stages in turn). Each stage's (or
-    pair's) moves are simulated at once and the fastest taken when it is faster. At most ``rounds``
-    passes (a single-stage sweep, then the pair sweep when it gained nothing); stops at a pass
-    without gain.
+    pair's) moves are simulated at once and the fastest fitting one taken when it is faster. At
+    most ``rounds`` passes (a single-stage sweep, then the pair sweep when it gained nothing);
+    stops at a pass without gain.
     Returns a scored Candidate (``cand`` itself when nothing improves; every answer fits)."""
-    from autotune.cost.inputs import _starts
-
-    from autotune.cost.simulate import compile_schedule
-
     V, P = cand.V, problem.P
     ops = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num).num_ops
     sims = rounds * (P * top + P * (P - 1) // 2 * pair_top ** 2)
     if sims * ops > POLISH_OPS:  # work cap: fewer combinations per stage on long schedules
         f = POLISH_OPS / (sims * ops)
         top, pair_top = max(1, int(top * f)), int(pair_top * f ** 0.5)
-    memo = _memo_for(problem)
-    pos = _positions(problem, V)
-    lay = cand.layers[None]
     best = cand
     if not np.isfinite(best.step_ms):
         problem.score([best])
-    _frontiers(problem, lay, [(0, v, p) for p in range(P) for v in range(V)], memo, pos)
-    starts = _starts(lay, pos)[0]
-    z = np.zeros_like(lay)
-    static0 = problem.costs(V, lay, z, z, z).static_mib[0]
-    cap = problem.hbm_mib + 1e-9
-    opts: list[np.ndarray | None] = []  # per stage: int [S, V, 3] fitting (rec, sel, com) columns
-    for p in range(P):
-        fr = [memo[("xf", V, v, p, int(starts[v, p]), int(cand.layers[v, p]))] for v in range(V)]
-        got = _stage_combos(fr, cap - static0[p], np.ones(V))
-        if got is None or not len(got[0]):
-            opts.append(None)
-            continue
-        idx = got[0][np.argsort(got[1], kind="stable")[:top]]
-        opts.append(np.stack([fr[v][0][idx[:, v]] for v in range(V)], axis=1))
+    opts = stage_options(problem, cand, top)
 
-    def apply(moves: list[tuple[tuple[int, np.ndarray], ...]]) -> bool:
-        """Simulate the moves (each: (stage, its new columns [S, V, 3]) for one or two stages,
-        all combinations) and take the fastest fitting one when faster."""
+    def apply(trades: tuple[tuple[int, np.ndarray], ...]) -> bool:
+        """Take the fastest fitting trade when it is faster than ``best``."""
         nonlocal best
-        blocks = []
-        for mv in moves:
-            sizes = [len(c) for _, c in mv]
-            S = int(np.prod(sizes))
-            cols = [getattr(best, a) for a in ("rec", "sel", "com")]
-            arr = [np.broadcast_to(x, (S, V, P)).copy() for x in cols]
-            grid = np.indices(sizes).reshape(len(sizes), -1)
-            for (p, c), g in zip(mv, grid):
-                for a in range(3):
-                    arr[a][:, :, p] = c[g, :, a]
-            blocks.append(arr)
-        if not blocks:
+        sc = scan(problem, best, RecomputeTrades(trades))
+        i, step = sc.fastest_fitting(problem)
+        if not step < best.step_ms - 1e-9:
             return False
-        R, Sl, C = (np.concatenate([b[a] for b in blocks]) for a in range(3))
-        n = len(R)
-        sc = problem.evaluate(V, np.broadcast_to(cand.layers, (n, V, P)), R, Sl, C)
-        step = np.where(sc.peak_mib.max(axis=1) <= cap, sc.step_ms, np.inf)
-        i = int(np.argmin(step))
-        if not step[i] < best.step_ms - 1e-9:
-            return False
-        pk = float(sc.peak_mib[i].max())
-        best = Candidate(V, cand.layers.copy(), R[i], Sl[i], C[i], float(step[i]), pk,
-                         pk - problem.hbm_mib, origin=f"{cand.origin}+polish")
+        best = sc.candidate(problem, i, origin=f"{cand.origin}+polish")
+        best.layers = cand.layers.copy()
         return True
 
     live = [p for p in range(P) if opts[p] is not None]
     for _ in range(rounds):
         gained = False
         for p in live:
-            gained |= apply([((p, opts[p]),)])
+            gained |= apply(((p, opts[p]),))
         if not gained and pair_top > 0:
             for k, p in enumerate(live):
                 for q in live[k + 1:]:
-                    gained |= apply([((p, opts[p][:pair_top]), (q, opts[q][:pair_top]))])
+                    gained |= apply(((p, opts[p][:pair_top]), (q, opts[q][:pair_top])))
         if not gained:
             break
     return best
-
-
-#: Replay weight of the first and last chunk in the exact fit that :func:`exact_fit_spec` gives
-#: the local search of interleaved layouts (the middle chunks weigh 1). With m = P the critical
-#: path of 1F1B interleaved repeats one chunk's backward (often the last's) m - 1 times on one
-#: stage; spending a stage's replay on its middle chunks gave the best local optima on TeleChat2
-#: 96L pp8 (vpp3 6818.6 vs 6875.6 ms unweighted; vpp4 6573.9 vs 6606.5 ms).
-EXACT_EDGE_WEIGHT = 1.1
-
-
-def exact_fit_spec(V: int) -> tuple:
-    """The ``fit`` argument of :func:`local_search` / :func:`fitted` for V chunks: the exact fit
-    with replay weights :data:`EXACT_EDGE_WEIGHT` on chunks 0 and V - 1, 1 elsewhere."""
-    return ("exact", tuple(EXACT_EDGE_WEIGHT if v in (0, V - 1) else 1.0 for v in range(V)))

@@ -23,6 +23,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from autotune.tuner.exact import exact_optimum
+from autotune.tuner.fit import fitted
+from autotune.tuner.heuristic import local_search
 from autotune.tuner.problem import Candidate, Problem, even_layers
 
 #: Peaks (MiB) closer than this are the same memory level for the front.
@@ -57,8 +60,6 @@ def exact_front(problem: Problem, *, max_steps: int = MAX_EXACT_STEPS) -> list[C
     Raises:
         ValueError: the problem has too many splits for the exact oracle.
     """
-    from autotune.tuner.exact import exact_optimum
-
     found: list[Candidate] = []
     budget = problem.hbm_mib
     for _ in range(max_steps):
@@ -76,8 +77,6 @@ def heuristic_front(problem: Problem, evaluated: Iterable[Candidate] = (), *, la
                     local_iters: int = 30) -> list[Candidate]:
     """Approximate front from the fast solvers at ``ladder`` budgets (module docstring) merged with
     ``evaluated`` candidates (scored ones; feasible ones kept)."""
-    from autotune.tuner.heuristic import fitted, local_search
-
     pool = [c for c in evaluated if np.isfinite(c.step_ms) and c.excess_mib <= 0]
     lows = []
     for V in problem.vpp_candidates:

@@ -22,7 +22,8 @@ import numpy as np
 from autotune.tuner.bounds import REGISTRY, BoundContext, tighten
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
-from autotune.tuner.heuristic import exact_fit_spec, fitted, local_search, polish_recompute
+from autotune.tuner.fit import edge_weighted_fit, fitted
+from autotune.tuner.heuristic import local_search, polish_recompute
 from autotune.tuner.problem import Candidate, Problem, count_splits, even_layers
 
 #: Spaces with at most this many layer splits (all V) are enumerated exactly (branch and bound:
@@ -83,7 +84,7 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
         if per_v_ms.get(c.V, 0.0) > inc:
             continue  # this V cannot beat the incumbent (its bound is above it)
         if c.V > 1:
-            fit = exact_fit_spec(c.V)
+            fit = edge_weighted_fit(c.V)
             ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
             ls = local_search(problem, ex if ex.rank() < c.rank() else c, max_iters=LOCAL_ITERS,
                               deadline=deadline, fit=fit)

@@ -49,7 +49,7 @@ def test_device_dp_with_head_and_tail_workspace(seed, N, V, tight, head_ws, tail
     workspace enter the joint pass's backward rows: the bound stays <= the enumerated optimum."""
     from autotune.cost.inputs import ProfileArrays
     from autotune.profile.schema import ModelProfile
-    from autotune.tuner.heuristic import fitted
+    from autotune.tuner.fit import fitted
     from autotune.tuner.problem import Problem, even_layers
 
     rng = np.random.default_rng(seed)

@@ -92,7 +92,7 @@ def _random_problem(seed: int, N: int, P: int, V: int, kinds: tuple[str, ...], t
     m_drawn = P * int(rng.integers(1, 3))
     m = m_drawn if m is None else m
     loose = Problem(pa, P=P, m=m, vpp_candidates=[V], kinds=kinds, schedule=schedule, seq_split_num=split)
-    from autotune.tuner.heuristic import fitted
+    from autotune.tuner.fit import fitted
     from autotune.tuner.problem import even_layers
     peak = fitted(loose, V, even_layers(N, P, V)[None], "x")[0].peak_mib
     return Problem(pa, P=P, m=m, hbm_mib=peak * tight, vpp_candidates=[V], kinds=kinds,

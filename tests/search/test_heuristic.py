@@ -14,8 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autotune.cost.inputs import first_layers
 from autotune.profile.schema import load_profile
+from autotune.tuner import fit as F
 from autotune.tuner import heuristic as H
+from autotune.tuner import moves as M
 from autotune.tuner.problem import Candidate, Problem, even_layers
 from autotune.tuner.recompute import recompute_choices
 from tests.search.test_exact_bounds import _random_problem
@@ -32,10 +35,10 @@ def _plain_fit(problem: Problem, layers: np.ndarray, *, max_rounds: int = 10_000
     time, every stage re-simulated every round (no row dropping, no speculation)."""
     B, V, P = layers.shape
     rec, sel, com = (np.zeros_like(layers) for _ in range(3))
-    pos = H._positions(problem, V)
+    pos = F._positions(problem, V)
     cap = problem.hbm_mib
     for _ in range(max_rounds):
-        peak, t = H._stage_time(problem, layers, rec, sel, com, pos)
+        peak, t = F._stage_time(problem, layers, rec, sel, com, pos)
         over = peak > cap + 1e-9
         if not over.any():
             break
@@ -51,7 +54,7 @@ def _plain_fit(problem: Problem, layers: np.ndarray, *, max_rounds: int = 10_000
                     c2[:, v] = np.where(over, np.minimum(np.maximum(com[:, v], rec[:, v]) + 1, layers[:, v]), com[:, v])
                 variants.append((r2, s2, c2))
         K = len(variants)
-        vpeak, vt = H._stage_time(problem, np.concatenate([layers] * K),
+        vpeak, vt = F._stage_time(problem, np.concatenate([layers] * K),
                                   *(np.concatenate([x[i] for x in variants]) for i in range(3)), pos)
         vpeak, vt = vpeak.reshape(K, B, P), vt.reshape(K, B, P)
         saved, added = peak[None] - vpeak, vt - t[None]
@@ -95,14 +98,14 @@ def test_fit_equals_plain_round_by_round_greedy(seed, N, P, V, kinds, tight, max
     layers = _random_splits(rng, problem, V, 12)
     z = np.zeros_like(layers)
     want = _plain_fit(problem, layers, max_rounds=max_rounds)
-    got = H.fit_recompute(problem, layers, z, z, z, max_rounds=max_rounds)
+    got = F.fit_recompute(problem, layers, z, z, z, max_rounds=max_rounds)
     for w, g in zip(want, got[:3]):
         np.testing.assert_array_equal(g, w)
     peak = problem.evaluate(V, layers, *got[:3], memory_only=True).peak_mib
     np.testing.assert_array_equal(got[3], (peak <= problem.hbm_mib + 1e-9).all(axis=1))
     # fitting only some stages: those get the same columns, the others keep their input (0)
     stages = rng.random((len(layers), P)) < 0.4
-    part = H.fit_recompute(problem, layers, z, z, z, max_rounds=max_rounds, stages=stages)
+    part = F.fit_recompute(problem, layers, z, z, z, max_rounds=max_rounds, stages=stages)
     for w, g in zip(want, part[:3]):
         np.testing.assert_array_equal(g, np.where(stages[:, None, :], w, 0))
 
@@ -115,17 +118,17 @@ def test_speculation_long_run_on_one_big_chunk() -> None:
     z = np.zeros_like(layers)
     want = _plain_fit(problem, layers)
     calls = []
-    orig = H._stage_time
+    orig = F._stage_time
 
     def counted(*a, **k):
         calls.append(1)
         return orig(*a, **k)
 
-    H._stage_time = counted
+    F._stage_time = counted
     try:
-        got = H.fit_recompute(problem, layers, z, z, z)
+        got = F.fit_recompute(problem, layers, z, z, z)
     finally:
-        H._stage_time = orig
+        F._stage_time = orig
     # each increment is one greedy round: dozens of them, simulated in far fewer batches
     increments = int(max(x.sum(axis=(1, 2)).max() for x in want))
     assert increments >= 36 and len(calls) < increments / 2
@@ -141,13 +144,13 @@ def test_memoised_refit_equals_fitting_every_move(schedule: str, V: int, m: int,
     scan serves the second), touched stages get the fit of the whole moved split from zero and
     untouched stages keep the base's recompute."""
     problem = _random_problem(seed, 12, 3, V, ("full", "select", "comm"), 0.6, schedule=schedule, m=m)
-    base = H.fitted(problem, V, even_layers(12, 3, V)[None], "even")[0]
+    base = F.fitted(problem, V, even_layers(12, 3, V)[None], "even")[0]
     memo: dict = {}
     for _ in range(2):
-        splits = H._moves(problem, base)
-        rec, sel, com = H._refit_touched(problem, base, splits, memo)
+        splits = M.single_moves(problem, base)
+        rec, sel, com = F.refit_touched(problem, base, splits, memo)
         z = np.zeros_like(splits)
-        fr, fs, fc, _ = H.fit_recompute(problem, splits, z, z, z)
+        fr, fs, fc, _ = F.fit_recompute(problem, splits, z, z, z)
         touched = (splits != base.layers[None]).any(axis=1)[:, None, :]
         for got, full, own in ((rec, fr, base.rec), (sel, fs, base.sel), (com, fc, base.com)):
             np.testing.assert_array_equal(got, np.where(touched, full, own[None]))
@@ -165,7 +168,7 @@ def test_fit_places_stages_like_the_schedule() -> None:
                                   schedule="zero_bubble_v", m=6)
         layers = _random_splits(rng, problem, 2, 10)
         z = np.zeros_like(layers)
-        rec, sel, com, fits = H.fit_recompute(problem, layers, z, z, z)
+        rec, sel, com, fits = F.fit_recompute(problem, layers, z, z, z)
         peak = problem.evaluate(2, layers, rec, sel, com, memory_only=True).peak_mib
         np.testing.assert_array_equal(fits, (peak <= problem.hbm_mib + 1e-9).all(axis=1))
 
@@ -174,9 +177,9 @@ def test_pair_moves_are_distinct_two_layer_moves() -> None:
     """With every single move paired: each pair split moves exactly two layers (|diff| sums to
     4), respects the bounds, is distinct, and they are all such splits (brute-force count)."""
     problem = _random_problem(1, 9, 2, 2, ("full",), 1.0)
-    base = H.fitted(problem, 2, np.array([[[2, 3], [2, 2]]]), "b")[0]
-    singles = H._moves(problem, base)
-    pairs = H._pair_moves(problem, base, singles, np.arange(len(singles)), len(singles))
+    base = F.fitted(problem, 2, np.array([[[2, 3], [2, 2]]]), "b")[0]
+    singles = M.single_moves(problem, base)
+    pairs = M.pair_moves(problem, base, singles, np.arange(len(singles)), len(singles))
     lo, hi = problem.bounds(2)
     d = pairs - base.layers[None]
     assert (np.abs(d).sum(axis=(1, 2)) == 4).all() and (d.sum(axis=(1, 2)) == 0).all()
@@ -199,7 +202,7 @@ def test_pair_moves_are_distinct_two_layer_moves() -> None:
                         want.add(g.tobytes())
     assert {p.tobytes() for p in pairs} == want
     # the top-k restriction keeps only pairs of the first k singles, best-ranked pairs first
-    few = H._pair_moves(problem, base, singles, np.arange(len(singles)), 3)
+    few = M.pair_moves(problem, base, singles, np.arange(len(singles)), 3)
     assert 0 < len(few) <= 6
     firsts = [singles[i] + singles[j] - base.layers for i, j in ((0, 0), (0, 1)) if
               ((singles[i] + singles[j] - base.layers >= lo).all())]
@@ -210,11 +213,11 @@ def test_memo_is_per_problem_and_budget() -> None:
     """The shared memo is reused for the same problem, never for a copy with another budget; the
     problem is frozen, so it cannot change under its memo."""
     problem = _random_problem(0, 8, 2, 1, ("full",), 0.8)
-    m1 = H._memo_for(problem)
+    m1 = F.fit_cache(problem)
     m1["x"] = 1
-    assert H._memo_for(problem) is m1
+    assert F.fit_cache(problem) is m1
     other = dataclasses.replace(problem, hbm_mib=problem.hbm_mib * 0.9)
-    assert "x" not in H._memo_for(other)
+    assert "x" not in F.fit_cache(other)
     with pytest.raises(dataclasses.FrozenInstanceError):
         problem.hbm_mib *= 0.5
 
@@ -235,7 +238,7 @@ def test_pair_escape_leaves_the_48_layer_local_optimum(p48: Problem) -> None:
     """Single moves stall at [[4,5,5,5,4],[6,6,5,4,4]] (6238.7 ms) and no pair move improves on
     it; a descent from the best pair move reaches [[4,4,4,6,5],[6,6,6,4,3]] = 6217.4 ms, the
     exhaustive scan's layout (no recompute needed). Deterministic: twice the same answer."""
-    start = H.fitted(p48, 2, np.array([[[4, 5, 5, 5, 4], [6, 6, 5, 4, 4]]]), "s")[0]
+    start = F.fitted(p48, 2, np.array([[[4, 5, 5, 5, 4], [6, 6, 5, 4, 4]]]), "s")[0]
     assert start.step_ms == pytest.approx(6238.66, abs=0.01)
     stuck = H.local_search(p48, start, pair_top=0)
     np.testing.assert_array_equal(stuck.layers, start.layers)
@@ -280,16 +283,16 @@ def test_exact_fit_hand_computed() -> None:
     problem = _hand_problem()
     lay = np.array([[[2, 2]]])
     z = np.zeros_like(lay)
-    g = H.fit_recompute(problem, lay, z, z, z)
+    g = F.fit_recompute(problem, lay, z, z, z)
     assert g[0].tolist() == [[[1, 0]]] and g[3].all()
-    rec, sel, com, fits = H.fit_exact(problem, lay)
+    rec, sel, com, fits = F.fit_exact(problem, lay)
     assert fits.all() and rec.tolist() == [[[0, 0]]] and sel.tolist() == [[[1, 0]]] and com.tolist() == [[[1, 0]]]
     peak = problem.evaluate(1, lay, rec, sel, com, memory_only=True).peak_mib
     np.testing.assert_allclose(peak, [[28.0, 20.0]])
-    greedy, exact = (H.fitted(problem, 1, lay, "s", fit=f)[0] for f in ("greedy", "exact"))
+    greedy, exact = (F.fitted(problem, 1, lay, "s", fit=f)[0] for f in (F.GREEDY, F.ExactFit()))
     assert greedy.step_ms == pytest.approx(22.0) and exact.step_ms == pytest.approx(18.9)
     # a replay weight only moves the choice when another option becomes cheaper: not here
-    assert H.fit_exact(problem, lay, weights=np.array([[5.0, 1.0]]))[1].tolist() == [[[1, 0]]]
+    assert F.fit_exact(problem, lay, weights=np.array([[5.0, 1.0]]))[1].tolist() == [[[1, 0]]]
 
 
 def _brute_least_replay(problem: Problem, layers: np.ndarray, p: int, w: np.ndarray) -> float | None:
@@ -327,7 +330,7 @@ def test_exact_fit_is_the_least_replay_that_fits(seed: int) -> None:
                               static_delta=seed % 2 == 0)
     splits = _random_splits(rng, problem, V, 4)
     w = rng.uniform(1.0, 2.0, size=(V, problem.P))
-    rec, sel, com, fits = H.fit_exact(problem, splits, weights=w)
+    rec, sel, com, fits = F.fit_exact(problem, splits, weights=w)
     sc = problem.evaluate(V, splits, rec, sel, com, memory_only=True)
     np.testing.assert_array_equal(fits, (sc.peak_mib <= problem.hbm_mib + 1e-9).all(axis=1))
     costs = problem.costs(V, splits, rec, sel, com)
@@ -348,27 +351,25 @@ def test_exact_fit_is_the_least_replay_that_fits(seed: int) -> None:
 def test_stage_dp_equals_full_enumeration() -> None:
     """_stage_best (DP with pruned partial combinations) finds the least objective of
     _stage_combos (every fitting combination) on TeleChat2-like 4-chunk stages."""
-    from autotune.cost.inputs import _starts
-
     problem = _random_problem(5, 32, 2, 4, ("full", "select", "comm"), 0.7, m=4)
     rng = np.random.default_rng(0)
     V, P = 4, problem.P
     splits = _random_splits(rng, problem, V, 6)
     memo: dict = {}
-    H._frontiers(problem, splits, [(b, v, p) for b in range(len(splits)) for v in range(V) for p in range(P)],
+    F._frontiers(problem, splits, [(b, v, p) for b in range(len(splits)) for v in range(V) for p in range(P)],
                  memo, None)
-    starts = _starts(splits, None)
+    starts = first_layers(splits, None)
     z = np.zeros_like(splits)
     static0 = problem.costs(V, splits, z, z, z).static_mib
-    rows = H._stage_rows(problem, V)
+    rows = F._stage_rows(problem, V)
     seen = 0
     for b in range(len(splits)):
         for p in range(P):
             fr = [memo[("xf", V, v, p, int(starts[b, v, p]), int(splits[b, v, p]))] for v in range(V)]
             w = rng.uniform(1.0, 1.5, size=V)
             room = problem.hbm_mib + 1e-9 - static0[b, p]
-            full = H._stage_combos(fr, room, w)
-            best = H._stage_best(fr, room, w, *rows[p])
+            full = F._stage_combos(fr, room, w)
+            best = F._stage_best(fr, room, w, *rows[p])
             if full is None or not len(full[0]):
                 assert best is None
                 continue
@@ -388,9 +389,9 @@ def test_exact_local_search_and_polish_on_telechat2_vpp4() -> None:
     from search_quality import problems
 
     pr, _ = problems()["telechat2 96L pp8 vpp1-4"]
-    fit = H.exact_fit_spec(4)
-    assert fit == ("exact", (1.1, 1.0, 1.0, 1.1))
-    ev = H.fitted(pr, 4, even_layers(96, 8, 4)[None], "ev", fit=fit)[0]
+    fit = F.edge_weighted_fit(4)
+    assert fit == F.ExactFit((1.1, 1.0, 1.0, 1.1))
+    ev = F.fitted(pr, 4, even_layers(96, 8, 4)[None], "ev", fit=fit)[0]
     ls = H.local_search(pr, ev, max_iters=60, fit=fit)
     assert ls.step_ms == pytest.approx(6573.9, abs=0.05) and ls.excess_mib <= 0
     pol = H.polish_recompute(pr, ls)

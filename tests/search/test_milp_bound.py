@@ -82,7 +82,7 @@ def test_48_layer_pp5_vpp2_pinned() -> None:
     assert (6217.40 - b.bound_ms) / b.bound_ms == pytest.approx(0.0052, abs=0.0001)
     again = milp_bound(problem, 2, upper_ms=6217.4)  # deterministic work caps
     assert again.bound_ms == b.bound_ms and again.split.tolist() == b.split.tolist()
-    from autotune.tuner.heuristic import fitted
+    from autotune.tuner.fit import fitted
 
     real = fitted(problem, 2, b.split[None], "milp")[0]
     assert real.step_ms >= b.bound_ms
@@ -137,7 +137,7 @@ def test_recompute_polish_beats_the_greedy_fit_on_telechat2() -> None:
     integer program with the split pinned picks per-mini-stage recompute classes that run
     6,845.16 ms and fit (worst stage 55,752 MiB). The chosen counts are valid MindFormers values
     (full <= select, comm <= layers), and no layer is fully recomputed (select + comm suffice)."""
-    from autotune.tuner.heuristic import fitted
+    from autotune.tuner.fit import fitted
     problem = _telechat_96l_vpp3()
     lay = np.array([[3, 3, 3, 4, 4, 4, 4, 4], [4] * 8, [5, 5, 5, 4, 5, 4, 4, 3]])
     greedy = fitted(problem, 3, lay[None], "greedy")[0]

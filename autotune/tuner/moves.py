@@ -1,0 +1,206 @@
+"""Neighbourhoods of a layout for the local searches (pure numpy, no Optuna).
+
+A :class:`Neighbourhood` (``name``, ``batches(problem, base, fit, memo)``) yields the layouts one
+step away from ``base`` in batches (:class:`LayoutBatch`); :func:`scan` simulates them all:
+
+- :class:`SingleLayerMoves`: one layer from mini-stage a to mini-stage b, every (a, b);
+- :class:`PairMoves`: two single moves at once, among the best-ranked single moves of a scan;
+- :class:`GivenSplits`: given layer splits (e.g. one pair move to descend from);
+- :class:`RecomputeTrades`: the split kept, one or two stages' recompute replaced by other
+  fitting combinations of their chunks' options.
+
+The split moves re-fit the recompute of the stages they touch with a
+:class:`~autotune.tuner.fit.RecomputeFit` (each distinct touched column once per problem:
+:func:`~autotune.tuner.fit.refit_touched`); the other stages keep ``base``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple, Protocol
+
+import numpy as np
+
+from autotune.tuner.fit import GREEDY, RecomputeFit, refit_touched
+from autotune.tuner.problem import Candidate, Problem
+
+#: Moves refitted and simulated per batch (bounds memory on large spaces).
+MOVE_CHUNK = 20_000
+
+
+class LayoutBatch(NamedTuple):
+    """B layouts of one V: layer, recompute, select and comm counts, int [B, V, P] each."""
+
+    layers: np.ndarray
+    rec: np.ndarray
+    sel: np.ndarray
+    com: np.ndarray
+
+
+class Neighbourhood(Protocol):
+    """The layouts one move away from a layout (module docstring)."""
+
+    name: str
+
+    def batches(self, problem: Problem, base: Candidate, fit: RecomputeFit,
+                memo: dict | None) -> Iterator[LayoutBatch]:
+        """The neighbours of ``base`` in batches; ``fit`` / ``memo`` re-fit touched stages."""
+
+
+def single_moves(problem: Problem, cand: Candidate) -> np.ndarray:
+    """All valid splits [B, V, P] one layer away from ``cand`` (a -> b for every pair)."""
+    V, P = cand.V, problem.P
+    flat = cand.layers.reshape(-1)
+    lo, hi = problem.bounds(V)
+    lo, hi = lo.reshape(-1), hi.reshape(-1)
+    out = []
+    n = V * P
+    for a in range(n):
+        if flat[a] - 1 < lo[a]:
+            continue
+        for b in range(n):
+            if a == b or flat[b] + 1 > hi[b]:
+                continue
+            f = flat.copy()
+            f[a] -= 1
+            f[b] += 1
+            out.append(f.reshape(V, P))
+    return np.asarray(out, dtype=np.int64).reshape(-1, V, P)
+
+
+def pair_moves(problem: Problem, base: Candidate, singles: np.ndarray, order: np.ndarray,
+               top: int) -> np.ndarray:
+    """Splits int [M, V, P] two single-layer moves away from ``base``: the sum of every pair of
+    the first ``top`` single moves in ``order`` (indices into ``singles``, int [B, V, P]; a move
+    may pair with itself: two layers a -> b), kept when within :meth:`Problem.bounds` and really
+    two layers moved (neither ``base`` itself nor a single move); distinct, pairs of
+    better-ranked single moves first."""
+    lo, hi = problem.bounds(base.V)
+    d = singles[np.asarray(order)[:top]] - base.layers[None]  # T V P: -1 at a, +1 at b
+    i, j = np.triu_indices(len(d))
+    o = np.lexsort((j, i + j))  # by rank sum, then by the second move's rank
+    i, j = i[o], j[o]
+    dd = d[i] + d[j]
+    comb = base.layers[None] + dd
+    ok = ((comb >= lo) & (comb <= hi)).all(axis=(1, 2)) & (np.abs(dd).sum(axis=(1, 2)) == 4)
+    comb = comb[ok]
+    if not len(comb):
+        return comb
+    _, first = np.unique(comb.reshape(len(comb), -1), axis=0, return_index=True)
+    return comb[np.sort(first)]
+
+
+@dataclass(frozen=True)
+class GivenSplits:
+    """These layer splits int [B, V, P] of ``base``'s V, touched stages re-fitted."""
+
+    splits: np.ndarray
+    name: str = "splits"
+
+    def split_moves(self, problem: Problem, base: Candidate) -> np.ndarray:
+        return self.splits
+
+    def batches(self, problem: Problem, base: Candidate, fit: RecomputeFit,
+                memo: dict | None) -> Iterator[LayoutBatch]:
+        splits = self.split_moves(problem, base)
+        for lo in range(0, len(splits), MOVE_CHUNK):
+            sp = splits[lo:lo + MOVE_CHUNK]
+            yield LayoutBatch(sp, *refit_touched(problem, base, sp, memo, fit))
+
+
+@dataclass(frozen=True)
+class SingleLayerMoves(GivenSplits):
+    """Every valid move of one layer between two mini-stages (:func:`single_moves`)."""
+
+    splits: np.ndarray | None = None
+    name: str = "single"
+
+    def split_moves(self, problem: Problem, base: Candidate) -> np.ndarray:
+        return single_moves(problem, base)
+
+
+@dataclass(frozen=True)
+class PairMoves(GivenSplits):
+    """Two single moves at once among the first ``top`` of ``singles`` in ``order``
+    (:func:`pair_moves`)."""
+
+    splits: np.ndarray | None = None
+    singles: np.ndarray | None = None
+    order: np.ndarray | None = None
+    top: int = 0
+    name: str = "pair"
+
+    def split_moves(self, problem: Problem, base: Candidate) -> np.ndarray:
+        return pair_moves(problem, base, self.singles, self.order, self.top)
+
+
+@dataclass(frozen=True)
+class RecomputeTrades:
+    """``base``'s split with the recompute of one or more stages replaced together: ``trades`` is
+    a tuple of (stage, columns int [S, V, 3] (rec, sel, com per chunk)); every combination of one
+    column set per traded stage is a neighbour (one batch, in ``np.indices`` order)."""
+
+    trades: tuple[tuple[int, np.ndarray], ...]
+    name: str = "recompute"
+
+    def batches(self, problem: Problem, base: Candidate, fit: RecomputeFit,
+                memo: dict | None) -> Iterator[LayoutBatch]:
+        V, P = base.V, problem.P
+        sizes = [len(c) for _, c in self.trades]
+        S = int(np.prod(sizes))
+        arr = [np.broadcast_to(getattr(base, a), (S, V, P)).copy() for a in ("rec", "sel", "com")]
+        grid = np.indices(sizes).reshape(len(sizes), -1)
+        for (p, c), g in zip(self.trades, grid):
+            for a in range(3):
+                arr[a][:, :, p] = c[g, :, a]
+        yield LayoutBatch(np.broadcast_to(base.layers, (S, V, P)), *arr)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """The neighbours of one :func:`scan`, simulated: layouts (:class:`LayoutBatch` fields, int
+    [B, V, P]), step ms [B] and per-stage peak MiB [B, P]."""
+
+    V: int
+    layouts: LayoutBatch
+    step_ms: np.ndarray
+    peak_mib: np.ndarray
+
+    def excess_mib(self, problem: Problem) -> np.ndarray:
+        """[B] MiB over the budget of the worst stage, clipped at 0."""
+        return np.maximum(0.0, self.peak_mib.max(axis=1) - problem.hbm_mib)
+
+    def candidate(self, problem: Problem, i: int, origin: str = "") -> Candidate:
+        """Neighbour i as a scored Candidate."""
+        pk = float(self.peak_mib[i].max())
+        lay = self.layouts
+        return Candidate(self.V, lay.layers[i], lay.rec[i], lay.sel[i], lay.com[i], float(self.step_ms[i]), pk,
+                         pk - problem.hbm_mib, origin=origin)
+
+    def best(self, problem: Problem) -> Candidate:
+        """The best neighbour by rank: least memory excess, then least step, then first."""
+        return self.candidate(problem, int(np.lexsort((self.step_ms, self.excess_mib(problem)))[0]))
+
+    def fastest_fitting(self, problem: Problem) -> tuple[int, float]:
+        """(index, step ms) of the fastest neighbour whose every stage fits the budget (+1e-9
+        MiB); step +inf when none fits."""
+        step = np.where(self.peak_mib.max(axis=1) <= problem.hbm_mib + 1e-9, self.step_ms, np.inf)
+        i = int(np.argmin(step))
+        return i, float(step[i])
+
+
+def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: RecomputeFit = GREEDY,
+         memo: dict | None = None) -> Scan | None:
+    """Simulate every neighbour of ``base`` in ``nbhd`` (batch by batch) and return them all; None
+    when ``base`` has no neighbour there."""
+    parts = []
+    for b in nbhd.batches(problem, base, fit, memo):
+        s = problem.evaluate(base.V, b.layers, b.rec, b.sel, b.com)
+        parts.append((b, s.step_ms, s.peak_mib))
+    if not parts:
+        return None
+    if len(parts) == 1:
+        b, step, peak = parts[0]
+        return Scan(base.V, b, step, peak)
+    lay = LayoutBatch(*(np.concatenate([p[0][k] for p in parts]) for k in range(4)))
+    return Scan(base.V, lay, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
