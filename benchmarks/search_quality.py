@@ -19,8 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.cost.inputs import ProfileArrays  # noqa: E402
-from autotune.profile.schema import ModelProfile  # noqa: E402
+from autotune.profile.schema import ModelProfile, load_profile  # noqa: E402
+from autotune.tuner.inputs import as_config  # noqa: E402
+from autotune.tuner.outcome import SAFETY_TIMEOUT_S  # noqa: E402
 from autotune.tuner.problem import Problem, runnable_vpp  # noqa: E402
+from autotune.tuner.runner import run_study  # noqa: E402
+from autotune.tuner.solve import bound_and_seeds  # noqa: E402
 
 
 def toy(N: int, kinds_runs: list, tail_ms: float = 2.0, p2p: float = 0.1) -> ProfileArrays:
@@ -52,10 +56,7 @@ FROZEN = {"examples/telechat2_115b/train.yaml": ROOT / "benchmarks/data/telechat
 
 def example(path: str, *, P: int | None = None, V: list[int] | None = None, N: int | None = None,
             budget_scale: float = 1.0, m: int | None = None) -> Problem:
-    from autotune.api import _config
-    from autotune.profile.schema import load_profile
-
-    cfg = _config(ROOT / path)
+    cfg = as_config(ROOT / path)
     prof = load_profile(FROZEN[path])   # a fixed problem: benchmarks/data/README.md
     if N is not None:
         prof = prof.with_num_layers(N)
@@ -90,10 +91,6 @@ def problems() -> dict[str, tuple[Problem, bool]]:
 def run(problem: Problem, seed: int, gap: float = 0.005) -> tuple[float, float, int, float, bool]:
     """(found ms, bound ms, trials, wall s, exact) for one search as api.search runs it by default
     (no clock budget: 200 trials, fixed local-search work, stop at the certified gap)."""
-    from autotune.api import SAFETY_TIMEOUT_S
-    from autotune.tuner.runner import run_study
-    from autotune.tuner.solve import bound_and_seeds
-
     t0 = time.monotonic()
     bs = bound_and_seeds(problem, [])
     stop = bs.bound_ms * (1 + gap) if np.isfinite(bs.bound_ms) else None
@@ -111,7 +108,7 @@ def main() -> None:
     seeds = [int(s) for s in a.seeds.split(",")]
     print(f"{'problem':28s} {'seed':>4s} {'found ms':>11s} {'opt/bound ms':>13s} {'ratio':>7s} {'gap':>7s} "
           f"{'wall s':>6s} {'trials':>6s}")
-    for name, (pr, enum) in problems().items():
+    for name, (pr, _enum) in problems().items():
         if a.only and a.only not in name:
             continue
         for s in seeds:

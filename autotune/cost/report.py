@@ -9,10 +9,11 @@ Accounting identities checked in tests: for each stage, the memory components
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from autotune.config.canonical import canonical_values
 from autotune.config.layer_setting import Warning_
 from autotune.config.layout import Layout
 from autotune.cost.bubble import bubble_breakdown
@@ -20,11 +21,31 @@ from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.select_ops import pattern_stage_costs
 from autotune.cost.simulate import SimResult, compile_schedule, peak_activation_parts, simulate
+from autotune.errors import ConfigError
 from autotune.profile.schema import ModelProfile
 
 #: Memory components of a stage's peak, in report order (MiB).
 MEMORY_COMPONENTS = ("layer_static", "head_static", "tail_static", "stage_const", "activation",
                      "workspace")
+
+
+#: Views of a :class:`CostReport` by name ("html", "timeline", "memory"), registered by the
+#: presentation layer (:mod:`autotune.emit.notebook`) so that cost never imports it.
+_VIEWS: dict[str, Callable[..., Any]] = {}
+
+
+def register_view(name: str, view: Callable[..., Any]) -> None:
+    """Make ``view(report, **kwargs)`` the report's ``name`` view ("html": ``_repr_html_``,
+    "timeline": ``plot_timeline``, "memory": ``plot_memory``)."""
+    _VIEWS[name] = view
+
+
+def _view(name: str) -> Callable[..., Any]:
+    view = _VIEWS.get(name)
+    if view is None:
+        raise ConfigError(f"the {name} view is drawn by autotune.emit.notebook: import it (autotune.evaluate "
+                          "and autotune.search do)", field="view", value=name, rule="view_missing")
+    return view
 
 
 @dataclass(frozen=True)
@@ -101,28 +122,23 @@ class CostReport:
             return float("-inf")
         return self.peak_mib - self.hbm_budget_mib
 
-    # Notebook views (presentation lives in autotune.emit; imported lazily, never by the cost model).
-    def _repr_html_(self) -> str:
-        from autotune.emit.notebook import cost_report_html
-
-        return cost_report_html(self)
+    # Notebook views: presentation lives in autotune.emit, which registers them (register_view);
+    # the cost model never imports it.
+    def _repr_html_(self) -> str | None:
+        """HTML for Jupyter (None until :mod:`autotune.emit.notebook` registered it)."""
+        view = _VIEWS.get("html")
+        return None if view is None else view(self)
 
     def plot_timeline(self, **kwargs: Any) -> Any:
         """Pipeline timeline of this config: a matplotlib Figure (one row per stage)."""
-        from autotune.emit.notebook import plot_timeline
-
-        return plot_timeline(self, **kwargs)
+        return _view("timeline")(self, **kwargs)
 
     def plot_memory(self, **kwargs: Any) -> Any:
         """Live memory per stage over the step, with the HBM budget line: a matplotlib Figure."""
-        from autotune.emit.notebook import plot_memory
-
-        return plot_memory(self, **kwargs)
+        return _view("memory")(self, **kwargs)
 
     def config_dict(self) -> dict[str, Any]:
-        """The MindFormers values of this layout in canonical form (see emit)."""
-        from autotune.emit.yaml_block import canonical_values
-
+        """The MindFormers values of this layout in canonical form (:mod:`autotune.config.canonical`)."""
         return canonical_values(self.layout)
 
     def to_dict(self) -> dict[str, Any]:

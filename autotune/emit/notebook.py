@@ -1,7 +1,9 @@
 """Jupyter views of cost reports and search results: HTML tables (``_repr_html_``) and figures.
 
-The result classes delegate to these functions (attached as methods by :mod:`autotune.api` /
-:mod:`autotune.cost.report`); they also work as plain functions::
+Importing this module registers the views of :class:`~autotune.cost.report.CostReport`
+(``_repr_html_``, ``plot_timeline``, ``plot_memory``: :func:`autotune.cost.report.register_view`;
+the cost model never imports emit); :class:`autotune.api.SearchResult` calls them directly. They
+also work as plain functions::
 
     from autotune.emit.notebook import plot_timeline, plot_memory
     fig = plot_timeline(report, profile=profile)     # matplotlib Figure; Jupyter shows it inline
@@ -16,13 +18,14 @@ one. matplotlib is imported only when a figure is drawn.
 from __future__ import annotations
 
 import base64
+from html import escape
 from typing import Any
 
-from html import escape
-
-from autotune.cost.report import CostReport
+from autotune.cost.report import CostReport, register_view
 from autotune.emit.html_report import comparison_rows, html_table, search_bound_line, stage_rows
+from autotune.emit.plots import memory_figure, timeline_figure
 from autotune.emit.render import bubble_line, summary_line
+from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import installed, require
 
@@ -48,8 +51,6 @@ def plot_timeline(obj: Any, *, profile: Any = None, **kwargs: Any) -> Any:
     ``profile`` (ModelProfile) splits each backward into recompute replay and gradient exactly per
     chunk; a SearchResult supplies its own. Other keywords go to :func:`plots.timeline_figure`.
     """
-    from autotune.emit.plots import timeline_figure
-
     require(("matplotlib",), "report", "plot_timeline()")
     rep, prof = _main_report(obj)
     return timeline_figure(rep, profile=profile if profile is not None else prof, **kwargs)
@@ -64,8 +65,6 @@ def plot_memory(obj: Any, *, profile: Any = None, **kwargs: Any) -> Any:
     Raises:
         ConfigError: no per-chunk costs and no profile.
     """
-    from autotune.emit.plots import memory_figure
-
     require(("matplotlib",), "report", "plot_memory()")
     rep, prof = _main_report(obj)
     kwargs.setdefault("margin_mib", _margin(obj))
@@ -78,7 +77,8 @@ def _timeline_img(obj: Any, profile: Any = None) -> str:
     if not installed("matplotlib"):
         return ("<p style=\"color:#666\">the timeline needs matplotlib: pip install "
                 "'autotune[report]'</p>")
-    from autotune.emit.figure import compact_png
+    # emit.figure imports matplotlib (heavy, the optional report extra): only when a picture is drawn
+    from autotune.emit.figure import compact_png  # noqa: PLC0415
 
     fig = plot_timeline(obj, profile=profile, labels=True, max_width_in=REPR_WIDTH_IN)
     data = base64.b64encode(compact_png(fig, dpi=REPR_DPI, colors=64)).decode("ascii")
@@ -124,8 +124,6 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
         parts.append(f"<p>{escape(bound)}</p>")
     parts.append(html_table(comparison_rows(rep, others, name, margin)))
     try:
-        from autotune.emit.yaml_block import dump_yaml
-
         parts.append(f"<pre>{escape(dump_yaml(result.tuned_block()).rstrip())}</pre>")
     except Exception:  # noqa: BLE001 - the YAML is a convenience here
         pass
@@ -133,3 +131,8 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     if figures:
         parts.append(_timeline_img(result))
     return "<div>" + "".join(parts) + "</div>"
+
+
+register_view("html", cost_report_html)
+register_view("timeline", plot_timeline)
+register_view("memory", plot_memory)

@@ -14,29 +14,7 @@ from typing import Any
 
 import yaml
 
-from autotune.config.layout import Layout
-
-
-def canonical_values(layout: Layout, *, use_legacy: bool = True,
-                     select_patterns: list[str] | None = None,
-                     comm_patterns: list[str] | None = None) -> dict[str, Any]:
-    """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}
-    from :func:`autotune.config.layer_setting.emit_canonical` (all-zero tables are written False).
-
-    Pattern lists default to the layout's own patterns, else MindFormers' defaults for the model
-    path (legacy or mcore). Each pattern gets the layout's select (comm) table.
-    """
-    from autotune.config.layer_setting import DEFAULT_PATTERNS, emit_canonical
-
-    mode = "legacy" if use_legacy else "mcore"
-    sp = select_patterns if select_patterns is not None else (
-        list(layout.select_patterns) or DEFAULT_PATTERNS[("select_recompute", mode)])
-    cp = comm_patterns if comm_patterns is not None else (
-        list(layout.comm_patterns) or DEFAULT_PATTERNS[("select_comm_recompute", mode)])
-    block = emit_canonical(layout.layers_vp, layout.recompute_vp, {p: layout.select_vp for p in sp},
-                           {p: layout.comm_vp for p in cp})
-    mc, rc = block["model"]["model_config"], block["recompute_config"]
-    return {"offset": mc["offset"], "pp_interleave_num": mc["pp_interleave_num"], **rc}
+from autotune.config.canonical import canonical_values  # noqa: F401 (re-exported: emit's callers use it here)
 
 
 def tuned_block(values: dict[str, Any], *, scheduler: str = "1f1b") -> dict[str, Any]:

@@ -534,12 +534,12 @@ def _with(run: MegatronRun, ch: Choice, V: int, layers: list[list[int]]) -> Mega
 def relaxation_bound(problem: Any, upper_ms: float, target_gap: float = 0.0) -> float:
     """A lower bound (ms) on every memory-feasible layout of ``problem`` (all its V candidates):
     the project's path / stage DP bound (:func:`autotune.tuner.bounds.lower_bound`), raised for
-    V > 1 by the device-by-device DP (:func:`autotune.tuner.device_dp.device_dp_bound`; lowest V
+    V > 1 by the device-by-device DP (:func:`autotune.tuner.bounds.device_dp.device_dp_bound`; lowest V
     first, until the bound is within ``target_gap`` of ``upper_ms``), never
     above ``upper_ms`` (a step time some layout of ``problem`` reaches). The integer program of the
     full MindFormers search is skipped: it costs minutes on 40 virtual stages × 64 micro-batches."""
     from autotune.tuner.bounds import lower_bound
-    from autotune.tuner.device_dp import device_dp_bound
+    from autotune.tuner.bounds.device_dp import device_dp_bound
 
     b = lower_bound(problem, upper_ms=upper_ms)
     per = {V: float(v) for V, v in b.per_v_ms.items()}

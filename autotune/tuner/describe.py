@@ -6,6 +6,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autotune.tuner.inputs import as_config, config_schedule
+from autotune.tuner.problem import Problem, count_splits, runnable_vpp
+from autotune.tuner.solve import EXACT_MAX_SPLITS
+from autotune.tuner.space import KNOBS, SearchSpace, expand_space, load_search_space
+
 
 def describe_space(config: Any, profile: Any = None, *, space: Any = None, device: str = "ascend-910b",
                    hbm_mib: float | None = None, overrides: dict[str, float] | None = None) -> dict[str, Any]:
@@ -21,15 +26,10 @@ def describe_space(config: Any, profile: Any = None, *, space: Any = None, devic
     Raises:
         ConfigError: as :func:`autotune.api.search`.
     """
-    from autotune.api import _config, _schedule
-    from autotune.tuner.problem import Problem, runnable_vpp
-    from autotune.tuner.solve import EXACT_MAX_SPLITS, count_splits
-    from autotune.tuner.space import KNOBS, SearchSpace, expand_space, load_search_space
-
-    cfg = _config(config, hbm_mib)
+    cfg = as_config(config, hbm_mib)
     sp = space if isinstance(space, SearchSpace) else load_search_space(space)
     if sp.pipeline_scheduler == "keep":
-        _schedule(cfg)  # a clear error for a scheduler the cost model does not know
+        config_schedule(cfg)  # a clear error for a scheduler the cost model does not know
     variants = expand_space(cfg, sp, profile, device=device, overrides=overrides)
     P, N = cfg.pipeline_stage, cfg.num_layers
     per_layer = (1 + ("full" in sp.recompute_kinds)) * (1 + ("select" in sp.recompute_kinds)) \

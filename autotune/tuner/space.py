@@ -32,6 +32,7 @@ sets) is searched as its own problem and the best answer over all of them is ret
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import re
@@ -42,7 +43,12 @@ from typing import Any, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autotune.config.training import config_from_dict, get_path, read_yaml
+from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays
+from autotune.cost.schedules import registered
+from autotune.cost.select_ops import pattern_matches
 from autotune.errors import ConfigError
+from autotune.tuner.inputs import config_schedule, resolve_profile
 
 DEFAULT_SPACE_PATH = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
 KNOBS = ("recompute_slice_activation", "mp_comm_recompute", "parallel_optimizer_comm_recompute")
@@ -86,8 +92,6 @@ class SearchSpace(BaseModel):
     @field_validator("pipeline_scheduler")
     @classmethod
     def _sched(cls, v: str | list[str]) -> str | list[str]:
-        from autotune.cost.schedules import registered
-
         names = [v] if isinstance(v, str) else v
         if not names:
             raise ValueError("give at least one scheduler (or keep)")
@@ -137,8 +141,6 @@ def load_search_space(path: str | Path | None = None) -> SearchSpace:
     Raises:
         ConfigError: missing file, not YAML, or a field breaking the schema (named).
     """
-    from autotune.config.training import read_yaml
-
     if path is None:
         if not DEFAULT_SPACE_PATH.is_file():
             return SearchSpace()
@@ -225,9 +227,6 @@ def fold_patterns(pa: Any, select: list[str] | None, comm: list[str] | None) -> 
     """
     if select is None and comm is None:
         return pa
-    from autotune.cost.inputs import BOTH, COMM, NONE, SELECT
-    from autotune.cost.select_ops import pattern_matches
-
     act, bwd, ws = pa.act_kc.copy(), pa.bwd_kc.copy(), pa.ws_kc.copy()
     sdc = None if pa.static_dc is None else pa.static_dc.copy()
     K = act.shape[0]
@@ -277,8 +276,6 @@ def micro_batch_candidates(cfg: Any, space: SearchSpace) -> list[tuple[int, int 
     """(micro_batch_num, runner_config.batch_size or None when the config has none) pairs with
     ``data_parallel × micro_batch_num × batch_size`` equal to the config's; candidates leaving a
     fractional batch size are dropped. Pinned: the config's own."""
-    from autotune.config.training import get_path
-
     bs0 = get_path(cfg.raw, "runner_config.batch_size", None)
     if space.micro_batch_num is None:
         return [(cfg.micro_batch_num, None)]
@@ -308,10 +305,6 @@ def expand_space(cfg: Any, space: SearchSpace, profile: Any = None, *, device: s
             profile: use the analytic one), no micro_batch_num candidate keeps the global batch, or
             a ``ranked`` pattern choice on a profile without op lists.
     """
-    from autotune.api import _schedule, resolve_profile
-    from autotune.config.training import config_from_dict
-    from autotune.cost.inputs import ProfileArrays
-
     free = space.free_knobs()
     mbs = micro_batch_candidates(cfg, space)
     if not mbs:
@@ -325,7 +318,7 @@ def expand_space(cfg: Any, space: SearchSpace, profile: Any = None, *, device: s
                           field=free[0] if free else "micro_batch_num", value="free", rule="search_space")
     scheds = []
     for s in space.schedulers():
-        name = _schedule(cfg) if s == "keep" else s
+        name = config_schedule(cfg) if s == "keep" else s
         if name not in scheds:
             scheds.append(name)
     knob_vals = [[getattr(cfg, k)] + ([not getattr(cfg, k)] if k in free else []) for k in free]
@@ -341,8 +334,6 @@ def expand_space(cfg: Any, space: SearchSpace, profile: Any = None, *, device: s
         if bs is not None:
             settings["runner_config.batch_size"] = bs
         if settings:
-            import copy
-
             raw = copy.deepcopy(cfg.raw)
             for path, v in settings.items():
                 _set(raw, path, v)

@@ -118,12 +118,12 @@ def test_no_skip_paths_exist_and_cover_every_other_mini_stage() -> None:
 def _telechat(V: list[int]):
     from pathlib import Path
 
-    from autotune.api import _config
+    from autotune.tuner.inputs import as_config
     from autotune.cost.inputs import ProfileArrays
     from autotune.tuner.problem import Problem
 
     root = Path(__file__).resolve().parents[2]
-    cfg = _config(root / "examples/telechat2_115b/train.yaml")
+    cfg = as_config(root / "examples/telechat2_115b/train.yaml")
     prof = load_profile(FROZEN_TELECHAT2)
     return Problem(ProfileArrays.from_profile(prof), P=8, m=8, hbm_mib=cfg.hbm_mib, vpp_candidates=V)
 

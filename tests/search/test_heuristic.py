@@ -226,10 +226,10 @@ def test_memo_is_per_problem_and_budget() -> None:
 def p48() -> Problem:
     """TeleChat2's profile cut to 48 layers, pp 5, vpp 2, 10 micro-batches (the benchmark's
     "48L pp5 vpp2")."""
-    from autotune.api import _config
+    from autotune.tuner.inputs import as_config
     from autotune.cost.inputs import ProfileArrays
 
-    cfg = _config(ROOT / "examples/telechat2_115b/train.yaml")
+    cfg = as_config(ROOT / "examples/telechat2_115b/train.yaml")
     prof = load_profile(FROZEN_TELECHAT2).with_num_layers(48)
     return Problem(ProfileArrays.from_profile(prof), P=5, m=10, hbm_mib=cfg.hbm_mib, vpp_candidates=[2])
 

@@ -121,12 +121,12 @@ def test_bound_result_types() -> None:
 
 
 def _telechat_96l_vpp3():
-    from autotune.api import _config
+    from autotune.tuner.inputs import as_config
     from autotune.cost.inputs import ProfileArrays
     from autotune.tuner.problem import Problem
     from tests.search.test_stage_dp import ROOT
 
-    cfg = _config(ROOT / "examples/telechat2_115b/train.yaml")
+    cfg = as_config(ROOT / "examples/telechat2_115b/train.yaml")
     prof = load_profile(FROZEN_TELECHAT2)
     return Problem(ProfileArrays.from_profile(prof), P=8, m=8, hbm_mib=cfg.hbm_mib, vpp_candidates=[3])
 

@@ -120,9 +120,9 @@ def test_one_stay_paths_are_tight_on_a_searched_layout() -> None:
 
 
 def _telechat_48l() -> Problem:
-    from autotune.api import _config
+    from autotune.tuner.inputs import as_config
 
-    cfg = _config(ROOT / "examples/telechat2_115b/train.yaml")
+    cfg = as_config(ROOT / "examples/telechat2_115b/train.yaml")
     prof = load_profile(FROZEN_TELECHAT2).with_num_layers(48)
     return Problem(ProfileArrays.from_profile(prof), P=5, m=10, hbm_mib=cfg.hbm_mib, vpp_candidates=[2])
 

@@ -1,0 +1,95 @@
+"""A search result as MindFormers keys, YAML and JSON: what :class:`autotune.api.SearchResult`'s
+``tuned_values``, ``tuned_block``, ``to_yaml`` and ``to_dict`` return (the result stays data; any
+object with its fields works)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autotune.config.canonical import canonical_values
+from autotune.cost.report import CostReport
+from autotune.emit.render import memory_text, report_json
+from autotune.emit.splice import leaves, splice
+from autotune.emit.yaml_block import deep_merge, dump_yaml, tuned_block
+from autotune.errors import InfeasibleError
+
+
+def tuned_values(result: Any) -> dict[str, Any]:
+    """Canonical MindFormers values of the best config (offset, pp_interleave_num, recompute…).
+
+    Raises:
+        InfeasibleError: the search evaluated no configuration.
+    """
+    report = result.best or result.closest
+    if report is None:
+        raise InfeasibleError("the search evaluated no configuration")
+    return canonical_values(report.layout, use_legacy=result.config.use_legacy,
+                            select_patterns=result.select_patterns, comm_patterns=result.comm_patterns)
+
+
+def tuned_keys(result: Any) -> dict[str, Any]:
+    """Nested mapping of only the tuned MindFormers keys (to paste), the free space knobs included."""
+    report = result.best or result.closest
+    block = tuned_block(tuned_values(result), scheduler=report.schedule if report else "1f1b")
+    return deep_merge(block, nested(result.settings)) if result.settings else block
+
+
+def result_yaml(result: Any, *, full: bool = True) -> str:
+    """The tuned config as YAML: the user's whole config with the tuned keys written over it
+    (``full=True``) or just the tuned keys. A comment header lists the predicted numbers.
+
+    With ``full=True`` and a config read from a file, the tuned values are spliced into the
+    file's own text (:func:`autotune.emit.splice.splice`): comments, key order and formatting
+    elsewhere stay as the user wrote them, so a diff shows only the tuned lines (and the header).
+    """
+    report = result.best or result.closest
+    head = ["autotune: tuned pipeline layout"]
+    if report is not None:
+        head.append(f"predicted step time {report.step_time_ms:.1f} ms, idle (bubble) "
+                    f"{report.bubble_fraction:.1%} of device time, {memory_text(report, result.hbm_margin_mib)}")
+    user = result.baselines.get("user")
+    if user is not None and report is not None:
+        head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {user.fits}")
+    head.append("tuned keys: model.model_config.{offset, pp_interleave_num}, parallel.pipeline_config, "
+                "recompute_config.{recompute, select_recompute, select_comm_recompute}"
+                + "".join(f", {k}" for k in result.settings))
+    block = tuned_keys(result)
+    source = Path(result.config.source)
+    if full and source.is_file():
+        text, _ = splice(source.read_text(encoding="utf-8"), leaves(block))
+        return "".join(f"# {line}\n" for line in head) + text
+    data = deep_merge(result.config.raw, block) if full else block
+    return dump_yaml(data, header="\n".join(head))
+
+
+def result_dict(result: Any) -> dict[str, Any]:
+    """The stable JSON shape of ``autotune search --format json``."""
+    def d(r: CostReport | None) -> dict[str, Any] | None:
+        if r is None:
+            return None
+        out = report_json(r, result.hbm_margin_mib)
+        out["config"] = canonical_values(r.layout, use_legacy=result.config.use_legacy,
+                                         select_patterns=result.select_patterns,
+                                         comm_patterns=result.comm_patterns)
+        return out
+    return {"best": d(result.best), "closest": d(result.closest) if result.best is None else None,
+            "baselines": {k: d(v) for k, v in result.baselines.items()},
+            "trials": result.trials, "seconds": result.seconds,
+            "lower_bound_ms": result.lower_bound_ms, "certified_gap": result.certified_gap,
+            "exact": result.exact, "settings": dict(result.settings), "subproblems": result.subproblems,
+            "hbm_margin_mib": result.hbm_margin_mib,
+            **({"pareto": result.pareto, "pareto_exact": result.pareto_exact}
+               if result.pareto is not None else {})}
+
+
+def nested(settings: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b.c": v} -> {"a": {"b": {"c": v}}}."""
+    out: dict[str, Any] = {}
+    for path, v in settings.items():
+        node = out
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = v
+    return out

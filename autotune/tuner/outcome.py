@@ -1,0 +1,68 @@
+"""The outcome of a search as data (no Optuna import: :mod:`autotune.api` builds its result class
+on it without loading the search machinery)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.config.training import TrainingConfig
+from autotune.cost.report import CostReport
+from autotune.profile.schema import ModelProfile
+
+#: Safety net of one search without ``timeout`` (s). The default search is bounded by work, not by
+#: the clock (``trials``, a fixed number of local-search moves, the certified-gap stop), so the
+#: same seed gives the same answer on any machine; this limit only stops pathological runs, and
+#: when it fires ``timed_out`` is True (the answer may then depend on machine speed).
+SAFETY_TIMEOUT_S = 300.0
+
+@dataclass
+class SearchOutcome:
+    """Outcome of a search (:class:`autotune.api.SearchResult` adds the YAML, JSON and views).
+
+    Attributes:
+        best: cost report of the best memory-feasible config (None when nothing fits).
+        closest: when nothing fits, the config with the least memory excess.
+        baselines: ``user``, ``even_full_recompute``, ``even_no_recompute`` -> report or None.
+        trials: trials in the studies; seconds: wall time of the search (s).
+        config, profile: the inputs (with the sub-problem knobs of the best answer applied: free
+            boolean recompute knobs, micro_batch_num/batch_size, scheduler); study: the Optuna study of
+            the best answer's sub-problem (trial history).
+        select_patterns, comm_patterns: the pattern sets of the answer (None = MindFormers' defaults).
+        lower_bound_ms: a proof that no memory-feasible layout of the space runs faster (ms);
+            equal to the optimum when the space was enumerated (``exact``).
+        certified_gap: (best - lower_bound) / lower_bound, a fraction (None when nothing fits).
+        exact: True when the exact oracle enumerated the whole space.
+        timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the study.
+        settings: YAML path -> value of the free space knobs the answer changed (written to
+            ``recompute_config`` / ``parallel_config`` / ``runner_config`` / ``parallel.pipeline_config``).
+        pareto: with ``objective="time,memory"``, the front of step time vs worst-stage peak among
+            feasible configs, fastest first: dicts {step_time_ms, peak_mib, margin_mib (room under
+            budget − safety margin), headroom_mib (room under the budget), config, settings,
+            schedule, origin}; None otherwise. pareto_exact: True when every sub-problem's front
+            was computed exactly.
+        subproblems: number of sub-problems searched (scheduler × knobs × micro_batch_num × pattern
+            sets; 1 for the default space).
+        hbm_margin_mib: the safety margin (MiB) kept free below the budget; the reports' and
+            ``config``'s budget is then the limit budget − margin (:mod:`autotune.config.margin`).
+    """
+
+    best: CostReport | None
+    closest: CostReport | None
+    baselines: dict[str, CostReport | None]
+    trials: int
+    seconds: float
+    config: TrainingConfig
+    profile: ModelProfile
+    study: Any = field(repr=False, default=None)
+    select_patterns: list[str] | None = None
+    comm_patterns: list[str] | None = None
+    lower_bound_ms: float | None = None
+    certified_gap: float | None = None
+    exact: bool = False
+    timed_out: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)
+    pareto: list[dict[str, Any]] | None = None
+    pareto_exact: bool = False
+    subproblems: int = 1
+    hbm_margin_mib: float = 0.0

@@ -1,0 +1,274 @@
+"""The search policy behind :func:`autotune.search`: sub-problems, baselines, the budget split,
+the Optuna studies and the Pareto pool.
+
+1. :func:`subproblems`: one :class:`~autotune.tuner.problem.Problem` per sub-problem of the space
+   (scheduler × boolean knobs × micro_batch_num × pattern sets) with a runnable pp_interleave_num.
+2. :func:`prepare`: per sub-problem the seeds (the user's layout, the even split with full and with
+   no recompute) and :func:`~autotune.tuner.solve.bound_and_seeds` (half of ``timeout``, shared
+   out); the baselines are reported on the first sub-problem.
+3. :func:`run_studies`: the studies, in order of their lower bound; a sub-problem whose bound
+   cannot beat the best found, or once the certified-gap target is met, is skipped (with
+   ``objective="time,memory"`` every one runs and feeds the Pareto pool).
+4. :func:`run_search` puts it together as a :class:`SearchOutcome`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.config.canonical import canonical_values
+from autotune.config.layout import Layout, layout_from_config
+from autotune.config.margin import apply_margin
+from autotune.config.training import TrainingConfig
+from autotune.cost.report import CostReport, evaluate_layout
+from autotune.errors import ConfigError
+from autotune.profile.schema import ModelProfile
+from autotune.tuner.inputs import DEFAULT_DEVICE, as_config, config_schedule
+from autotune.tuner.outcome import SAFETY_TIMEOUT_S, SearchOutcome
+from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
+from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
+from autotune.tuner.runner import candidate_from_trial, run_study
+from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds
+from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search_space
+
+#: The objectives :func:`run_search` accepts.
+OBJECTIVES = ("time", "time,memory")
+
+
+@dataclass
+class Prepared:
+    """One sub-problem ready for its study: its space variant, problem and solver output."""
+
+    var: Variant
+    problem: Problem
+    bs: BoundAndSeeds
+
+
+@dataclass
+class StudiesOutcome:
+    """What :func:`run_studies` found: the best and the closest (variant, candidate), the study
+    of the best, trials run, whether a clock cut a study, and the Pareto pool (time,memory)."""
+
+    best: tuple[Variant, Candidate] | None = None
+    closest: tuple[Variant, Candidate] | None = None
+    study: Any = None
+    trials: int = 0
+    timed_out: bool = False
+    pareto_pool: list[tuple[Variant, Candidate]] = field(default_factory=list)
+    pareto_exact: bool = True
+
+
+def check_arguments(gap: float | None, objective: str) -> str:
+    """The objective without spaces. Raises ConfigError for a negative gap or an unknown objective."""
+    if gap is not None and not gap >= 0:
+        raise ConfigError(f"gap must be a fraction >= 0 or None (no early stop), got {gap}", field="gap",
+                          value=gap, rule="range")
+    objective = objective.replace(" ", "")
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}",
+                          field="objective", value=objective, rule="choice")
+    return objective
+
+
+def subproblems(cfg: TrainingConfig, sp: SearchSpace, variants: list[Variant]) -> list[tuple[Variant, Problem]]:
+    """(variant, problem) of every sub-problem with a runnable pp_interleave_num, in order.
+
+    Raises:
+        ConfigError: no sub-problem has one.
+    """
+    P, N = cfg.pipeline_stage, cfg.num_layers
+    subs: list[tuple[Variant, Problem]] = []
+    for var in variants:
+        c = var.cfg
+        vs = runnable_vpp(N, P, c.micro_batch_num, var.schedule, sp.pp_interleave_num, c.seq_split_num)
+        if not vs:
+            continue
+        # MindFormers rejects full recompute with seq_split_num > 1 (R_SEQPIPE_RECOMPUTE): never write it
+        kinds = tuple(k for k in sp.recompute_kinds if not (k == "full" and c.seq_split_num > 1))
+        problem = Problem(var.pa, P=P, m=c.micro_batch_num, schedule=var.schedule, hbm_mib=float(cfg.hbm_mib),
+                          vpp_candidates=vs, kinds=kinds, max_abs_offset=sp.max_abs_offset,
+                          seq_split_num=c.seq_split_num, recompute_granularity=sp.recompute_granularity)
+        subs.append((var, problem))
+    if not subs:
+        v0 = variants[0]
+        raise ConfigError(f"no pp_interleave_num in {sp.pp_interleave_num} can run with num_layers={N}, "
+                          f"pipeline_stage={P}, micro_batch_num={v0.cfg.micro_batch_num} ({v0.schedule})",
+                          field="pp_interleave_num", value=sp.pp_interleave_num, rule="search_space")
+    return subs
+
+
+def report(cfg: TrainingConfig, var: Variant, c: Candidate | None) -> CostReport | None:
+    """The cost report of candidate ``c`` of a sub-problem (None for None)."""
+    if c is None:
+        return None
+    return evaluate_layout(var.pa, c.layout(), micro_batch_num=var.cfg.micro_batch_num, schedule=var.schedule,
+                           hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
+
+
+def user_layout(cfg: TrainingConfig) -> Layout | None:
+    """The config's own layout, None when it cannot be read (the search still runs)."""
+    try:
+        return layout_from_config(cfg)
+    except ConfigError:
+        return None
+
+
+def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
+            timeout: float | None, t0: float) -> tuple[dict[str, CostReport | None], list[Prepared]]:
+    """The baselines (on the first sub-problem: the config's own knobs, the first scheduler
+    candidate) and each sub-problem's seeds and bound; with ``timeout`` the k-th sub-problem's
+    solvers stop at ``t0 + timeout / 2 · (k + 1) / len(subs)``."""
+    N, P = cfg.num_layers, cfg.pipeline_stage
+    baselines: dict[str, CostReport | None] = {"user": None}
+    prepared = []
+    for k, (var, problem) in enumerate(subs):
+        seeds: list[Candidate] = []
+        if user is not None and user.vpp in problem.vpp_candidates:
+            seeds.append(Candidate.from_layout(user, origin="user"))
+            if k == 0:
+                baselines["user"] = report(cfg, var, seeds[0])
+        V0 = cfg.pp_interleave_num if cfg.pp_interleave_num in problem.vpp_candidates else problem.vpp_candidates[0]
+        even = even_layers(N, P, V0)
+        z = np.zeros_like(even)
+        full = Candidate(V0, even, even.copy(), z, z, origin="even_full_recompute")
+        none = Candidate(V0, even, z, z, z, origin="even_no_recompute")
+        if k == 0:
+            baselines["even_full_recompute"] = report(cfg, var, full)
+            baselines["even_no_recompute"] = report(cfg, var, none)
+        seeds += ([full] if "full" in problem.kinds else []) + [none]  # only what the space may write
+        share = None if timeout is None else t0 + timeout * 0.5 * (k + 1) / len(subs)
+        prepared.append(Prepared(var, problem, bound_and_seeds(problem, seeds, deadline=share)))
+    return baselines, prepared
+
+
+def _front_of(pr: Prepared, outcome: Any, sp: SearchSpace) -> list[tuple[Variant, Candidate]]:
+    """Front candidates of one sub-problem: exact when it was enumerated (mini-stage granularity),
+    else the heuristic budget ladder merged with every feasible trial and seed."""
+    problem, bs = pr.problem, pr.bs
+    evaluated = []
+    for t in outcome.study.get_trials(deepcopy=False):
+        c = candidate_from_trial(t)
+        if c is not None and t.values:
+            evaluated.append(c)
+    evaluated = problem.score(evaluated + [c for c in bs.seeds]) if evaluated or bs.seeds else []
+    if bs.exact and (sp.recompute_granularity == "mini_stage" or problem.vpp_candidates == (1,)):
+        pts = exact_front(problem)
+    else:
+        pts = heuristic_front(problem, evaluated)
+    return [(pr.var, c) for c in pts + [c for c in evaluated if c.excess_mib <= 0]]
+
+
+def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, trials: int,
+                timeout: float | None, t0: float, seed: int | None, storage: Any, study_name: str | None,
+                progress: bool | str, gap: float | None) -> StudiesOutcome:
+    """Run the sub-problems' studies in order of their lower bound (module docstring, step 3)."""
+    bounds = [pr.bs.bound_ms for pr in prepared]
+    lb = min(bounds)
+    stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
+    limit = SAFETY_TIMEOUT_S if timeout is None else timeout
+    out = StudiesOutcome()
+    for i in sorted(range(len(prepared)), key=lambda i: (bounds[i], i)):
+        pr = prepared[i]
+        best = out.best
+        if not pareto and best is not None and (bounds[i] >= best[1].step_ms - 1e-9
+                                                or (stop_at is not None and best[1].step_ms <= stop_at)):
+            continue  # cannot beat the best found, or the gap target is met
+        remaining = max(1.0, limit - (time.monotonic() - t0))
+        name = study_name if len(prepared) == 1 else f"{study_name or 'autotune'}-{i}"
+        outcome = run_study(pr.problem, seeds=pr.bs.seeds, n_trials=trials, timeout=remaining, seed=seed,
+                            storage=storage, study_name=name, progress=progress, stop_at_ms=stop_at,
+                            polish_deadline=None if timeout is None else time.monotonic() + remaining,
+                            bound_ms=lb if np.isfinite(lb) and lb > 0 else None)
+        out.trials += outcome.trials
+        out.timed_out = out.timed_out or outcome.timed_out
+        if out.study is None:
+            out.study = outcome.study
+        if outcome.best is not None and (best is None or outcome.best.step_ms < best[1].step_ms - 1e-9):
+            out.best, out.study = (pr.var, outcome.best), outcome.study
+        cl = outcome.closest
+        if outcome.best is None and cl is None:
+            cl = min(pr.problem.score(list(pr.bs.seeds)), key=lambda c: c.excess_mib)
+        if cl is not None and (out.closest is None or cl.excess_mib < out.closest[1].excess_mib):
+            out.closest = (pr.var, cl)
+        if pareto:
+            out.pareto_pool += _front_of(pr, outcome, sp)
+            out.pareto_exact = out.pareto_exact and pr.bs.exact and (
+                sp.recompute_granularity == "mini_stage" or pr.problem.vpp_candidates == (1,))
+    return out
+
+
+def _patterns(layout: Layout | None) -> tuple[list[str] | None, list[str] | None]:
+    if layout is None:
+        return None, None
+    return (list(layout.select_patterns) or None, list(layout.comm_patterns) or None)
+
+
+def pareto_front(cfg: TrainingConfig, pool: list[tuple[Variant, Candidate]], user: Layout | None,
+                 margin_mib: float = 0.0) -> list[dict[str, Any]]:
+    """The non-dominated (step, peak) configs of the pool as dicts, fastest first (see
+    :attr:`SearchOutcome.pareto`; ``cfg.hbm_mib`` is the budget less the safety margin)."""
+    front = []
+    for v, c in non_dominated(pool, step=lambda x: x[1].step_ms, peak=lambda x: x[1].peak_mib):
+        sp_v = v.select_patterns if v.select_patterns is not None else _patterns(user)[0]
+        cp_v = v.comm_patterns if v.comm_patterns is not None else _patterns(user)[1]
+        front.append({"step_time_ms": c.step_ms, "peak_mib": c.peak_mib,
+                      "margin_mib": float(cfg.hbm_mib) - c.peak_mib,
+                      "headroom_mib": float(cfg.hbm_mib) + margin_mib - c.peak_mib,
+                      "config": canonical_values(c.layout(), use_legacy=cfg.use_legacy,
+                                                 select_patterns=sp_v, comm_patterns=cp_v),
+                      "settings": dict(v.settings), "schedule": v.schedule, "origin": c.origin})
+    return front
+
+
+def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
+               space: SearchSpace | str | Path | None = None, trials: int = 200,
+               timeout: float | None = None, seed: int | None = 0, storage: Any = None,
+               study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
+               overrides: dict[str, float] | None = None, progress: bool | str = False,
+               gap: float | None = 0.005, objective: str = "time",
+               hbm_margin: float | str | None = None) -> SearchOutcome:
+    """The search of :func:`autotune.search` (same arguments and errors; module docstring)."""
+    t0 = time.monotonic()
+    objective = check_arguments(gap, objective)
+    cfg = as_config(config, hbm_mib)
+    if cfg.hbm_mib is None:
+        raise ConfigError("no HBM budget: set context.max_device_memory or pass --hbm",
+                          field="context.max_device_memory", value=None, rule="missing_key")
+    cfg, margin_mib = apply_margin(cfg, hbm_margin, field="hbm_margin")
+    sp = space if isinstance(space, SearchSpace) else load_search_space(space)
+    if sp.pipeline_scheduler == "keep":
+        config_schedule(cfg)
+    subs = subproblems(cfg, sp, expand_space(cfg, sp, profile, device=device, overrides=overrides))
+    user = user_layout(cfg)
+    baselines, prepared = prepare(cfg, subs, user, timeout, t0)
+    lb = min(pr.bs.bound_ms for pr in prepared)
+    pareto = objective == "time,memory"
+    st = run_studies(prepared, sp, pareto=pareto, trials=trials, timeout=timeout, t0=t0, seed=seed,
+                     storage=storage, study_name=study_name, progress=progress, gap=gap)
+    best, closest = st.best, st.closest
+    cert = None
+    if best is not None and np.isfinite(lb) and lb > 0:
+        cert = max(0.0, (best[1].step_ms - lb) / lb)
+    chosen = best or closest
+    var = chosen[0] if chosen else subs[0][0]
+    sel_p, comm_p = _patterns(user)
+    if var.select_patterns is not None:
+        sel_p = var.select_patterns
+    if var.comm_patterns is not None:
+        comm_p = var.comm_patterns
+    front = pareto_front(cfg, st.pareto_pool, user, margin_mib) if pareto else None
+    return SearchOutcome(best=report(cfg, var, best[1]) if best else None,
+                         closest=report(cfg, var, closest[1]) if best is None and closest else None,
+                         baselines=baselines, trials=st.trials, seconds=time.monotonic() - t0,
+                         config=var.cfg, profile=var.profile, study=st.study,
+                         select_patterns=sel_p, comm_patterns=comm_p,
+                         lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
+                         exact=all(pr.bs.exact for pr in prepared), timed_out=st.timed_out,
+                         settings=dict(var.settings), pareto=front,
+                         pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
+                         hbm_margin_mib=margin_mib)
