@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from autotune.version import __version__ as __version__
 
 _API = {"load_config", "load_profile", "resolve_profile", "evaluate", "search", "SearchResult", "load_megatron"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        from autotune import api
+        # lazy facade: the API loads on first use, so "import autotune" stays light (no Optuna)
+        from autotune import api  # noqa: PLC0415
 
         return getattr(api, name)
     if name == "simulate_schedule":
-        from autotune.cost.public import simulate_schedule
+        from autotune.cost.public import simulate_schedule  # noqa: PLC0415 (lazy facade, as above)
 
         return simulate_schedule
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

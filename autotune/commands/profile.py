@@ -124,8 +124,8 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
         notes += [f"sapp: {n}" for n in imp.notes]
 
     if dryruns:
-        from autotune.profile.dryrun import (dryrun_from_config, dryrun_warnings, fit_dryruns,
-                                             load_dryrun_file)
+        from autotune.cost.dryrun_fit import fit_dryruns
+        from autotune.profile.dryrun import dryrun_from_config, dryrun_warnings, load_dryrun_file
 
         if len(dryruns) == 1 and Path(dryruns[0]).suffix.lower() in _RUNS_SUFFIXES:
             n_layers, runs = load_dryrun_file(dryruns[0], which=peak)
@@ -229,7 +229,7 @@ def probe_cmd(pp: int, num_layers: int, kinds: str, mbn: int | None, seed: int, 
               out: str | None, force: bool) -> None:
     """Emit the fewest dry-run configs (seeded) that make the memory fit well-conditioned."""
     from autotune.emit.yaml_block import dump_yaml
-    from autotune.profile.probe import design_probes
+    from autotune.cost.probe import design_probes
 
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
     plan = design_probes(pp, num_layers, kind_list, micro_batch_num=mbn, seed=seed, max_runs=max_runs)

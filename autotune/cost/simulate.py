@@ -24,8 +24,9 @@ Peak memory per stage = static + max over the stage's op order of live activatio
 activation of every chunk-unit whose forward ran and whose backward has not finished), where a
 backward also holds its mini-stage's workspace. With a split backward a unit stays alive until
 its W ends, and its workspace is held from the start of its B to the end of its W (W needs the
-re-materialized inputs too): the live state is then a vector of 2·V counts (``mem_split``). The live set depends only on the order, not on the
-times, so the candidate-dependent part is a max of dot products over a few "live count" vectors.
+re-materialized inputs too): the live state is then a vector of 2·V counts (``mem_split``). The
+live set depends only on the order, not on the times, so the candidate-dependent part is a max of
+dot products over a few "live count" vectors.
 
 Timeline of the ``1f1b`` order for P = 2, m = 3, f = 1, b = 2 (step 11)::
 

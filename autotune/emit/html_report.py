@@ -28,6 +28,7 @@ from autotune.cost.report import CostReport
 from autotune.emit.render import TERMS, budget_of, headroom_text, summary_line
 from autotune.errors import ConfigError
 from autotune.extras import REPORT_MODULES, require
+from autotune.version import __version__
 
 #: Files :func:`write_report` may write into its folder (the CLI refuses to overwrite them without
 #: ``--force``), and the globs of the study views.
@@ -285,9 +286,7 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
 
     import jinja2
 
-    import autotune
-
-    version = getattr(autotune, "__version__", "")
+    version = __version__
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.from_string(_TEMPLATE).render(

@@ -460,13 +460,13 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
     L = np.empty((tot, V, P), dtype=np.int64)
     R, S, C = (np.zeros((tot, V, P), dtype=np.int64) for _ in range(3))
     at = 0
-    for (key, b, v, p, k), o in zip(groups, opts):
+    for (_, b, v, p, k), o in zip(groups, opts):
         L[at:at + k] = layers[b]
         R[at:at + k, v, p], S[at:at + k, v, p], C[at:at + k, v, p] = o.T
         at += k
     costs = stage_costs(problem.pa, L, R, S, C, pos=pos)
     at = 0
-    for (key, b, v, p, k), o in zip(groups, opts):
+    for (key, _, v, p, k), o in zip(groups, opts):
         sl = slice(at, at + k)
         at += k
         act, ws = costs.act_mib[sl, v, p], costs.ws_mib[sl, v, p]

@@ -20,6 +20,9 @@ import sys
 import warnings
 from typing import Any
 
+from tqdm.std import TqdmWarning
+from tqdm.std import tqdm as text_tqdm
+
 
 def _has_ipywidgets() -> bool:
     try:
@@ -34,18 +37,18 @@ def quiet_tqdm_auto() -> None:
     Elsewhere nothing is imported."""
     if "ipykernel.zmqshell" not in sys.modules or "tqdm.autonotebook" in sys.modules or _has_ipywidgets():
         return
-    from tqdm.std import TqdmWarning
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
-        import tqdm.auto  # noqa: F401
+        # importing tqdm.auto is the point (once, its warning filtered), and only in a kernel
+        import tqdm.auto  # noqa: F401, PLC0415
 
 
 def tqdm_class() -> Any:
     """``tqdm.auto.tqdm`` when ipywidgets is importable (a widget in Jupyter, text elsewhere),
     else ``tqdm.std.tqdm`` (text on stderr)."""
     if _has_ipywidgets():
-        from tqdm.auto import tqdm
-    else:
-        from tqdm.std import tqdm
-    return tqdm
+        # tqdm.auto only where it finds ipywidgets: imported eagerly, it warns in every notebook
+        from tqdm.auto import tqdm  # noqa: PLC0415
+
+        return tqdm
+    return text_tqdm

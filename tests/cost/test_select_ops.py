@@ -141,7 +141,8 @@ def test_analytic_op_list_hand_values():
     assert w1 * BYTES_PER_MIB == 2 * 2 * 8192 * 28672 / 8 == 117_440_512
     # the default patterns reproduce the aggregate select / comm options
     sel = sum(o.act_mib for n, o in k.select_ops.items()
-              if pattern_matches("feed_forward\\.mul", n) or pattern_matches("feed_forward\\.w1\\.activation\\.silu", n))
+              if pattern_matches("feed_forward\\.mul", n)
+              or pattern_matches("feed_forward\\.w1\\.activation\\.silu", n))
     assert sel == pytest.approx(k.act_mib - k.select.act_mib)
     assert sum(o.act_mib for o in k.comm_ops.values()) == pytest.approx(k.act_mib - k.comm.act_mib)
     assert pa.has_op_tables

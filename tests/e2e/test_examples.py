@@ -14,7 +14,8 @@ CASES = ["telechat2_115b", "llama3_1_70b"]
 
 @pytest.mark.parametrize("name", CASES)
 def test_shipped_profile_is_the_derived_one(name):
-    """Regenerate with: autotune profile examples/NAME/train.yaml --device ascend-910b --out examples/NAME/profile.yaml --force"""
+    """Regenerate with:
+    autotune profile examples/NAME/train.yaml --device ascend-910b --out examples/NAME/profile.yaml --force"""
     shipped = load_profile(EXAMPLES / name / "profile.yaml")
     derived = analytic_profile(autotune.load_config(EXAMPLES / name / "train.yaml"), "ascend-910b")
     assert shipped.model_dump(exclude={"name"}) == derived.model_dump(exclude={"name"})

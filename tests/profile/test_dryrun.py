@@ -14,10 +14,10 @@ from autotune.config.training import load_config
 from autotune.cost.report import evaluate_layout
 from autotune.errors import ConfigError
 from autotune.profile.analytic import analytic_profile
-from autotune.profile.dryrun import (DryRun, dryrun_from_config, fit_dryruns, load_dryrun_file,
-                                     order_stage_logs, parse_peak_log)
+from autotune.cost.dryrun_fit import fit_dryruns
+from autotune.cost.probe import design_probes
+from autotune.profile.dryrun import DryRun, dryrun_from_config, load_dryrun_file, order_stage_logs, parse_peak_log
 from autotune.profile.merge import leaf_fields, merge_profile
-from autotune.profile.probe import design_probes
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,8 +14,9 @@ from autotune.config.training import load_config
 from autotune.cost.report import evaluate_layout
 from autotune.errors import ConfigError
 from autotune.profile.analytic import analytic_profile
-from autotune.profile.dryrun import DryRun, design_quality, load_dryrun_file
-from autotune.profile.probe import design_probes
+from autotune.cost.dryrun_fit import design_quality
+from autotune.cost.probe import design_probes
+from autotune.profile.dryrun import DryRun, load_dryrun_file
 
 DATA = Path(__file__).parent / "data"
 

@@ -57,7 +57,8 @@ def test_device_dp_with_head_and_tail_workspace(seed, N, V, tight, head_ws, tail
     f = float(rng.uniform(0.5, 2.0))
     kd = {"L": {"fwd_ms": f, "bwd_ms": 2 * f, "act_mib": act, "static_mib": float(rng.uniform(1, 10)),
                 "full": {"act_mib": 0.1 * act, "extra_ms": f, "workspace_mib": act},
-                "select": {"act_mib": 0.7 * act, "extra_ms": 0.1 * f}, "comm": {"act_mib": 0.8 * act, "extra_ms": 0.2 * f}}}
+                "select": {"act_mib": 0.7 * act, "extra_ms": 0.1 * f},
+                "comm": {"act_mib": 0.8 * act, "extra_ms": 0.2 * f}}}
     prof = ModelProfile(kinds=kd, layer_kinds=[("L", N)],
                         head={"static_mib": 10.0, "fwd_ms": 0.5, "bwd_ms": 1.0, "workspace_mib": head_ws},
                         tail={"static_mib": 15.0, "fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 5.0,

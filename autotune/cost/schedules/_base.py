@@ -125,3 +125,17 @@ def one_f_one_b_table(P: int, fwd: list[tuple[int, int]], bwd: list[tuple[int, i
         ops.extend((v, u, False) for v, u in bwd[total - w:])
         stages.append(ops)
     return stages
+
+
+def one_f_one_b_order(P: int, V: int, m: int) -> list[list[Op]]:
+    """Per-stage 1F1B op order for V = 1: P - 1 - i warm-up forwards on stage i, then one forward
+    and one backward in turn, then the remaining backwards (Narayanan et al. 2021;
+    :mod:`autotune.cost.schedules.one_f_one_b`).
+
+    Raises:
+        ValueError: V != 1.
+    """
+    if V != 1:
+        raise ValueError("1F1B without interleaving needs V = 1")
+    seq = [(0, j) for j in range(m)]
+    return one_f_one_b_table(P, seq, seq, [P - i - 1 for i in range(P)])

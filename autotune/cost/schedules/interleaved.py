@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_table, register
+from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_order, one_f_one_b_table, register
 
 
 def vpp_group_rule(p: int, m: int, n: int) -> tuple[bool, str]:
@@ -87,8 +87,6 @@ class InterleavedLessMemory(Schedule):
 
     def order(self, P: int, V: int, m: int) -> list[list[Op]]:
         if V == 1:
-            from autotune.cost.schedules.one_f_one_b import one_f_one_b_order
-
             return one_f_one_b_order(P, V, m)
         return less_memory_order(P, V, m)
 

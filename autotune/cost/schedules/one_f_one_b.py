@@ -17,15 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_table, register
-
-
-def one_f_one_b_order(P: int, V: int, m: int) -> list[list[Op]]:
-    """Per-stage 1F1B op order for V = 1 (see module docstring)."""
-    if V != 1:
-        raise ValueError("1F1B without interleaving needs V = 1")
-    seq = [(0, j) for j in range(m)]
-    return one_f_one_b_table(P, seq, seq, [P - i - 1 for i in range(P)])
+from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_order, register
+from autotune.cost.schedules.interleaved import check_interleaved, interleaved_order
 
 
 class OneFOneB(Schedule):
@@ -37,8 +30,6 @@ class OneFOneB(Schedule):
     def order(self, P: int, V: int, m: int) -> list[list[Op]]:
         if V == 1:
             return one_f_one_b_order(P, V, m)
-        from autotune.cost.schedules.interleaved import interleaved_order
-
         return interleaved_order(P, V, m)
 
     def inflight_bound(self, P: int, V: int, m: int, k: int = 1) -> np.ndarray:
@@ -51,8 +42,6 @@ class OneFOneB(Schedule):
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
         super().check(P, V, m, k)
         if V > 1:
-            from autotune.cost.schedules.interleaved import check_interleaved
-
             check_interleaved(P, V, m)
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_table, register
+from autotune.cost.schedules.seqpipe import SeqPipe
 
 
 def _group(P: int, k: int) -> int:
@@ -73,8 +74,6 @@ class SeqVpp(Schedule):
 
     def units_order(self, P: int, V: int, m: int, k: int = 1) -> list[list[Op]]:
         if V == 1:
-            from autotune.cost.schedules.seqpipe import SeqPipe
-
             return SeqPipe().units_order(P, 1, m, k)
         fwd, bwd = seqvpp_sequences(P, V, m, k)
         G = _group(P, k)

@@ -217,8 +217,8 @@ def pair_cycle(cs: CompiledSchedule) -> PairCycle | None:
     steady state each round trip covers two micro-batches and costs t_s + t_L + 2·p2p, i.e. the
     p2p latency is paid once per micro-batch, which the single-stage paths cannot see.
 
-    Returns the :class:`PairCycle` counts along the path, or None when the path is not of that shape (first op of s not a forward or last op
-    not a backward).
+    Returns the :class:`PairCycle` counts along the path, or None when the path is not of that
+    shape (first op of s not a forward or last op not a backward).
     """
     P = cs.P
     s, L = P - 2, P - 1

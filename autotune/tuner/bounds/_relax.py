@@ -64,8 +64,9 @@ class RecomputeFrontiers:
     freely, so ``min_extra(counts, A)`` is <= the replay of every real recompute choice whose kept
     activation is <= A. With ``nu`` given the memory coordinate of a choice is its whole share of
     the stage peak, ``nu·act + static_delta_mib`` (MiB; static deltas may be negative, e.g.
-    parallel_optimizer_comm_recompute), so the budget is then in MiB of the stage. Per kind, the Pareto frontier of (Σ act, Σ extra) over n layers is built by
-    a DP over n; kinds combine by Pareto Minkowski sums (cached per count tuple).
+    parallel_optimizer_comm_recompute), so the budget is then in MiB of the stage. Per kind, the
+    Pareto frontier of (Σ act, Σ extra) over n layers is built by a DP over n; kinds combine by
+    Pareto Minkowski sums (cached per count tuple).
     """
 
     def __init__(self, pa: ProfileArrays, kinds: tuple[str, ...], max_n: int, nu: float | None = None) -> None:

@@ -178,7 +178,7 @@ class _ChunkOptions:
     MiB kept per micro-batch, static delta MiB, replay ms, backward workspace MiB — the largest of
     its classes'): float [K, 4] (memoised)."""
 
-    def __init__(self, layer) -> None:
+    def __init__(self, layer: RelaxedLayer) -> None:
         self.layer = layer
         self.cache: dict[int, np.ndarray] = {}
 
@@ -222,7 +222,7 @@ def _joint(jo: _ChunkOptions, counts: tuple[int, ...], st: "_Stage", j: int) -> 
 
 
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
-                  ) -> tuple[list[_Stage], int, object] | None:
+                  ) -> tuple[list[_Stage], int, IntegerSetup] | None:
     """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
     (least replay that fits; per path its least weighted replay), and the number of
     configurations enumerated and the shared setup (:func:`autotune.tuner.stage_dp._setup`); None

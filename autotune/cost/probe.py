@@ -1,6 +1,6 @@
 """Probe configs: the fewest dry runs whose per-stage peaks make the memory fit well-conditioned.
 
-The dry-run fit (:mod:`autotune.profile.dryrun`) has one unknown per layer static size, one per
+The dry-run fit (:mod:`autotune.cost.dryrun_fit`) has one unknown per layer static size, one per
 recompute class activation (none, and each probed class: full, select, comm, both = select and
 comm on the same layer), the full-recompute workspace, the per-stage constant and the head and
 tail extras. The first and last stage each pin only their own extra, so the middle stages of all
@@ -24,7 +24,8 @@ import numpy as np
 
 from autotune.config.layout import Layout, layout_from_values
 from autotune.errors import ConfigError
-from autotune.profile.dryrun import DryRun, design_quality
+from autotune.cost.dryrun_fit import design_quality
+from autotune.profile.dryrun import DryRun
 
 PROBE_KINDS = ("full", "select", "comm")
 
