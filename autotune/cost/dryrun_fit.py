@@ -368,6 +368,24 @@ def design_quality(runs: Sequence[DryRun], layer_kinds: Sequence[tuple[str, int]
     return names, rank, cond
 
 
+def _layer_kinds(runs: Sequence[DryRun], layer_kinds: Sequence[tuple[str, int]] | None,
+                 prior: ModelProfile | None) -> Sequence[tuple[str, int]]:
+    """The layer kinds of the fit (given, the prior's, or one ``dense`` kind), checked against the
+    runs. Raises ConfigError: no runs, runs of different layer counts, kinds of another count."""
+    if not runs:
+        raise ConfigError("no dry runs given", field="--from-dryrun", value=None, rule="dryrun_missing")
+    N = runs[0].layout.num_layers
+    if any(r.layout.num_layers != N for r in runs):
+        raise ConfigError(f"dry runs place different layer counts: {[r.layout.num_layers for r in runs]}",
+                          field="--from-dryrun", value=None, rule="dryrun_layers")
+    if layer_kinds is None:
+        layer_kinds = list(prior.with_num_layers(N).layer_kinds) if prior is not None else [("dense", N)]
+    if sum(c for _, c in layer_kinds) != N:
+        raise ConfigError(f"layer_kinds describe {sum(c for _, c in layer_kinds)} layers, the dry runs "
+                          f"{N}", field="layer_kinds", value=list(layer_kinds), rule="profile_layers")
+    return layer_kinds
+
+
 def fit_dryruns(runs: Sequence[DryRun], layer_kinds: Sequence[tuple[str, int]] | None = None, *,
                 prior: ModelProfile | None = None, fit_workspace: bool = True,
                 fix: Sequence[str] = ()) -> MemoryFit:
@@ -392,17 +410,7 @@ def fit_dryruns(runs: Sequence[DryRun], layer_kinds: Sequence[tuple[str, int]] |
             under-determined system (rule ``fit_underdetermined``; the message says which
             unknowns cannot be separated and how many more stage peaks / which probes are needed).
     """
-    if not runs:
-        raise ConfigError("no dry runs given", field="--from-dryrun", value=None, rule="dryrun_missing")
-    N = runs[0].layout.num_layers
-    if any(r.layout.num_layers != N for r in runs):
-        raise ConfigError(f"dry runs place different layer counts: {[r.layout.num_layers for r in runs]}",
-                          field="--from-dryrun", value=None, rule="dryrun_layers")
-    if layer_kinds is None:
-        layer_kinds = list(prior.with_num_layers(N).layer_kinds) if prior is not None else [("dense", N)]
-    if sum(c for _, c in layer_kinds) != N:
-        raise ConfigError(f"layer_kinds describe {sum(c for _, c in layer_kinds)} layers, the dry runs "
-                          f"{N}", field="layer_kinds", value=list(layer_kinds), rule="profile_layers")
+    layer_kinds = _layer_kinds(runs, layer_kinds, prior)
     rows, fixed = _build_rows(runs, layer_kinds, prior, fit_workspace)
     names = _unknowns(rows)
     held = {n: _prior_value(prior, n) for n in fix}

@@ -37,12 +37,13 @@ Timeline of the ``1f1b`` order for P = 2, m = 3, f = 1, b = 2 (step 11)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from functools import lru_cache
 
 import numpy as np
 
 from autotune.cost.inputs import StageCosts
-from autotune.cost.schedules import W, get_schedule
+from autotune.cost.schedules import W, Op, get_schedule
 
 
 @dataclass(frozen=True)
@@ -148,27 +149,24 @@ def _split_memory(order: np.ndarray, chunk_l: list[int], kind: np.ndarray, V: in
     return _pareto(fset), bpairs, top, _pareto(sset)
 
 
-@lru_cache(maxsize=256)
-def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) -> CompiledSchedule:
-    """Compile a registered schedule for (P, V, m, k = seq_split_num); cached.
+class _OpTable(NamedTuple):
+    """The ops of a schedule's table, numbered stage by stage: op id of (chunk, stage, unit, kind),
+    per op its stage, chunk, unit, kind (True F, False B, W) and previous op on the stage (-1),
+    per stage its op ids in program order and its warm-up length (ops before the first non-F)."""
 
-    Raises:
-        KeyError: unknown schedule name.
-        ValueError: the schedule cannot run these sizes, or its order deadlocks.
-    """
-    k_split = int(seq_split_num)
-    sched = get_schedule(name)
-    if P < 1 or V < 1 or m < 1:
-        raise ValueError(f"pipeline_stage, pp_interleave_num and micro_batch_num must be >= 1 "
-                         f"(got {P}, {V}, {m})")
-    sched.check(P, V, m, k_split)
-    table = sched.units_order(P, V, m, k_split)
-    U = m * k_split
-    split = bool(getattr(sched, "splits_backward", False))
-    per_stage = (3 if split else 2) * U * V
-    pos = sched.virtual_position(P, V)
-    at_pos = {int(pos[v, p]): (v, p) for v in range(V) for p in range(P)}
-    last = V * P - 1
+    ids: dict
+    stage: list
+    chunk: list
+    mb: list
+    fwd: list
+    prev: list
+    order: list
+    warmup: list
+
+
+def _op_table(name: str, table: list[list[Op]], per_stage: int, split: bool) -> _OpTable:
+    """Number the ops of ``table`` (per stage, in program order). Raises ValueError: a stage with
+    the wrong op count, an op twice, or a W op in a schedule that does not split the backward."""
     ids: dict[tuple[int, int, int, bool], int] = {}
     stage_l, chunk_l, mb_l, fwd_l, prev_l = [], [], [], [], []
     order: list[np.ndarray] = []
@@ -196,7 +194,16 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
             prev = i
             row.append(i)
         order.append(np.asarray(row, dtype=np.int64))
-    n = len(stage_l)
+    return _OpTable(ids, stage_l, chunk_l, mb_l, fwd_l, prev_l, order, warmup)
+
+
+def _data_deps(ids: dict, pos: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's data dependency (n: none) and whether it crosses stages (1.0): a forward needs the
+    forward of the previous pipeline position, a backward the backward of the next one (the last
+    position's backward its own forward), a W its own B."""
+    V, P = pos.shape
+    at_pos = {int(pos[v, p]): (v, p) for v in range(V) for p in range(P)}
+    last = V * P - 1
     dep = np.full(n, n, dtype=np.int64)
     cross = np.zeros(n)
     for (v, p, j, f), i in ids.items():
@@ -216,9 +223,13 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
         else:
             continue
         cross[i] = 1.0 if dp != p else 0.0
-    prev_arr = np.asarray(prev_l, dtype=np.int64)
-    prev_arr[prev_arr < 0] = n
-    # Kahn levels over edges dep -> i and prev -> i.
+    return dep, cross
+
+
+def _waves(dep: np.ndarray, prev_arr: np.ndarray) -> list[np.ndarray] | None:
+    """Kahn levels over the edges dep -> i and prev -> i (ops whose inputs are all in earlier
+    levels); None when some op is never reached (the order deadlocks)."""
+    n = dep.size
     level = np.full(n, -1, dtype=np.int64)
     indeg = (dep < n).astype(np.int64) + (prev_arr < n).astype(np.int64)
     children: list[list[int]] = [[] for _ in range(n)]
@@ -242,17 +253,20 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
                     nxt.append(c)
         frontier = nxt
     if done != n:
-        raise ValueError(f"schedule {name} deadlocks for pipeline_stage={P}, pp_interleave_num={V}, "
-                         f"micro_batch_num={m}, seq_split_num={k_split}")
-    waves = [np.flatnonzero(level == lv) for lv in range(int(level.max()) + 1)]
-    topo = np.concatenate(waves)
-    kind_a = np.asarray([2 if f == W else (0 if f else 1) for f in fwd_l], dtype=np.int8)
-    fwd_l = [f is True for f in fwd_l]
+        return None
+    return [np.flatnonzero(level == lv) for lv in range(int(level.max()) + 1)]
+
+
+def _live_vectors(order: list[np.ndarray], chunk_l: list, fwd_l: list, kind_a: np.ndarray, V: int,
+                  split: bool) -> tuple[list, list, list, list | None]:
+    """Per stage the undominated live-count vectors after a forward (int [R, V]) and during a
+    backward (vectors int [R, V], chunks int [R]), the most micro-batches in flight, and with a
+    B/W split the 2·V-count vectors (``mem_split``); see :class:`CompiledSchedule`."""
     mem_fwd, mem_bwd, max_inflight = [], [], []
     mem_split: list[np.ndarray] | None = [] if split else None
-    for p in range(P):
+    for ops in order:
         if split:
-            fv, bpairs, top, sv = _split_memory(order[p], chunk_l, kind_a, V)
+            fv, bpairs, top, sv = _split_memory(ops, chunk_l, kind_a, V)
             mem_fwd.append(np.asarray(fv, dtype=np.int64).reshape(-1, V))
             mem_bwd.append((np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
                             np.asarray([c for _, c in bpairs], dtype=np.int64)))
@@ -263,7 +277,7 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
         fset: set[tuple[int, ...]] = set()
         bset: set[tuple[tuple[int, ...], int]] = set()
         top = 0
-        for i in order[p]:
+        for i in ops:
             v = chunk_l[i]
             if fwd_l[i]:
                 live[v] += 1
@@ -281,7 +295,41 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
         mem_bwd.append((np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
                         np.asarray([c for _, c in bpairs], dtype=np.int64)))
         max_inflight.append(top)
-    stage_a, chunk_a = np.asarray(stage_l, dtype=np.int64), np.asarray(chunk_l, dtype=np.int64)
+    return mem_fwd, mem_bwd, max_inflight, mem_split
+
+
+@lru_cache(maxsize=256)
+def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) -> CompiledSchedule:
+    """Compile a registered schedule for (P, V, m, k = seq_split_num); cached.
+
+    Raises:
+        KeyError: unknown schedule name.
+        ValueError: the schedule cannot run these sizes, or its order deadlocks.
+    """
+    k_split = int(seq_split_num)
+    sched = get_schedule(name)
+    if P < 1 or V < 1 or m < 1:
+        raise ValueError(f"pipeline_stage, pp_interleave_num and micro_batch_num must be >= 1 "
+                         f"(got {P}, {V}, {m})")
+    sched.check(P, V, m, k_split)
+    table = sched.units_order(P, V, m, k_split)
+    U = m * k_split
+    split = bool(getattr(sched, "splits_backward", False))
+    ops = _op_table(name, table, (3 if split else 2) * U * V, split)
+    order, chunk_l = ops.order, ops.chunk
+    n = len(ops.stage)
+    dep, cross = _data_deps(ops.ids, sched.virtual_position(P, V), n)
+    prev_arr = np.asarray(ops.prev, dtype=np.int64)
+    prev_arr[prev_arr < 0] = n
+    waves = _waves(dep, prev_arr)
+    if waves is None:
+        raise ValueError(f"schedule {name} deadlocks for pipeline_stage={P}, pp_interleave_num={V}, "
+                         f"micro_batch_num={m}, seq_split_num={k_split}")
+    topo = np.concatenate(waves)
+    kind_a = np.asarray([2 if f == W else (0 if f else 1) for f in ops.fwd], dtype=np.int8)
+    fwd_l = [f is True for f in ops.fwd]
+    mem_fwd, mem_bwd, max_inflight, mem_split = _live_vectors(order, chunk_l, fwd_l, kind_a, V, split)
+    stage_a, chunk_a = np.asarray(ops.stage, dtype=np.int64), np.asarray(chunk_l, dtype=np.int64)
     scalar = (topo.tolist(), dep[topo].tolist(), prev_arr[topo].tolist(), cross[topo].tolist())
     inv = np.empty(n + 1, dtype=np.int64)
     inv[topo] = np.arange(n)
@@ -291,10 +339,10 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
                                 (kind_a.astype(np.int64) * (V * P))[topo]
                                 + (chunk_a[topo] * P + stage_a[topo]),
                                 [int(inv[o[-1]]) for o in order])
-    return CompiledSchedule(name, P, V, m, stage_a, chunk_a, np.asarray(mb_l),
+    return CompiledSchedule(name, P, V, m, stage_a, chunk_a, np.asarray(ops.mb),
                             np.asarray(fwd_l, dtype=bool), dep, prev_arr, cross, waves, order,
                             mem_fwd, mem_bwd, np.asarray(max_inflight, dtype=np.int64), k_split,
-                            np.asarray(warmup, dtype=np.int64), topo, kind_a, split, mem_split,
+                            np.asarray(ops.warmup, dtype=np.int64), topo, kind_a, split, mem_split,
                             scalar, wave_plan)
 
 

@@ -42,13 +42,14 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
-from autotune.tuner.bounds._relax import integer_setup, undominated
+from autotune.tuner.bounds._relax import IntegerSetup, integer_setup, undominated
 from autotune.tuner.problem import Candidate, Problem
 from autotune.tuner.recompute import allowed_classes
 
@@ -163,76 +164,84 @@ def milp_recompute(problem: Problem, cand, *, max_solves: int = MAX_SOLVES,
     return res
 
 
-def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | None = None,
-          upper_ms: float | None = None, node_work: float, max_solves: int, deadline: float | None,
-          fixed: np.ndarray | None = None) -> tuple[MilpBound, list[np.ndarray]] | None:
-    """The lazy loop of :func:`milp_bound`; with ``fixed`` (int [V, P]) the split is pinned and
-    the recompute classes are modelled exactly (see :func:`milp_recompute`). Returns (result,
-    every solve's class counts float [V, P, C], in solve order)."""
-    # scipy: a heavy import (~0.6 s), needed only when the integer program runs
-    from scipy.optimize import Bounds, LinearConstraint, milp  # noqa: PLC0415
-    from scipy.sparse import csr_matrix  # noqa: PLC0415
+class _Model:
+    """The integer program of one (problem, V) (module docstring). Variables, in order: n [V·P]
+    (layers per mini-stage j = v·P + p), y [V·P·C] (layers of each allowed class), with a pinned
+    split (``fixed``) u (class c with a workspace present in j, binary), w (workspace MiB of j)
+    and x (select-only 1 / comm-only 0 in j, binary), then T (the step-time bound, ms). Rows:
+    the structure and memory rows, then one row per path of the family (lazily added)."""
 
-    su = integer_setup(problem, V)
-    if su is None:
-        return None
-    cs, lay, p2p = su.cs, su.layer, su.p2p_ms
-    end_f, end_b, end_a, const_static = su.end_fwd_ms, su.end_bwd_ms, su.end_act_mib, su.const_static_mib
-    P, N, k = problem.P, problem.N, cs.k
-    C = lay.act_mib.size
-    lo, hi = problem.bounds(V)
+    def __init__(self, problem: Problem, V: int, su: IntegerSetup, fixed: np.ndarray | None) -> None:
+        self.problem, self.V, self.su = problem, V, su
+        lay = su.layer
+        P, N = problem.P, problem.N
+        self.C = C = lay.act_mib.size
+        self.lo, self.hi = problem.bounds(V)
+        self.exact = exact = fixed is not None
+        self.nn, self.ny = nn, ny = V * P, V * P * C
+        self.cls = cls = allowed_classes(problem.kinds)
+        self.wcls = [c for c in range(C) if lay.ws_mib[c] > 0] if exact else []
+        self.excl = exact and SELECT in cls and COMM in cls
+        self.nu = nn * len(self.wcls)    # binary: class c present in mini-stage j (its workspace is on)
+        self.nw = nn if self.wcls else 0  # workspace MiB of mini-stage j
+        self.nx = nn if self.excl else 0  # binary: select-only (1) or comm-only (0) in mini-stage j
+        self.iu, self.iw, self.ix = nn + ny, nn + ny + self.nu, nn + ny + self.nu + self.nw
+        self.nvar = self.ix + self.nx + 1
+        self.iT = self.nvar - 1
+        self.cap_j = (np.asarray(fixed) if exact else np.minimum(self.hi, N)).reshape(-1).astype(np.float64)
+        self.rows: list[np.ndarray] = []
+        self.rlo: list[float] = []
+        self.rhi: list[float] = []
+        self.seen: set[bytes] = set()
+        self.path_rows: list[np.ndarray] = []
+        self.path_hi: list[float] = []
+        self._structure_rows()
+        if np.isfinite(problem.hbm_mib):
+            self._memory_rows()
 
-    exact = fixed is not None
-    nn, ny = V * P, V * P * C
-    cls = allowed_classes(problem.kinds)
-    wsmin = lay.ws_mib  # [C] MiB, cheapest kind per class
-    end_ws_mib = su.end_ws_mib
-    wcls = [c for c in range(C) if wsmin[c] > 0] if exact else []
-    excl = exact and SELECT in cls and COMM in cls
-    nu = nn * len(wcls)          # binary: class c present in mini-stage j (its workspace is on)
-    nw = nn if wcls else 0       # workspace MiB of mini-stage j
-    nx = nn if excl else 0       # binary: select-only (1) or comm-only (0) in mini-stage j
-    iu, iw, ix = nn + ny, nn + ny + nu, nn + ny + nu + nw
-    nvar = ix + nx + 1
-    iT = nvar - 1
-    rows: list[np.ndarray] = []
-    rlo: list[float] = []
-    rhi: list[float] = []
+    def add_row(self, r: np.ndarray, a: float, b: float) -> None:
+        self.rows.append(r)
+        self.rlo.append(a)
+        self.rhi.append(b)
 
-    def add_row(r: np.ndarray, a: float, b: float) -> None:
-        rows.append(r)
-        rlo.append(a)
-        rhi.append(b)
-
-    r = np.zeros(nvar)
-    r[:nn] = 1.0
-    add_row(r, N, N)
-    for j in range(nn):  # Σ_c y = n
+    def _structure_rows(self) -> None:
+        """Σ n = N; Σ_c y = n per mini-stage; with a pinned split the workspace switches
+        (y_c <= n·u_c, w >= W_c·u_c) and select-only / comm-only exclusion."""
+        nn, C, nvar, cap_j = self.nn, self.C, self.nvar, self.cap_j
+        wsmin = self.su.layer.ws_mib  # [C] MiB, cheapest kind per class
         r = np.zeros(nvar)
-        r[j] = -1.0
-        r[nn + j * C:nn + (j + 1) * C] = 1.0
-        add_row(r, 0.0, 0.0)
-    cap_j = (np.asarray(fixed) if exact else np.minimum(hi, N)).reshape(-1).astype(np.float64)
-    for j in range(nn):
-        for t, c in enumerate(wcls):
+        r[:nn] = 1.0
+        self.add_row(r, self.problem.N, self.problem.N)
+        for j in range(nn):  # Σ_c y = n
             r = np.zeros(nvar)
-            r[nn + j * C + c] = 1.0
-            r[iu + j * len(wcls) + t] = -cap_j[j]
-            add_row(r, -np.inf, 0.0)  # y_c <= n·u_c
-            r = np.zeros(nvar)
-            r[iw + j] = 1.0
-            r[iu + j * len(wcls) + t] = -float(wsmin[c])
-            add_row(r, 0.0, np.inf)  # ws >= W_c·u_c
-        if excl:
-            r = np.zeros(nvar)
-            r[nn + j * C + cls.index(SELECT)] = 1.0
-            r[ix + j] = -cap_j[j]
-            add_row(r, -np.inf, 0.0)  # select-only <= n·x
-            r = np.zeros(nvar)
-            r[nn + j * C + cls.index(COMM)] = 1.0
-            r[ix + j] = cap_j[j]
-            add_row(r, -np.inf, cap_j[j])  # comm-only <= n·(1 - x)
-    if np.isfinite(problem.hbm_mib):
+            r[j] = -1.0
+            r[nn + j * C:nn + (j + 1) * C] = 1.0
+            self.add_row(r, 0.0, 0.0)
+        for j in range(nn):
+            for t, c in enumerate(self.wcls):
+                r = np.zeros(nvar)
+                r[nn + j * C + c] = 1.0
+                r[self.iu + j * len(self.wcls) + t] = -cap_j[j]
+                self.add_row(r, -np.inf, 0.0)  # y_c <= n·u_c
+                r = np.zeros(nvar)
+                r[self.iw + j] = 1.0
+                r[self.iu + j * len(self.wcls) + t] = -float(wsmin[c])
+                self.add_row(r, 0.0, np.inf)  # ws >= W_c·u_c
+            if self.excl:
+                r = np.zeros(nvar)
+                r[nn + j * C + self.cls.index(SELECT)] = 1.0
+                r[self.ix + j] = -cap_j[j]
+                self.add_row(r, -np.inf, 0.0)  # select-only <= n·x
+                r = np.zeros(nvar)
+                r[nn + j * C + self.cls.index(COMM)] = 1.0
+                r[self.ix + j] = cap_j[j]
+                self.add_row(r, -np.inf, cap_j[j])  # comm-only <= n·(1 - x)
+
+    def _memory_rows(self) -> None:
+        """Per stage and undominated live-count vector: static + activation (+ the workspace of
+        the chunk whose backward runs) <= HBM."""
+        problem, su, V = self.problem, self.su, self.V
+        cs, lay, P, C, nn = su.cs, su.layer, problem.P, self.C, self.nn
         for p in range(P):
             # after a forward: live activations; during a backward of chunk ch: + its workspace
             groups = [(np.asarray(cs.mem_fwd[p]).reshape(-1, V), None)]
@@ -242,96 +251,149 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             for vv, ch in groups:
                 if vv.size == 0:
                     continue
-                for w in undominated(vv.astype(np.float64)) / k:
-                    r = np.zeros(nvar)
+                for w in undominated(vv.astype(np.float64)) / cs.k:
+                    r = np.zeros(self.nvar)
                     for v in range(V):
                         j = v * P + p
                         r[j] = lay.static_mib
                         r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act_mib + lay.sdelta_mib
-                    room = problem.hbm_mib - const_static[p] - float(w @ end_a[:, p])
+                    room = problem.hbm_mib - su.const_static_mib[p] - float(w @ su.end_act_mib[:, p])
                     if ch is not None:
-                        if nw:
-                            r[iw + ch * P + p] = 1.0
+                        if self.nw:
+                            r[self.iw + ch * P + p] = 1.0
                         else:
-                            room -= float(end_ws_mib[ch, p])  # head / tail workspace (a max, so >= it)
-                    add_row(r, -np.inf, room)
+                            room -= float(su.end_ws_mib[ch, p])  # head / tail workspace (a max, so >= it)
+                    self.add_row(r, -np.inf, room)
 
-    seen: set[bytes] = set()
-    path_rows: list[np.ndarray] = []
-    path_hi: list[float] = []
-
-    def add_path(cf: np.ndarray, cb: np.ndarray, hops: float) -> bool:
+    def add_path(self, cf: np.ndarray, cb: np.ndarray, hops: float) -> bool:
+        """Add the row "path length <= T" (op counts [V, P], hops); False when already there."""
         key = np.concatenate([cf.reshape(-1), cb.reshape(-1), [hops]]).round(9).tobytes()
-        if key in seen:
+        if key in self.seen:
             return False
-        seen.add(key)
-        r = np.zeros(nvar)
+        self.seen.add(key)
+        su, lay, nn = self.su, self.su.layer, self.nn
+        r = np.zeros(self.nvar)
         r[:nn] = (cf * lay.fwd_ms + cb * lay.bwd_ms).reshape(-1)
-        r[nn:nn + ny] = (cb[:, :, None] * lay.extra_ms[None, None, :]).reshape(-1)
-        r[iT] = -1.0
-        path_rows.append(r)
-        path_hi.append(-float((cf * end_f).sum() + (cb * end_b).sum() + hops * p2p))
+        r[nn:nn + self.ny] = (cb[:, :, None] * lay.extra_ms[None, None, :]).reshape(-1)
+        r[self.iT] = -1.0
+        self.path_rows.append(r)
+        self.path_hi.append(-float((cf * su.end_fwd_ms).sum() + (cb * su.end_bwd_ms).sum() + hops * su.p2p_ms))
         return True
 
-    def durations(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return n * lay.fwd_ms + end_f, n * lay.bwd_ms + (y * lay.extra_ms).sum(axis=-1) + end_b
+    def durations(self, n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Relaxed forward / backward ms [V, P] of layer counts n [V, P] and classes y [V, P, C]."""
+        lay, su = self.su.layer, self.su
+        return n * lay.fwd_ms + su.end_fwd_ms, n * lay.bwd_ms + (y * lay.extra_ms).sum(axis=-1) + su.end_bwd_ms
 
+    def variable_bounds(self, lower_ms: float | None, upper_ms: float | None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(integrality, lower, upper) per variable; T within [lower_ms, upper_ms] when given."""
+        nn, ny, nvar, N = self.nn, self.ny, self.nvar, self.problem.N
+        iu, iw, ix, nu, nw, nx = self.iu, self.iw, self.ix, self.nu, self.nw, self.nx
+        integ = np.zeros(nvar)
+        integ[:nn] = 1
+        vlo = np.zeros(nvar)
+        vhi = np.full(nvar, np.inf)
+        vlo[:nn] = self.lo.reshape(-1)
+        vhi[:nn] = np.minimum(self.hi, N).reshape(-1)
+        vhi[nn:nn + ny] = N
+        if self.exact:
+            vlo[:nn] = vhi[:nn] = self.cap_j
+            integ[nn:nn + ny] = 1
+            integ[iu:iu + nu] = 1
+            vhi[iu:iu + nu] = 1
+            vlo[iw:iw + nw] = self.su.end_ws_mib.reshape(-1)[:nw]
+            integ[ix:ix + nx] = 1
+            vhi[ix:ix + nx] = 1
+        if lower_ms is not None and np.isfinite(lower_ms):
+            vlo[self.iT] = lower_ms
+        if upper_ms is not None and np.isfinite(upper_ms):
+            vhi[self.iT] = upper_ms
+        return integ, vlo, vhi
+
+    def solve(self, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], work_left: float,
+              deadline: float | None) -> tuple[Any, float]:
+        """One HiGHS solve with the current rows (node limit from ``work_left``, see
+        :data:`NODE_WORK`); returns (scipy's result, the work units it used)."""
+        # scipy: a heavy import (~0.6 s), needed only when the integer program runs
+        from scipy.optimize import Bounds, LinearConstraint, milp  # noqa: PLC0415
+        from scipy.sparse import csr_matrix  # noqa: PLC0415
+
+        integ, vlo, vhi = bounds
+        A = csr_matrix(np.asarray(self.rows + self.path_rows))
+        cons = LinearConstraint(A, np.asarray(self.rlo + [-np.inf] * len(self.path_rows)),
+                                np.asarray(self.rhi + self.path_hi))
+        size = float(self.nvar * (len(self.rows) + len(self.path_rows))) ** 2
+        opts = {"node_limit": max(50, int(work_left / size)), "mip_rel_gap": 1e-6, "disp": False}
+        if deadline is not None:
+            opts["time_limit"] = max(1.0, deadline - time.monotonic())
+        obj = np.zeros(self.nvar)
+        obj[self.iT] = 1.0
+        with _quiet_stdout():
+            res = milp(obj, integrality=integ, bounds=Bounds(vlo, vhi), constraints=cons, options=opts)
+        return res, (int(getattr(res, "mip_node_count", 0) or 0) + 1) * size
+
+    def anticipate(self, split: np.ndarray, y: np.ndarray, fx: np.ndarray, bx: np.ndarray, fun: float) -> bool:
+        """Add the longest paths of the minimiser's single-layer moves that the minimiser violates
+        too (skipped when that would walk more than :data:`NEIGHBOUR_OPS` ops, e.g. 256
+        micro-batches); True when one was new."""
+        V, P, nn, cs, p2p = self.V, self.problem.P, self.nn, self.su.cs, self.su.p2p_ms
+        flo, fhi = self.lo.reshape(-1), self.hi.reshape(-1)
+        flat = split.reshape(-1)
+        added = False
+        for a in (range(nn) if cs.num_ops * nn * (nn - 1) <= NEIGHBOUR_OPS else ()):
+            if flat[a] - 1 < flo[a]:
+                continue
+            for b in range(nn):
+                if a == b or flat[b] + 1 > fhi[b]:
+                    continue
+                f2 = flat.astype(np.float64)
+                f2[a] -= 1
+                f2[b] += 1
+                c2 = critical_path(cs, *self.durations(f2.reshape(V, P), y), p2p)
+                if (c2.cf * fx).sum() + (c2.cb * bx).sum() + c2.hops * p2p > fun * (1 + 1e-7):
+                    added |= self.add_path(c2.cf, c2.cb, c2.hops)  # violated at the minimiser too
+        return added
+
+
+def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | None = None,
+          upper_ms: float | None = None, node_work: float, max_solves: int, deadline: float | None,
+          fixed: np.ndarray | None = None) -> tuple[MilpBound, list[np.ndarray]] | None:
+    """The lazy loop of :func:`milp_bound`; with ``fixed`` (int [V, P]) the split is pinned and
+    the recompute classes are modelled exactly (see :func:`milp_recompute`). Returns (result,
+    every solve's class counts float [V, P, C], in solve order)."""
+    su = integer_setup(problem, V)
+    if su is None:
+        return None
+    model = _Model(problem, V, su, fixed)
+    P, C, nn, ny, cs, p2p = problem.P, model.C, model.nn, model.ny, su.cs, su.p2p_ms
     for stage_rows in one_stay_counts(cs):
         for cf, cb, hops in stage_rows:
-            add_path(cf, cb, hops)
+            model.add_path(cf, cb, hops)
     for c in layouts or []:
         if c.V == V:
             n = np.asarray(c.layers, dtype=np.float64)
             y = np.zeros((V, P, C))
             y[:, :, 0] = n  # no replay: the path is what matters, not its length here
-            cp = critical_path(cs, *durations(n, y), p2p)
-            add_path(cp.cf, cp.cb, cp.hops)
-
-    integ = np.zeros(nvar)
-    integ[:nn] = 1
-    vlo = np.zeros(nvar)
-    vhi = np.full(nvar, np.inf)
-    vlo[:nn] = lo.reshape(-1)
-    vhi[:nn] = np.minimum(hi, N).reshape(-1)
-    vhi[nn:nn + ny] = N
-    if exact:
-        vlo[:nn] = vhi[:nn] = cap_j
-        integ[nn:nn + ny] = 1
-        integ[iu:iu + nu] = 1
-        vhi[iu:iu + nu] = 1
-        vlo[iw:iw + nw] = end_ws_mib.reshape(-1)[:nw]
-        integ[ix:ix + nx] = 1
-        vhi[ix:ix + nx] = 1
-    if lower_ms is not None and np.isfinite(lower_ms):
-        vlo[iT] = lower_ms
+            cp = critical_path(cs, *model.durations(n, y), p2p)
+            model.add_path(cp.cf, cp.cb, cp.hops)
+    bounds = model.variable_bounds(lower_ms, upper_ms)
     has_upper = upper_ms is not None and np.isfinite(upper_ms)
-    if has_upper:
-        vhi[iT] = upper_ms
-    obj = np.zeros(nvar)
-    obj[iT] = 1.0
     best = float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0
     split = None
     solves = 0
     converged = False
     all_y: list[np.ndarray] = []
-    flo, fhi = lo.reshape(-1), hi.reshape(-1)
     work = 0.0
     while solves < max_solves and work < node_work:
         if deadline is not None and time.monotonic() > deadline:
             break
-        A = csr_matrix(np.asarray(rows + path_rows))
-        cons = LinearConstraint(A, np.asarray(rlo + [-np.inf] * len(path_rows)), np.asarray(rhi + path_hi))
-        size = float(nvar * (len(rows) + len(path_rows))) ** 2
-        opts = {"node_limit": max(50, int((node_work - work) / size)), "mip_rel_gap": 1e-6, "disp": False}
-        if deadline is not None:
-            opts["time_limit"] = max(1.0, deadline - time.monotonic())
-        with _quiet_stdout():
-            res = milp(obj, integrality=integ, bounds=Bounds(vlo, vhi), constraints=cons, options=opts)
+        res, used = model.solve(bounds, node_work - work, deadline)
         solves += 1
-        work += (int(getattr(res, "mip_node_count", 0) or 0) + 1) * size
+        work += used
         if res.status == 2:  # infeasible: nothing fits, or nothing beats upper_ms
             return MilpBound(float(upper_ms) if has_upper else float("inf"), split,
-                             len(path_rows), solves, True), all_y
+                             len(model.path_rows), solves, True), all_y
         dual = getattr(res, "mip_dual_bound", None)
         if res.status == 0 and res.fun is not None:
             dual = res.fun if dual is None else min(float(res.fun), float(dual))
@@ -344,36 +406,22 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         y = np.maximum(res.x[nn:nn + ny].reshape(V, P, C), 0.0)
         all_y.append(y)
         split = n.astype(np.int64)
-        fx, bx = durations(n, y)
+        fx, bx = model.durations(n, y)
         cp = critical_path(cs, fx, bx, p2p)
         if res.status == 0 and cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9:
             converged = True
             break
-        added = add_path(cp.cf, cp.cb, cp.hops)
-        if exact:  # a pinned split has no moves to anticipate
+        added = model.add_path(cp.cf, cp.cb, cp.hops)
+        if model.exact:  # a pinned split has no moves to anticipate
             if not added:
                 break
             continue
         if solves >= max_solves or work >= node_work:
             break  # no solve left to use new paths
-        # anticipate: the longest paths of the minimiser's single-layer moves (skipped when that
-        # would walk more than NEIGHBOUR_OPS ops, e.g. 256 micro-batches)
-        flat = split.reshape(-1)
-        for a in (range(nn) if cs.num_ops * nn * (nn - 1) <= NEIGHBOUR_OPS else ()):
-            if flat[a] - 1 < flo[a]:
-                continue
-            for b in range(nn):
-                if a == b or flat[b] + 1 > fhi[b]:
-                    continue
-                f2 = flat.astype(np.float64)
-                f2[a] -= 1
-                f2[b] += 1
-                c2 = critical_path(cs, *durations(f2.reshape(V, P), y), p2p)
-                if (c2.cf * fx).sum() + (c2.cb * bx).sum() + c2.hops * p2p > float(res.fun) * (1 + 1e-7):
-                    added |= add_path(c2.cf, c2.cb, c2.hops)  # violated at the minimiser too
+        added |= model.anticipate(split, y, fx, bx, float(res.fun))
         if not added:
             break
-    return MilpBound(best, split, len(path_rows), solves, converged), all_y
+    return MilpBound(best, split, len(model.path_rows), solves, converged), all_y
 
 
 @dataclass(frozen=True)

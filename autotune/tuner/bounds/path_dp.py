@@ -123,6 +123,37 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     """
     if 1 not in problem.vpp_candidates:
         raise ValueError("path_dp_bound needs pp_interleave_num 1 among the candidates")
+    P = problem.P
+    pathw, stepw, pairw = _path_weights(problem)
+    finite = pathw[np.isfinite(pathw)]
+    if finite.size == 0:
+        return PathDPBound(float("inf"), None, 0)
+    lo_T = 0.0
+    hi_T = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else float(finite.max()) * P
+    evals = 0
+    ok, split = _feasible(hi_T, pathw, stepw, pairw)
+    evals += 1
+    while not ok:  # the incumbent may be below the relaxed optimum only if it is infeasible
+        lo_T, hi_T = hi_T, hi_T * 2
+        ok, split = _feasible(hi_T, pathw, stepw, pairw)
+        evals += 1
+        if hi_T > 1e15:
+            return PathDPBound(float("inf"), None, evals)
+    while hi_T - lo_T > rel_tol * hi_T:
+        mid = 0.5 * (lo_T + hi_T)
+        ok, s = _feasible(mid, pathw, stepw, pairw)
+        evals += 1
+        if ok:
+            hi_T, split = mid, s
+        else:
+            lo_T = mid
+    return PathDPBound(lo_T, split.reshape(1, P) if split is not None else None, evals)
+
+
+def _path_weights(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The DP's weights (ms) for blocks [i, j) of layers on stage p: the longest of its paths
+    (entry prefix excluded) pathw [P, N+1, N+1], its contribution to later stages' prefixes stepw
+    [P, N+1, N+1], and the pair path of the last two stages pairw [i, j] (None without one)."""
     P, N = problem.P, problem.N
     cs = compile_schedule(problem.schedule, P, 1, problem.m, problem.seq_split_num)
     k = float(cs.k)
@@ -144,61 +175,41 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
                 w = (cf_ * F[p] + cb_ * Bmin[p] + r * suf[None, :]) / k \
                     + (2 * p + 2 * r * (P - 1 - p)) * p2p
                 pathw[p] = np.maximum(pathw[p], np.where(np.isfinite(pathw[p]), w, np.inf))
-
     cyc = pair_cycle(cs) if P >= 2 else None
-    if cyc is not None:
-        s_, L_ = P - 2, P - 1
-        cF_s, cB_s, cF_L, cB_L, hops = cyc.fwd_s, cyc.bwd_s, cyc.fwd_last, cyc.bwd_last, cyc.hops
-        # pair path through stages s = P-2 (block [i, j)) and L = P-1 (block [j, N)), i, j free
-        pairw = (cF_s * F[s_] + cB_s * Bmin[s_]) / k + ((cF_L * F[L_][:, N] + cB_L * Bmin[L_][:, N]) / k)[None, :] \
-            + (2 * s_ + hops) * p2p  # [i, j]
+    if cyc is None:
+        return pathw, stepw, None
+    s_, L_ = P - 2, P - 1
+    # pair path through stages s = P-2 (block [i, j)) and L = P-1 (block [j, N)), i, j free
+    last = (cyc.fwd_last * F[L_][:, N] + cyc.bwd_last * Bmin[L_][:, N]) / k
+    pairw = (cyc.fwd_s * F[s_] + cyc.bwd_s * Bmin[s_]) / k + last[None, :] + (2 * s_ + cyc.hops) * p2p  # [i, j]
+    return pathw, stepw, pairw
 
-    def feasible(T: float) -> tuple[bool, np.ndarray | None]:
-        D = np.full(N + 1, np.inf)
-        D[0] = 0.0
-        back = np.zeros((P, N + 1), dtype=np.int64)
-        for p in range(P):
-            ok = D[:, None] + pathw[p] <= T
-            cand = np.where(ok, D[:, None] + stepw[p], np.inf)  # i, j
-            if cyc is not None and p == P - 2:
-                # only splits whose last two blocks also satisfy the pair path; D[j] then keeps
-                # the least prefix among blocks [i, j) meeting it (monotone: exact).
-                cand = np.where(D[:, None] + pairw <= T, cand, np.inf)
-            back[p] = np.argmin(cand, axis=0)
-            D = cand[back[p], np.arange(N + 1)]
-        if not np.isfinite(D[N]):
-            return False, None
-        split, j = np.zeros(P, dtype=np.int64), N
-        for p in range(P - 1, -1, -1):
-            i = int(back[p, j])
-            split[p] = j - i
-            j = i
-        return True, split
 
-    finite = pathw[np.isfinite(pathw)]
-    if finite.size == 0:
-        return PathDPBound(float("inf"), None, 0)
-    lo_T = 0.0
-    hi_T = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else float(finite.max()) * P
-    evals = 0
-    ok, split = feasible(hi_T)
-    evals += 1
-    while not ok:  # the incumbent may be below the relaxed optimum only if it is infeasible
-        lo_T, hi_T = hi_T, hi_T * 2
-        ok, split = feasible(hi_T)
-        evals += 1
-        if hi_T > 1e15:
-            return PathDPBound(float("inf"), None, evals)
-    while hi_T - lo_T > rel_tol * hi_T:
-        mid = 0.5 * (lo_T + hi_T)
-        ok, s = feasible(mid)
-        evals += 1
-        if ok:
-            hi_T, split = mid, s
-        else:
-            lo_T = mid
-    return PathDPBound(lo_T, split.reshape(1, P) if split is not None else None, evals)
-
+def _feasible(T: float, pathw: np.ndarray, stepw: np.ndarray, pairw: np.ndarray | None
+              ) -> tuple[bool, np.ndarray | None]:
+    """Whether some split keeps every path <= T (ms): the DP over (stage, layers placed) keeping
+    the least prefix; returns (feasible, one such split int [P])."""
+    P, N = pathw.shape[0], pathw.shape[1] - 1
+    D = np.full(N + 1, np.inf)
+    D[0] = 0.0
+    back = np.zeros((P, N + 1), dtype=np.int64)
+    for p in range(P):
+        ok = D[:, None] + pathw[p] <= T
+        cand = np.where(ok, D[:, None] + stepw[p], np.inf)  # i, j
+        if pairw is not None and p == P - 2:
+            # only splits whose last two blocks also satisfy the pair path; D[j] then keeps
+            # the least prefix among blocks [i, j) meeting it (monotone: exact).
+            cand = np.where(D[:, None] + pairw <= T, cand, np.inf)
+        back[p] = np.argmin(cand, axis=0)
+        D = cand[back[p], np.arange(N + 1)]
+    if not np.isfinite(D[N]):
+        return False, None
+    split, j = np.zeros(P, dtype=np.int64), N
+    for p in range(P - 1, -1, -1):
+        i = int(back[p, j])
+        split[p] = j - i
+        j = i
+    return True, split
 
 
 @dataclass(frozen=True)

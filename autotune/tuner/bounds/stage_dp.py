@@ -40,12 +40,14 @@ Applies when the schedule runs the whole backward as one op (not zero_bubble_v) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
-from autotune.tuner.bounds._paths import stage_paths
-from autotune.tuner.bounds._relax import RowFrontiers, count_vectors, integer_setup, min_extra_ms, undominated
+from autotune.tuner.bounds._paths import StagePaths, stage_paths
+from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, min_extra_ms,
+                                          undominated)
 from autotune.tuner.problem import Problem
 
 
@@ -59,6 +61,156 @@ class StageDPBound:
     evaluations: int
     configs: int
     split: np.ndarray | None = None
+
+
+class _StageTable(NamedTuple):
+    """One stage's configurations for the DP, sorted by DP move: layer counts nv int [M, V], the
+    largest path constant per path group gbase [M, G] (ms), each group's ms per chunk-0 layer
+    before the stage a0 [G] and per last-chunk layer after it aR [G], and the groups of configs
+    with the same move (layers, last-chunk layers, chunk-0 layers): their keys int [K, 3] and
+    first rows ``starts`` [K]."""
+
+    nv: np.ndarray
+    gbase: np.ndarray
+    a0: np.ndarray
+    aR: np.ndarray
+    keys: np.ndarray
+    starts: np.ndarray
+
+
+def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers,
+                 vecs: list[tuple[int, ...]]) -> _StageTable | None:
+    """The :class:`_StageTable` of stage p over the layer-count vectors ``vecs``; None when no
+    configuration fits the memory budget."""
+    cs, lay = su.cs, su.layer
+    V, P, N = su.end_fwd_ms.shape[0], problem.P, problem.N
+    pa = problem.pa
+    hf, hb = pa.head.fwd_ms, pa.head.bwd_ms
+    tf, tb = pa.tail.fwd_ms, pa.tail.bwd_ms
+    rows = undominated(np.concatenate(
+        [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
+        .astype(np.float64)) / cs.k
+    ns, es = [], []
+    for cnt in vecs:
+        nt = sum(cnt)
+        static = su.const_static_mib[p] + nt * lay.static_mib
+        e = 0.0
+        for w in rows:
+            room = problem.hbm_mib - static - float(w @ su.end_act_mib[:, p])
+            e = max(e, min_extra_ms(fr, cnt, w, room))
+            if not np.isfinite(e):
+                break
+        if np.isfinite(e):
+            ns.append(cnt)
+            es.append(e)
+    if not ns:
+        return None
+    nv = np.asarray(ns, dtype=np.int64)  # [M, V]
+    E = np.asarray(es)
+    fv = nv * lay.fwd_ms + su.end_fwd_ms[:, p]  # [M, V]
+    bv = nv * lay.bwd_ms + su.end_bwd_ms[:, p]
+    own = fv @ sp.cF.T + bv @ sp.cB.T + E[:, None] * sp.cB.min(axis=1)[None, :]  # [M, Q]
+    nt = nv.sum(axis=1)
+    oth_f = lay.fwd_ms * (N - nt)[:, None] + (hf if p else 0.0) + (tf if p < P - 1 else 0.0)
+    oth_b = lay.bwd_ms * (N - nt)[:, None] + (hb if p else 0.0) + (tb if p < P - 1 else 0.0)
+    base = (sp.K[None, :] + own + sp.a_f * oth_f + sp.a_b * oth_b
+            + (sp.c0_f * hf + sp.c0_b * hb if p else 0.0)
+            + (sp.r_f * tf + sp.r_b * tb if p < P - 1 else 0.0))  # [M, Q]
+    alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
+    alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
+    # paths with the same (alpha0, alphaR) differ only in their constant: keep the largest
+    coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
+    grp = grp.reshape(-1)
+    gbase = np.full((nv.shape[0], coef.shape[0]), -np.inf)
+    for g in range(coef.shape[0]):
+        gbase[:, g] = base[:, grp == g].max(axis=1)
+    # configs with the same DP move (layers, chunk-0 layers, last-chunk layers) form a group
+    key = np.stack([nv.sum(axis=1), nv[:, V - 1], nv[:, 0]], axis=1)  # layers, last, chunk 0
+    order = np.lexsort(key.T[::-1])
+    nv, gbase, key = nv[order], gbase[order], key[order]
+    starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
+    # within a group a config whose every path constant is >= another's never helps
+    keep = np.ones(nv.shape[0], dtype=bool)
+    for a, b in zip(starts, np.append(starts[1:], nv.shape[0])):
+        gb = gbase[a:b]
+        if b - a > 1:
+            dom = np.all(gb[None, :, :] <= gb[:, None, :], axis=2) & \
+                np.any(gb[None, :, :] < gb[:, None, :], axis=2)  # [i, j]: j dominates i
+            keep[a:b] = ~dom.any(axis=1)
+    nv, gbase, key = nv[keep], gbase[keep], key[keep]
+    starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
+    return _StageTable(nv, gbase, coef[:, 0], coef[:, 1], key[starts], starts)
+
+
+class _ThresholdDP:
+    """The DP of the module docstring over the stage tables, for thresholds T (ms)."""
+
+    def __init__(self, tabs: list[_StageTable], N: int, V: int) -> None:
+        self.tabs, self.N, self.V, self.P = tabs, N, V, len(tabs)
+        self.Rg = np.arange(N + 1, dtype=np.float64)
+        self.moves = []  # per stage: runs of groups with the same (layers, last-chunk layers)
+        for t in tabs:
+            keys = t.keys
+            brk = np.flatnonzero(np.concatenate([[True], np.any(keys[1:, :2] != keys[:-1, :2], axis=1), [True]]))
+            self.moves.append([(int(a), int(b)) for a, b in zip(brk[:-1], brk[1:])])
+
+    def thresholds(self, T: float, p: int) -> np.ndarray:
+        """[M, R]: the largest C0 that keeps every path of config i <= T (R after stage p)."""
+        t = self.tabs[p]
+        a0, aR = t.a0, t.aR
+        slack = T - t.gbase[:, :, None] - aR[None, :, None] * self.Rg[None, None, :]  # M G R
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lim = np.where(a0[None, :, None] > 0, slack / a0[None, :, None],
+                           np.where(slack >= -1e-9, np.inf, -np.inf))
+        return lim.min(axis=1) + 1e-9
+
+    def feasible(self, T: float) -> list[np.ndarray] | None:
+        """The DP tables C0 before each stage and after the last one when T is feasible, else
+        None. C0[s, r]: fewest chunk-0 layers among stages < p, s layers placed, r last-chunk
+        layers to place."""
+        N, INF = self.N, np.inf
+        C0 = np.full((N + 1, N + 1), INF)
+        C0[0, :] = 0.0
+        hist = []
+        for p in range(self.P):
+            keys, starts = self.tabs[p].keys, self.tabs[p].starts
+            thr = np.maximum.reduceat(self.thresholds(T, p), starts, axis=0)  # groups R
+            new = np.full_like(C0, INF)
+            for a, b in self.moves[p]:  # groups a..b-1 share (layers, last-chunk layers)
+                nt, nl = int(keys[a, 0]), int(keys[a, 1])
+                n0 = keys[a:b, 2].astype(np.float64)[:, None, None]
+                src = C0[None, :N + 1 - nt, nl:]  # s, r  -> target s+nt, R = r - nl
+                cand = np.where(src <= thr[a:b, None, :N + 1 - nl], src + n0, INF).min(axis=0)
+                tgt = new[nt:, :N + 1 - nl]
+                np.minimum(tgt, cand, out=tgt)
+            hist.append(C0)
+            C0 = new
+            if not np.isfinite(C0).any():
+                return None
+        if not np.isfinite(C0[N, 0]):
+            return None
+        return hist + [C0]
+
+    def trace(self, T: float, hist: list[np.ndarray]) -> np.ndarray:
+        """One split int [V, P] reaching (N, 0) at T: per stage a config whose move fits."""
+        N, V, P = self.N, self.V, self.P
+        split = np.zeros((V, P), dtype=np.int64)
+        s_, r_, c_ = N, 0, float(hist[P][N, 0])
+        for p in range(P - 1, -1, -1):
+            nv = self.tabs[p].nv
+            thr = self.thresholds(T, p)
+            prev = hist[p]
+            for i in range(nv.shape[0]):
+                nt, n0, nl = int(nv[i].sum()), int(nv[i, 0]), int(nv[i, V - 1])
+                s0, r0 = s_ - nt, r_ + nl
+                if s0 < 0 or r0 > N:
+                    continue
+                c0 = prev[s0, r0]
+                if c0 + n0 == c_ and c0 <= thr[i, r_]:
+                    split[:, p] = nv[i]
+                    s_, r_, c_ = s0, r0, float(c0)
+                    break
+        return split
 
 
 def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
@@ -75,13 +227,9 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     su = integer_setup(problem, V)
     if su is None:
         return None
-    cs, lay, p2p = su.cs, su.layer, su.p2p_ms
-    end_f, end_b, end_a, const_static = su.end_fwd_ms, su.end_bwd_ms, su.end_act_mib, su.const_static_mib
-    P, N, m, k = problem.P, problem.N, problem.m, cs.k
-    pa = problem.pa
-    paths = stage_paths(cs, p2p)
-    hf, hb = pa.head.fwd_ms, pa.head.bwd_ms
-    tf, tb = pa.tail.fwd_ms, pa.tail.bwd_ms
+    lay = su.layer
+    P, N, m = problem.P, problem.N, problem.m
+    paths = stage_paths(su.cs, su.p2p_ms)
     lo, hi = problem.bounds(V)
     fb0 = lay.fwd_ms + lay.bwd_ms
     # a stage's own ops are one path: m·Σ n (f + b0) <= T; and static alone must fit
@@ -89,155 +237,42 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     if upper_ms is not None and np.isfinite(upper_ms) and fb0 > 0:
         n_cap = min(n_cap, int(upper_ms / (m * fb0)) + 1)
     fr = RowFrontiers(lay)
-    stage_tab = []
+    tabs = []
     total = 0
     for p in range(P):
-        rows = undominated(np.concatenate(
-            [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
-            .astype(np.float64)) / k
         vecs = count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), min(n_cap, N))
         total += len(vecs)
         if total > max_configs:
             return None
-        ns, es = [], []
-        for cnt in vecs:
-            nt = sum(cnt)
-            static = const_static[p] + nt * lay.static_mib
-            e = 0.0
-            for w in rows:
-                room = problem.hbm_mib - static - float(w @ end_a[:, p])
-                e = max(e, min_extra_ms(fr, cnt, w, room))
-                if not np.isfinite(e):
-                    break
-            if np.isfinite(e):
-                ns.append(cnt)
-                es.append(e)
-        if not ns:
+        tab = _stage_table(problem, su, p, paths[p], fr, vecs)
+        if tab is None:
             return StageDPBound(float("inf"), 0, total)
-        nv = np.asarray(ns, dtype=np.int64)  # [M, V]
-        E = np.asarray(es)
-        sp = paths[p]
-        fv = nv * lay.fwd_ms + end_f[:, p]  # [M, V]
-        bv = nv * lay.bwd_ms + end_b[:, p]
-        own = fv @ sp.cF.T + bv @ sp.cB.T + E[:, None] * sp.cB.min(axis=1)[None, :]  # [M, Q]
-        nt = nv.sum(axis=1)
-        oth_f = lay.fwd_ms * (N - nt)[:, None] + (hf if p else 0.0) + (tf if p < P - 1 else 0.0)
-        oth_b = lay.bwd_ms * (N - nt)[:, None] + (hb if p else 0.0) + (tb if p < P - 1 else 0.0)
-        base = (sp.K[None, :] + own + sp.a_f * oth_f + sp.a_b * oth_b
-                + (sp.c0_f * hf + sp.c0_b * hb if p else 0.0)
-                + (sp.r_f * tf + sp.r_b * tb if p < P - 1 else 0.0))  # [M, Q]
-        alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
-        alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
-        # paths with the same (alpha0, alphaR) differ only in their constant: keep the largest
-        coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
-        grp = grp.reshape(-1)
-        gbase = np.full((nv.shape[0], coef.shape[0]), -np.inf)
-        for g in range(coef.shape[0]):
-            gbase[:, g] = base[:, grp == g].max(axis=1)
-        # configs with the same DP move (layers, chunk-0 layers, last-chunk layers) form a group
-        key = np.stack([nv.sum(axis=1), nv[:, V - 1], nv[:, 0]], axis=1)  # layers, last, chunk 0
-        order = np.lexsort(key.T[::-1])
-        nv, gbase, key = nv[order], gbase[order], key[order]
-        starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
-        # within a group a config whose every path constant is >= another's never helps
-        keep = np.ones(nv.shape[0], dtype=bool)
-        for a, b in zip(starts, np.append(starts[1:], nv.shape[0])):
-            gb = gbase[a:b]
-            if b - a > 1:
-                dom = np.all(gb[None, :, :] <= gb[:, None, :], axis=2) & \
-                    np.any(gb[None, :, :] < gb[:, None, :], axis=2)  # [i, j]: j dominates i
-                keep[a:b] = ~dom.any(axis=1)
-        nv, gbase, key = nv[keep], gbase[keep], key[keep]
-        starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
-        stage_tab.append((nv, gbase, coef[:, 0], coef[:, 1], key[starts], starts))
-
-    Rg = np.arange(N + 1, dtype=np.float64)
-    INF = np.inf
-    moves = []  # per stage: runs of groups with the same (layers, last-chunk layers)
-    for t in stage_tab:
-        keys = t[4]
-        brk = np.flatnonzero(np.concatenate([[True], np.any(keys[1:, :2] != keys[:-1, :2], axis=1), [True]]))
-        moves.append([(int(a), int(b)) for a, b in zip(brk[:-1], brk[1:])])
-
-    def thresholds(T: float, p: int) -> np.ndarray:
-        """[M, R]: the largest C0 that keeps every path of config i <= T (R after stage p)."""
-        _, gbase, a0, aR, _, _ = stage_tab[p]
-        slack = T - gbase[:, :, None] - aR[None, :, None] * Rg[None, None, :]  # M G R
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lim = np.where(a0[None, :, None] > 0, slack / a0[None, :, None],
-                           np.where(slack >= -1e-9, INF, -INF))
-        return lim.min(axis=1) + 1e-9
-
-    def feasible(T: float) -> list[np.ndarray] | None:
-        """The DP tables C0 before each stage and after the last one when T is feasible, else
-        None. C0[s, r]: fewest chunk-0 layers among stages < p, s layers placed, r last-chunk
-        layers to place."""
-        C0 = np.full((N + 1, N + 1), INF)
-        C0[0, :] = 0.0
-        hist = []
-        for p in range(P):
-            nv, _, _, _, keys, starts = stage_tab[p]
-            thr = np.maximum.reduceat(thresholds(T, p), starts, axis=0)  # groups R
-            new = np.full_like(C0, INF)
-            for a, b in moves[p]:  # groups a..b-1 share (layers, last-chunk layers)
-                nt, nl = int(keys[a, 0]), int(keys[a, 1])
-                n0 = keys[a:b, 2].astype(np.float64)[:, None, None]
-                src = C0[None, :N + 1 - nt, nl:]  # s, r  -> target s+nt, R = r - nl
-                cand = np.where(src <= thr[a:b, None, :N + 1 - nl], src + n0, INF).min(axis=0)
-                tgt = new[nt:, :N + 1 - nl]
-                np.minimum(tgt, cand, out=tgt)
-            hist.append(C0)
-            C0 = new
-            if not np.isfinite(C0).any():
-                return None
-        if not np.isfinite(C0[N, 0]):
-            return None
-        return hist + [C0]
-
-    def trace(T: float, hist: list[np.ndarray]) -> np.ndarray:
-        """One split int [V, P] reaching (N, 0) at T: per stage a config whose move fits."""
-        split = np.zeros((V, P), dtype=np.int64)
-        s_, r_, c_ = N, 0, float(hist[P][N, 0])
-        for p in range(P - 1, -1, -1):
-            nv = stage_tab[p][0]
-            thr = thresholds(T, p)
-            prev = hist[p]
-            for i in range(nv.shape[0]):
-                nt, n0, nl = int(nv[i].sum()), int(nv[i, 0]), int(nv[i, V - 1])
-                s0, r0 = s_ - nt, r_ + nl
-                if s0 < 0 or r0 > N:
-                    continue
-                c0 = prev[s0, r0]
-                if c0 + n0 == c_ and c0 <= thr[i, r_]:
-                    split[:, p] = nv[i]
-                    s_, r_, c_ = s0, r0, float(c0)
-                    break
-        return split
-
+        tabs.append(tab)
+    dp = _ThresholdDP(tabs, N, V)
     hi_T = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else None
     evals = 0
     if hi_T is None:
-        hi_T = float(max(float(np.max(t[1])) for t in stage_tab)) * 2 + 1.0
+        hi_T = float(max(float(np.max(t.gbase)) for t in tabs)) * 2 + 1.0
     lo_T = 0.0
     if lower_ms is not None and np.isfinite(lower_ms) and lower_ms < hi_T:
         lo_T = float(lower_ms)  # a bound already proven: the result is the larger of the two
-    hist = feasible(hi_T)
+    hist = dp.feasible(hi_T)
     evals += 1
     while hist is None:
         lo_T, hi_T = hi_T, hi_T * 2
-        hist = feasible(hi_T)
+        hist = dp.feasible(hi_T)
         evals += 1
         if hi_T > 1e15:
             return StageDPBound(float("inf"), evals, total)
     while hi_T - lo_T > rel_tol * hi_T:
         mid = 0.5 * (lo_T + hi_T)
         evals += 1
-        h_mid = feasible(mid)
+        h_mid = dp.feasible(mid)
         if h_mid is not None:
             hi_T, hist = mid, h_mid
         else:
             lo_T = mid
-    return StageDPBound(lo_T, evals, total, trace(hi_T, hist))
+    return StageDPBound(lo_T, evals, total, dp.trace(hi_T, hist))
 
 
 @dataclass(frozen=True)
