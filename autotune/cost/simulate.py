@@ -42,6 +42,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.cost.inputs import StageCosts
 from autotune.cost.schedules import W, Op, get_schedule
 
@@ -106,12 +107,12 @@ class CompiledSchedule:
 
 
 def _pareto(vectors: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The largest live-count vectors (none above them in every chunk), by total descending."""
     vs = sorted(vectors, key=sum, reverse=True)
-    keep: list[tuple[int, ...]] = []
-    for v in vs:
-        if not any(all(a >= b for a, b in zip(k, v)) for k in keep):
-            keep.append(v)
-    return keep
+    if not vs:
+        return vs
+    keep = pareto_mask(-np.asarray(vs, dtype=np.float64))
+    return [v for v, k in zip(vs, keep) if k]
 
 
 def _split_memory(order: np.ndarray, chunk_l: list[int], kind: np.ndarray, V: int):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.cost.inputs import stage_costs
 from autotune.cost.simulate import CompiledSchedule, compile_schedule, peak_activation
 from autotune.tuner.problem import Candidate, Problem, count_splits
@@ -91,13 +92,10 @@ class ExactBudgetExceeded(ValueError):
 
 
 def _pareto_min(b: np.ndarray) -> np.ndarray:
-    """Indices of the rows of b [n, V] not dominated (<= everywhere, < somewhere) by another."""
+    """Indices of the rows of b [n, V] not dominated (within 1e-12) by another, in lexicographic
+    order of the rows."""
     order = np.lexsort(b.T[::-1])
-    keep: list[int] = []
-    for i in order:
-        if not any((b[k] <= b[i] + 1e-12).all() for k in keep):
-            keep.append(int(i))
-    return np.asarray(keep, dtype=np.int64)
+    return order[pareto_mask(b[order], tol=1e-12)]
 
 
 class _Enumeration:

@@ -20,6 +20,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation
@@ -412,21 +413,6 @@ def _stage_rows(problem: Problem, V: int) -> list[tuple[np.ndarray, np.ndarray]]
     return out
 
 
-def _pareto_mask(vals: np.ndarray) -> np.ndarray:
-    """bool [O]: rows of ``vals`` [O, D] not dominated (<= everywhere, < somewhere) by another,
-    and the first of equal rows."""
-    O = len(vals)
-    keep = np.ones(O, dtype=bool)
-    for lo in range(0, O, 256):
-        blk = vals[lo:lo + 256]
-        le = (vals[None, :, :] <= blk[:, None, :]).all(-1)  # [b, O]: option j <= option lo+i
-        lt = (vals[None, :, :] < blk[:, None, :]).any(-1)
-        eq = le & ~lt
-        earlier = np.arange(O)[None, :] < (lo + np.arange(len(blk)))[:, None]
-        keep[lo:lo + len(blk)] = ~((le & lt) | (eq & earlier)).any(axis=1)
-    return keep
-
-
 def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, int]],
                memo: dict, pos: np.ndarray | None) -> None:
     """Fill ``memo`` with the undominated recompute options of mini-stages: for each (row b of
@@ -479,18 +465,13 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
         order = np.lexsort((act, rep, sd, ws))
         keep = np.zeros(k, dtype=bool)
         grp = vals[order][:, 1:3]
-        new = np.ones(k, dtype=bool)
-        new[1:] = (grp[1:] != grp[:-1]).any(axis=1)
-        best = np.inf
-        for i, j in enumerate(order):  # per (ws, sd) group, by replay: a strictly lower act only
-            if new[i]:
-                best = np.inf
-            if act[j] < best - 1e-12:
-                keep[j] = True
-                best = act[j]
+        starts = np.flatnonzero(np.concatenate([[True], (grp[1:] != grp[:-1]).any(axis=1)]))
+        for a, b in zip(starts, np.append(starts[1:], k)):  # per (ws, sd) group: the (replay, act) front
+            g = order[a:b]
+            keep[g] = pareto_mask(np.stack([rep[g], act[g]], axis=1), tol=1e-12)
         idx = np.nonzero(keep)[0]
         # ... then the exact dominance on the stage's memory rows and replay
-        idx = idx[_pareto_mask(np.concatenate([c[idx], rep[idx, None]], axis=1))]
+        idx = idx[pareto_mask(np.concatenate([c[idx], rep[idx, None]], axis=1))]
         idx = idx[np.argsort(rep[idx], kind="stable")]
         memo[key] = (o[idx], c[idx], rep[idx], sd[idx])
 
@@ -573,12 +554,9 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
         key = sc[:, np.nonzero(act)[0][np.sort(first)]]
         if key.shape[1] == 1:
             o = np.lexsort((obj, key[:, 0]))
-            run = np.minimum.accumulate(obj[o])
-            keep = np.ones(len(o), dtype=bool)
-            keep[1:] = obj[o][1:] < run[:-1] - 1e-12
-            sel = o[keep]
+            sel = o[pareto_mask(np.stack([key[o, 0], obj[o]], axis=1), tol=1e-12)]
         elif len(sc) <= 4096:
-            sel = np.nonzero(_pareto_mask(np.concatenate([key, obj[:, None]], axis=1)))[0]
+            sel = np.nonzero(pareto_mask(np.concatenate([key, obj[:, None]], axis=1)))[0]
         else:
             continue
         sc, obj, idx = sc[sel], obj[sel], idx[sel]

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.fit import fitted
 from autotune.tuner.heuristic import local_search
@@ -40,13 +41,10 @@ def non_dominated(points: Iterable[Any], *, step: Any = lambda c: c.step_ms,
     descending). Items with the same (step, peak) within tolerance appear once (the first seen)."""
     items = [x for x in points if np.isfinite(step(x)) and np.isfinite(peak(x))]
     items.sort(key=lambda x: (step(x), peak(x)))
-    out: list[Any] = []
-    best_peak = float("inf")
-    for x in items:
-        if peak(x) < best_peak - PEAK_TOL_MIB:
-            out.append(x)
-            best_peak = peak(x)
-    return out
+    if not items:
+        return []
+    keep = pareto_mask(np.asarray([(step(x), peak(x)) for x in items], dtype=np.float64), tol=PEAK_TOL_MIB)
+    return [x for x, k in zip(items, keep) if k]
 
 
 def _with_budget(problem: Problem, hbm_mib: float) -> Problem:

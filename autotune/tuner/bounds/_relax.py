@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.cost.inputs import NONE, ProfileArrays
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import CompiledSchedule, compile_schedule
@@ -39,12 +40,10 @@ def pareto_sum(a: np.ndarray, b: np.ndarray, max_points: int = 4096) -> np.ndarr
 
 
 def pareto_front(s: np.ndarray, max_points: int = 4096) -> np.ndarray:
-    """Rows (act, extra) not dominated, sorted by act ascending (extra strictly descending)."""
-    order = np.lexsort((s[:, 1], s[:, 0]))
-    s = s[order]
-    run_min = np.minimum.accumulate(s[:, 1])
-    keep = np.concatenate([[True], s[1:, 1] < run_min[:-1] - 1e-12])
-    f = s[keep]
+    """Rows (act, extra) not dominated (within 1e-12), sorted by act ascending (extra strictly
+    descending); past ``max_points`` merged by act buckets (a relaxation, see :func:`pareto_sum`)."""
+    s = s[np.lexsort((s[:, 1], s[:, 0]))]
+    f = s[pareto_mask(s, tol=1e-12)]
     if f.shape[0] > max_points:
         edges = np.linspace(f[0, 0], f[-1, 0], max_points + 1)
         bucket = np.clip(np.searchsorted(edges, f[:, 0], side="right") - 1, 0, max_points - 1)
@@ -183,11 +182,10 @@ def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budge
 
 
 def undominated(rows: np.ndarray) -> np.ndarray:
-    """The distinct rows not below another row in every column (the largest live-count vectors)."""
+    """The distinct rows not below another row in every column (the largest live-count vectors),
+    in ``np.unique`` order."""
     rows = np.unique(rows, axis=0)
-    keep = [i for i in range(rows.shape[0])
-            if not any(j != i and np.all(rows[j] >= rows[i]) for j in range(rows.shape[0]))]
-    return rows[keep]
+    return rows[pareto_mask(-rows)]
 
 
 def count_vectors(lo: np.ndarray, hi: np.ndarray, cap: int) -> list[tuple[int, ...]]:

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import one_stay_counts
 from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, RowFrontiers, count_vectors, integer_setup,
@@ -189,9 +190,7 @@ class _ChunkOptions:
             combos = list(itertools.combinations_with_replacement(range(per.shape[0]), n))
             arr = np.array([np.append(per[list(c)].sum(axis=0), lay.ws_mib[list(c)].max()) for c in combos]) \
                 if n else np.zeros((1, 4))
-            keep = [j for j in range(arr.shape[0])
-                    if not np.any(np.all(arr <= arr[j] + 1e-9, axis=1) & np.any(arr < arr[j] - 1e-9, axis=1))]
-            self.cache[n] = arr[keep]
+            self.cache[n] = arr[pareto_mask(arr, tol=1e-9, keep_ties=True)]
         return self.cache[n]
 
     def size(self, counts) -> int:

@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
 from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, min_extra_ms,
@@ -132,11 +133,8 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     # within a group a config whose every path constant is >= another's never helps
     keep = np.ones(nv.shape[0], dtype=bool)
     for a, b in zip(starts, np.append(starts[1:], nv.shape[0])):
-        gb = gbase[a:b]
         if b - a > 1:
-            dom = np.all(gb[None, :, :] <= gb[:, None, :], axis=2) & \
-                np.any(gb[None, :, :] < gb[:, None, :], axis=2)  # [i, j]: j dominates i
-            keep[a:b] = ~dom.any(axis=1)
+            keep[a:b] = pareto_mask(gbase[a:b], keep_ties=True)
     nv, gbase, key = nv[keep], gbase[keep], key[keep]
     starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
     return _StageTable(nv, gbase, coef[:, 0], coef[:, 1], key[starts], starts)

@@ -1,0 +1,71 @@
+"""The one Pareto filter of autotune (pure numpy): which rows of a table no other row dominates.
+
+Used by the cost model (live-count vectors of a schedule), the lower bounds (recompute fronts,
+live-count vectors, stage configurations), the exact oracle and the recompute fits (recompute
+options), and the time-memory front of ``--objective time,memory``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Rows compared at once in the quadratic case (bounds the [block, n, d] temporaries).
+BLOCK = 256
+
+
+def pareto_mask(vals: np.ndarray, *, tol: float = 0.0, keep_ties: bool = False) -> np.ndarray:
+    """bool [n]: the rows of ``vals`` [n, d] on the Pareto front, every column minimised (negate a
+    column, or the table, to maximise).
+
+    Default: the rows are taken in lexicographic order (column 0 first; equal rows in the order
+    given) and a row is dropped when an earlier row of that order is within ``tol`` of it or below
+    it in every column (``earlier - tol <= row``). With ``tol = 0`` that is the textbook front
+    with the first of equal rows kept. Two columns take a sorted sweep (O(n log n)); more, blocks
+    of :data:`BLOCK` rows against the rows before them (O(n²·d)).
+
+    ``keep_ties``: a row is dropped only when another row is <= it + tol in every column and
+    < it - tol in some column (``other <= row + tol``, ``other < row - tol``), so rows equal
+    within ``tol`` are all kept.
+    """
+    vals = np.asarray(vals, dtype=np.float64)
+    n = vals.shape[0]
+    if vals.ndim == 1:
+        vals = vals[:, None]
+    if keep_ties:
+        return _strict_mask(vals, tol)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort(vals.T[::-1])
+    s = vals[order]
+    if s.shape[1] == 1:
+        keep = np.zeros(n, dtype=bool)
+        keep[0] = True
+    elif s.shape[1] == 2:
+        # sorted by column 0, so an earlier row is below in it: compare the running min of column 1
+        run_min = np.minimum.accumulate(s[:, 1])
+        keep = np.concatenate([[True], s[1:, 1] < run_min[:-1] - tol])
+    else:
+        keep = np.ones(n, dtype=bool)
+        lower = s - tol
+        for lo in range(0, n, BLOCK):
+            blk = s[lo:lo + BLOCK]
+            hi = lo + len(blk)
+            le = (lower[None, :hi, :] <= blk[:, None, :]).all(-1)  # [b, hi]: row j within tol below
+            earlier = np.arange(hi)[None, :] < (lo + np.arange(len(blk)))[:, None]
+            keep[lo:hi] = ~(le & earlier).any(axis=1)
+    out = np.zeros(n, dtype=bool)
+    out[order] = keep
+    return out
+
+
+def _strict_mask(vals: np.ndarray, tol: float) -> np.ndarray:
+    """:func:`pareto_mask` with ``keep_ties``: no other row <= it + tol everywhere and < it - tol
+    somewhere."""
+    n = vals.shape[0]
+    keep = np.ones(n, dtype=bool)
+    for lo in range(0, n, BLOCK):
+        blk = vals[lo:lo + BLOCK]
+        le = (vals[None, :, :] <= blk[:, None, :] + tol).all(-1)  # [b, n]
+        lt = (vals[None, :, :] < blk[:, None, :] - tol).any(-1)
+        keep[lo:lo + len(blk)] = ~(le & lt).any(axis=1)
+    return keep
