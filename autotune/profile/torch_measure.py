@@ -173,17 +173,3 @@ def measure_layer(hidden_size: int, num_heads: int, n_kv_heads: int, intermediat
                                  full_act_mib=full_b / BYTES_PER_MIB,
                                  full_extra_ms=max(0.0, bwd_ck - bwd_ms), params=int(params),
                                  device=str(dev), dtype=dtype)
-
-
-def measure_from_config(cfg: Any, **kwargs: Any) -> TorchLayerMeasurement:
-    """:func:`measure_layer` with a training config's dims (``cfg.dims``; batch = micro-batch size 1).
-
-    Raises:
-        ConfigError: the config has no model dims (``missing_key``), or see :func:`measure_layer`.
-    """
-    d = cfg.dims
-    if d is None:
-        raise ConfigError("model dims are needed to build the layer", field="model.model_config.hidden_size",
-                          value=None, rule="missing_key")
-    return measure_layer(d.hidden_size, d.num_heads, d.n_kv_heads, d.intermediate_size, d.seq_length,
-                         **kwargs)

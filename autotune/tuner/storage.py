@@ -15,8 +15,6 @@ from typing import Any
 
 from autotune.errors import ConfigError
 
-#: Environment variable holding the storage URL (keeps the password out of shell history and cron).
-STORAGE_ENV = "AUTOTUNE_STORAGE"
 #: Journal file used under ``--out`` when no storage is given.
 DEFAULT_JOURNAL = "sweep.journal"
 
