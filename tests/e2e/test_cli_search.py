@@ -20,6 +20,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow
 def test_toy_search_beats_baselines_and_round_trips(tmp_path):
     out = tmp_path / "best.yaml"
     r = run("search", str(TOY), "--out", str(out), "--trials", "40", "--format", "json")
@@ -46,12 +47,14 @@ def test_toy_search_beats_baselines_and_round_trips(tmp_path):
     assert again["config"] == best["config"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_answer():
     a = run("search", str(TOY), "--trials", "25", "--seed", "3", "--format", "json")
     b = run("search", str(TOY), "--trials", "25", "--seed", "3", "--format", "json")
     assert json.loads(a.stdout)["best"]["config"] == json.loads(b.stdout)["best"]["config"]
 
 
+@pytest.mark.slow
 def test_does_not_overwrite_without_force(tmp_path):
     out = tmp_path / "best.yaml"
     out.write_text("mine: 1\n")
@@ -60,6 +63,7 @@ def test_does_not_overwrite_without_force(tmp_path):
     assert out.read_text() == "mine: 1\n"
 
 
+@pytest.mark.slow
 def test_text_output_has_table_and_comparison():
     r = run("search", str(TOY), "--trials", "15")
     assert r.returncode == 0, r.stderr
@@ -69,7 +73,7 @@ def test_text_output_has_table_and_comparison():
 
 @pytest.mark.parametrize("args, needle", [
     (["evaluate", "missing.yaml"], "file not found"),
-    (["search", str(TOY), "--hbm", "1GB"], "R_HBM_INFEASIBLE"),
+    pytest.param(["search", str(TOY), "--hbm", "1GB"], "R_HBM_INFEASIBLE", marks=pytest.mark.slow),
 ])
 def test_bad_input(args, needle, tmp_path):
     r = run(*args)
@@ -92,6 +96,7 @@ def test_wrong_offset_is_one_line_error(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_telechat_example_round_trip(tmp_path):
     """The README's main job (fewer trials): fits, beats the user's config and even+full recompute."""
     out = tmp_path / "best.yaml"
@@ -112,6 +117,7 @@ def test_import_autotune_does_not_load_optuna():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
+@pytest.mark.slow
 def test_search_report_dir_and_notebook_views(tmp_path):
     r = run("search", str(TOY), "--trials", "10", "--report", str(tmp_path / "rep"), "--format", "json")
     assert r.returncode == 0, r.stderr
@@ -127,6 +133,7 @@ def test_search_report_dir_and_notebook_views(tmp_path):
     assert len(fig.axes[0].patches) + len(fig.axes[0].collections) > 0
 
 
+@pytest.mark.slow
 def test_bad_storage_url_is_one_masked_line():
     r = run("search", str(TOY), "--trials", "3", "--storage", "postgresql://tuner:s3cret@127.0.0.1:1/x")
     assert r.returncode == 2 and "Traceback" not in r.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 from click.testing import CliRunner
@@ -19,6 +20,7 @@ def test_dry_run_prints_space_size() -> None:
     assert info["layer_splits"] > 10**20 and info["enumerable"] is False
 
 
+@pytest.mark.slow
 def test_json_has_bound_and_gap() -> None:
     r = CliRunner().invoke(search_cmd, [EX, "--format", "json", "--timeout", "3", "--trials", "5"])
     assert r.exit_code == 0, r.output

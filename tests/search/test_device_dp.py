@@ -129,6 +129,7 @@ def _telechat(V: list[int]):
     return Problem(ProfileArrays.from_profile(prof), P=8, m=8, hbm_mib=cfg.hbm_mib, vpp_candidates=V)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("V, upper, want, before", [(3, 6845.16, 6673.65, 6644.66), (4, 6628.66, 6424.00, 6289.85)])
 def test_telechat2_pinned(V: int, upper: float, want: float, before: float) -> None:
     """TeleChat2 96 layers pp8 m 8, 55,808 MiB, upper = an earlier search answer: V = 3 proves

@@ -378,6 +378,7 @@ def test_stage_dp_equals_full_enumeration() -> None:
     assert seen
 
 
+@pytest.mark.slow
 def test_exact_local_search_and_polish_on_telechat2_vpp4() -> None:
     """TeleChat2 96L pp8 vpp4 (the benchmark's problem): from the even split, the local search
     with the exact fit (edge chunks' replay weighted 1.1) reaches 6573.9 ms where the greedy fit's

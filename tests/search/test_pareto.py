@@ -57,6 +57,7 @@ def test_front_equals_enumeration(kinds, hbm) -> None:
         assert sum(sum(r) for r in [f["config"]["offset"]]) == 0
 
 
+@pytest.mark.slow
 def test_front_reproducible_and_default_objective_has_none() -> None:
     space = SearchSpace(pp_interleave_num=[1, 2], recompute_kinds=["full"])
     a = autotune.search(CFG, PROF, space=space, trials=15, seed=3, objective="time,memory")
@@ -76,6 +77,7 @@ def test_bad_objective_is_config_error() -> None:
     assert e.value.field == "objective"
 
 
+@pytest.mark.slow
 def test_cli_pareto_table_and_json() -> None:
     from click.testing import CliRunner
 

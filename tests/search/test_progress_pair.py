@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 
 from autotune.cost.simulate import compile_schedule
@@ -45,6 +46,7 @@ def test_progress_lines_show_certified_gap(capsys) -> None:
     assert err and err[-1].startswith("search: 3/3 trials, best 116.0 ms, certified gap 16.00%")
 
 
+@pytest.mark.slow
 def test_default_budget_is_deterministic() -> None:
     """No clock in the default run: same seed -> same trials, same answer."""
     from autotune.api import search

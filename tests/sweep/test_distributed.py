@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tests.sweep.sweep_helpers import budget_count, cli, kill, snapshot, start_worker, wait_for, write_sweep
+
+
+pytestmark = pytest.mark.slow  # end to end: real worker processes on a journal and on PostgreSQL
 
 
 def _worked_on(stdout: str) -> int:
