@@ -28,13 +28,24 @@ def pareto_mask(vals: np.ndarray, *, tol: float = 0.0, keep_ties: bool = False) 
     within ``tol`` are all kept.
     """
     vals = np.asarray(vals, dtype=np.float64)
-    n = vals.shape[0]
     if vals.ndim == 1:
         vals = vals[:, None]
     if keep_ties:
         return _strict_mask(vals, tol)
+    out = np.zeros(vals.shape[0], dtype=bool)
+    out[pareto_order(vals, tol=tol)] = True
+    return out
+
+
+def pareto_order(vals: np.ndarray, *, tol: float = 0.0) -> np.ndarray:
+    """int [k]: the indices of :func:`pareto_mask`'s rows (default rule), in lexicographic order
+    of the rows (a sorted front: column 0 ascending)."""
+    vals = np.asarray(vals, dtype=np.float64)
+    if vals.ndim == 1:
+        vals = vals[:, None]
+    n = vals.shape[0]
     if n == 0:
-        return np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=np.int64)
     order = np.lexsort(vals.T[::-1])
     s = vals[order]
     if s.shape[1] == 1:
@@ -53,9 +64,7 @@ def pareto_mask(vals: np.ndarray, *, tol: float = 0.0, keep_ties: bool = False) 
             le = (lower[None, :hi, :] <= blk[:, None, :]).all(-1)  # [b, hi]: row j within tol below
             earlier = np.arange(hi)[None, :] < (lo + np.arange(len(blk)))[:, None]
             keep[lo:hi] = ~(le & earlier).any(axis=1)
-    out = np.zeros(n, dtype=bool)
-    out[order] = keep
-    return out
+    return order[keep]
 
 
 def _strict_mask(vals: np.ndarray, tol: float) -> np.ndarray:

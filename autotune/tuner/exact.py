@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_mask
+from autotune.cost.dominance import pareto_order
 from autotune.cost.inputs import stage_costs
 from autotune.cost.simulate import CompiledSchedule, compile_schedule, peak_activation
 from autotune.tuner.problem import Candidate, Problem, count_splits
@@ -94,8 +94,7 @@ class ExactBudgetExceeded(ValueError):
 def _pareto_min(b: np.ndarray) -> np.ndarray:
     """Indices of the rows of b [n, V] not dominated (within 1e-12) by another, in lexicographic
     order of the rows."""
-    order = np.lexsort(b.T[::-1])
-    return order[pareto_mask(b[order], tol=1e-12)]
+    return pareto_order(b, tol=1e-12)
 
 
 class _Enumeration:

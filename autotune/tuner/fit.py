@@ -20,7 +20,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_mask
+from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation
@@ -553,8 +553,7 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
         _, first = np.unique(pre, axis=0, return_index=True)
         key = sc[:, np.nonzero(act)[0][np.sort(first)]]
         if key.shape[1] == 1:
-            o = np.lexsort((obj, key[:, 0]))
-            sel = o[pareto_mask(np.stack([key[o, 0], obj[o]], axis=1), tol=1e-12)]
+            sel = pareto_order(np.stack([key[:, 0], obj], axis=1), tol=1e-12)
         elif len(sc) <= 4096:
             sel = np.nonzero(pareto_mask(np.concatenate([key, obj[:, None]], axis=1)))[0]
         else:

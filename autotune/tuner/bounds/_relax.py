@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_mask
+from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.inputs import NONE, ProfileArrays
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import CompiledSchedule, compile_schedule
@@ -42,8 +42,7 @@ def pareto_sum(a: np.ndarray, b: np.ndarray, max_points: int = 4096) -> np.ndarr
 def pareto_front(s: np.ndarray, max_points: int = 4096) -> np.ndarray:
     """Rows (act, extra) not dominated (within 1e-12), sorted by act ascending (extra strictly
     descending); past ``max_points`` merged by act buckets (a relaxation, see :func:`pareto_sum`)."""
-    s = s[np.lexsort((s[:, 1], s[:, 0]))]
-    f = s[pareto_mask(s, tol=1e-12)]
+    f = s[pareto_order(s, tol=1e-12)]
     if f.shape[0] > max_points:
         edges = np.linspace(f[0, 0], f[-1, 0], max_points + 1)
         bucket = np.clip(np.searchsorted(edges, f[:, 0], side="right") - 1, 0, max_points - 1)
