@@ -1,4 +1,4 @@
-"""The device-by-device DP bound for pp_interleave_num > 1 (autotune.tuner.device_dp): never above
+"""The device-by-device DP bound for pp_interleave_num > 1 (autotune.tuner.bounds.device_dp): never above
 the enumerated optimum (random two-kind problems, both interleaved schedules, negative static
 deltas), equal to the optimum where no recompute is needed and the no-skip paths are the
 critical ones, and pinned on the TeleChat2 benchmark problems."""

@@ -1,4 +1,4 @@
-"""The fast solvers of autotune.tuner.heuristic: the speculative, masked recompute fit equals the
+"""The fast solvers of autotune.tuner.fit, moves and heuristic: the speculative, masked recompute fit equals the
 plain round-by-round greedy; the memoised refit of touched stages equals fitting every move from
 zero; the fit scores stages where the schedule places them (zero_bubble_v's V shape); pair moves
 are what they claim; and the pair-move escape leaves the 48-layer pp5 vpp2 local optimum

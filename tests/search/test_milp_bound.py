@@ -1,4 +1,4 @@
-"""The integer-program bound for pp_interleave_num > 1 (autotune.tuner.milp_bound): never above
+"""The integer-program bound for pp_interleave_num > 1 (autotune.tuner.bounds.milp): never above
 the enumerated optimum (random two-kind problems, both interleaved schedules, negative static
 deltas, with and without the incumbent cutoff), exact on the 48-layer pp5 vpp2 benchmark
 problem's relaxation, reproducible, and silent on stdout."""

@@ -1,4 +1,4 @@
-"""The stage-by-stage threshold DP bound for pp_interleave_num > 1 (autotune.tuner.stage_dp):
+"""The stage-by-stage threshold DP bound for pp_interleave_num > 1 (autotune.tuner.bounds.stage_dp):
 never above the enumerated optimum (random two-kind problems, both interleaved schedules,
 negative static deltas, V = 2 and 3), every one-stay path's decomposed length is <= the simulated
 step time, and the pinned 48-layer pp5 vpp2 value it raises the certified bound to."""
@@ -35,7 +35,7 @@ def test_count_vectors_by_hand() -> None:
 
 
 #: Hypothesis strategies of the small V > 1 problems both integer bounds (this DP and
-#: autotune.tuner.milp_bound) are checked on against the enumerated optimum.
+#: autotune.tuner.bounds.milp) are checked on against the enumerated optimum.
 VPP_CASES = dict(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), V=st.integers(2, 3),
                  kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
                  tight=st.floats(0.5, 1.3), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]),

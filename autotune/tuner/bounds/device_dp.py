@@ -1,6 +1,6 @@
 """Exact device-by-device DP lower bound for pp_interleave_num > 1 (pure numpy, no Optuna).
 
-Paths. Every one-stay path (:func:`autotune.tuner.stage_dp.one_stay_counts`) of stage p whose op
+Paths. Every one-stay path (:func:`autotune.tuner.bounds._paths.one_stay_counts`) of stage p whose op
 count is >= 1 on every mini-stage of the *other* stages ("no-skip": it enters p through a
 micro-batch's whole forward chain and leaves through a whole backward chain) is, on relaxed
 durations d = F + B per mini-stage,
@@ -14,13 +14,13 @@ knapsack DP over stages (state: layers placed) of per-stage tables "least W_p of
 L layers whose E <= ε"; the bound is min over ε of (W(ε) + ε). ε only needs the finitely many E
 values of the stage configurations (a layout whose max E is e* is feasible at ε = e*), so the
 minimum is exact for the relaxed problem — integer layer counts, no convex mix of paths, and
-every stage's memory-forced replay counted in W (the stage DP of :mod:`autotune.tuner.stage_dp`
+every stage's memory-forced replay counted in W (the stage DP of :mod:`autotune.tuner.bounds.stage_dp`
 drops the other stages' replay; the Lagrangian of :mod:`autotune.tuner.bounds` mixes paths).
 
 Relaxations (each can only lower the bound): the cheapest layer kind per recompute class and a
 free recompute class per layer. First pass (every configuration): the least replay that fits is
 the max over the undominated live-count vectors of each vector's own least replay
-(:func:`autotune.tuner.stage_dp._min_extra`, workspace dropped), and each path's replay term
+(:func:`autotune.tuner.bounds._relax.min_extra_ms`, workspace dropped), and each path's replay term
 Σ_v (cb_v − 1)·x_v takes its own least value over the replay choices that fit. Joint pass (the
 configurations that can still matter): the class multisets of each chunk not dominated in
 (activation, static delta, replay, workspace) are combined over the stage's chunks, every
@@ -36,7 +36,7 @@ The last stage's paths that skip exactly the last chunk's forwards of the other 
 W + Es − f·c (c: those layers; forwards carry no replay): the stages before the last also track c
 and the last stage adds max(ε, Es − f·c), exact at each layout's max no-skip E. Other skipping
 paths and paths that stay on several stages are not in the family (the integer program of
-:mod:`autotune.tuner.milp_bound` prices them): on TeleChat2 vpp3 the relaxed optimum's layout has
+:mod:`autotune.tuner.bounds.milp` prices them): on TeleChat2 vpp3 the relaxed optimum's layout has
 a two-stay path (stage 4's chunk 1, then stage 5's chunk 2) 58 ms longer than its no-skip paths
 even without replay.
 
@@ -149,7 +149,7 @@ def _cheapest_allowed(first: np.ndarray, cost: np.ndarray, Kn: int) -> np.ndarra
 
 class _WeightedFronts:
     """Pareto fronts of (memory MiB, weighted replay ms) of a stage's chunks together: chunk v's
-    front for one live-count weight w_v (:class:`autotune.tuner.stage_dp._RowFrontiers`) with its
+    front for one live-count weight w_v (:class:`autotune.tuner.bounds._relax.RowFrontiers`) with its
     replay scaled by a_v, Minkowski-summed over the chunks (memoised by counts, w, a)."""
 
     def __init__(self, fr: RowFrontiers) -> None:
@@ -224,7 +224,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
                   ) -> tuple[list[_Stage], int, IntegerSetup] | None:
     """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
     (least replay that fits; per path its least weighted replay), and the number of
-    configurations enumerated and the shared setup (:func:`autotune.tuner.stage_dp._setup`); None
+    configurations enumerated and the shared setup (:func:`autotune.tuner.bounds._relax.integer_setup`); None
     when a work cap or the applicability check fails, or when no stage has a no-skip path (a stage
     may be left with no configuration: nothing beats upper)."""
     su = integer_setup(problem, V)

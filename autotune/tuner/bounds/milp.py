@@ -1,9 +1,9 @@
 """Lower bound for pp_interleave_num > 1: a compact integer program over layer counts whose
 dependency paths are generated lazily (solved by HiGHS through :func:`scipy.optimize.milp`).
 
-The stage DP (:mod:`autotune.tuner.stage_dp`) is exact over integer splits but only for one-stay
+The stage DP (:mod:`autotune.tuner.bounds.stage_dp`) is exact over integer splits but only for one-stay
 paths whose counts on other stages it bounds by a three-term pattern; the Lagrangian
-(:mod:`autotune.tuner.bounds`) keeps exact counts but prices a convex mix of paths, so its
+(:mod:`autotune.tuner.bounds.lagrangian`) keeps exact counts but prices a convex mix of paths, so its
 minimiser is fractional. Here both are kept: the exact count vector of every path in a family,
 and integer layer counts.
 
@@ -26,7 +26,7 @@ same as the stage DP's (see its docstring). A path is any chain of the schedule'
 graph (data edges + p2p, program order on a stage), so its length under the real durations is
 <= the simulated step time (cost-model reference §6.1; :func:`autotune.tuner.bounds.critical_path`).
 
-Family. It starts with every one-stay path (:func:`autotune.tuner.stage_dp.stage_paths`, with
+Family. It starts with every one-stay path (:func:`autotune.tuner.bounds._paths.stage_paths`, with
 exact counts) and the longest path of each layout the search already has. After each solve the
 longest path of the minimiser's relaxed durations and of each of its single-layer moves joins
 (lazy constraint generation). When the minimiser's own longest path is already priced (its length
@@ -128,7 +128,7 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
 def milp_recompute(problem: Problem, cand, *, max_solves: int = MAX_SOLVES,
                    deadline: float | None = None) -> list:
     """The recompute of ``cand``'s layer split chosen by the integer program with the split fixed
-    (a polish of the greedy :func:`autotune.tuner.heuristic.fit_recompute`; not a proof).
+    (a polish of the greedy :func:`autotune.tuner.fit.fit_recompute`; not a proof).
 
     Per mini-stage the layers of each recompute class are integers, a class with a workspace
     (full recompute) switches the mini-stage's backward workspace on (binary), head / tail
