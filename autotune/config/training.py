@@ -22,11 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from autotune.config.layer_setting import Warning_
 from autotune.config.model_dims import ALIASES, ModelDims, merge_hf_config, missing_dims_error, read_dims
+from autotune.config.safe_yaml import read_yaml_file
 from autotune.errors import ConfigError
 from autotune.units import parse_memory_mib
 
@@ -43,28 +43,15 @@ AUTOTUNE_SCHEDULERS = ("1f1b_less_memory",)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Load a YAML file with the safe loader and return its top-level mapping.
+    """Load a YAML file through the bounded safe loader and return its top-level mapping
+    (:func:`autotune.config.safe_yaml.read_yaml_file`).
 
     Raises:
-        ConfigError: missing file, unreadable or non-YAML text, or a top level that is not a
-            mapping (field = the file path).
+        ConfigError: missing file (rule ``file``), empty file, unreadable or non-YAML text, a top
+            level that is not a mapping (rule ``yaml``), or a limit (R_YAML_SIZE, R_YAML_DEPTH,
+            R_YAML_ALIAS, R_YAML_NODES); field = the file path.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}",
-                          field=str(p), value=None, rule="yaml") from None
-    except UnicodeDecodeError:
-        raise ConfigError("not a text file", field=str(p), value=None, rule="yaml") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}",
-                          field=str(p), value=None, rule="yaml")
-    return data
+    return read_yaml_file(path, mapping=True)
 
 
 def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
@@ -82,6 +69,9 @@ def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
         return json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"not {what}: {exc}", field=str(p), value=None, rule=rule) from None
+    except (RecursionError, ValueError, MemoryError) as exc:   # nesting or an over-long number
+        raise ConfigError(f"not {what} autotune can read ({type(exc).__name__}: {str(exc)[:120]})",
+                          field=str(p), value=None, rule=rule) from None
 
 
 _MISSING = object()
