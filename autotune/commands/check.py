@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
-from autotune.config.layer_setting import VERSIONS, LayerSettingResult, check_config
+from autotune.config.layer_setting import VERSIONS, LayerSettingResult
 from autotune.config.model_dims import missing_dims_error
+from autotune.config.read import check_config
 from autotune.config.safe_yaml import load_yaml_text, read_yaml_file
 from autotune.config.training import read_training_yaml, read_yaml
 from autotune.emit.splice import leaves, splice

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.config.layer_setting import Warning_
+from autotune.config.layer_types import Warning_
 from autotune.errors import ConfigError
 
 _FIRST = ("decoder_first_pipeline_num_layers", "num_layers_in_first_pipeline_stage")
