@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.config.layout import Layout, layout_from_config
+from autotune.config.layout import Layout, layout_from_config, mtp_layers_in_split
 from autotune.config.margin import apply_margin
 from autotune.config.training import TrainingConfig, load_config
 from autotune.cost.report import CostReport, evaluate_layout
@@ -107,8 +107,10 @@ def evaluate(config: str | Path | TrainingConfig, profile: str | Path | ModelPro
     layout = layout_from_config(cfg)
     sched = _schedule(cfg)
     _check_runnable(cfg, layout.vpp, sched)
-    return evaluate_layout(prof, layout, micro_batch_num=cfg.micro_batch_num, schedule=sched,
-                           hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)
+    report = evaluate_layout(prof, layout, micro_batch_num=cfg.micro_batch_num, schedule=sched,
+                             hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)
+    report.warnings[:0] = list(cfg.config_warnings) + list(layout.warnings)   # what `check` warns about
+    return report
 
 
 @dataclass
@@ -139,6 +141,9 @@ class SearchResult:
             sets; 1 for the default space).
         hbm_margin_mib: the safety margin (MiB) kept free below the budget; the reports' and
             ``config``'s budget is then the limit budget − margin (:mod:`autotune.config.margin`).
+        user_config_error: why the "user" baseline is missing (``{"rule", "field", "message"}``:
+            the config's own layout breaks a rule, or lies outside the searched space); None when
+            it was evaluated.
     """
 
     best: CostReport | None
@@ -160,6 +165,7 @@ class SearchResult:
     pareto_exact: bool = False
     subproblems: int = 1
     hbm_margin_mib: float = 0.0
+    user_config_error: dict[str, Any] | None = None
 
     def tuned_values(self) -> dict[str, Any]:
         """Canonical MindFormers values of the best config (offset, pp_interleave_num, recompute…)."""
@@ -167,7 +173,8 @@ class SearchResult:
         if report is None:
             raise InfeasibleError("the search evaluated no configuration")
         return canonical_values(report.layout, use_legacy=self.config.use_legacy,
-                                select_patterns=self.select_patterns, comm_patterns=self.comm_patterns)
+                                select_patterns=self.select_patterns, comm_patterns=self.comm_patterns,
+                                mtp_in_split=mtp_layers_in_split(self.config))
 
     def tuned_block(self) -> dict[str, Any]:
         """Nested mapping of only the tuned MindFormers keys (to paste)."""
@@ -213,7 +220,8 @@ class SearchResult:
             out = report_json(r, self.hbm_margin_mib)
             out["config"] = canonical_values(r.layout, use_legacy=self.config.use_legacy,
                                              select_patterns=self.select_patterns,
-                                             comm_patterns=self.comm_patterns)
+                                             comm_patterns=self.comm_patterns,
+                                             mtp_in_split=mtp_layers_in_split(self.config))
             return out
         return {"best": d(self.best), "closest": d(self.closest) if self.best is None else None,
                 "baselines": {k: d(v) for k, v in self.baselines.items()},
@@ -221,6 +229,7 @@ class SearchResult:
                 "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
                 "exact": self.exact, "settings": dict(self.settings), "subproblems": self.subproblems,
                 "hbm_margin_mib": self.hbm_margin_mib,
+                "user_config_error": self.user_config_error,
                 **({"pareto": self.pareto, "pareto_exact": self.pareto_exact}
                    if self.pareto is not None else {})}
 
@@ -388,10 +397,11 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
         return evaluate_layout(var.pa, c.layout(), micro_batch_num=var.cfg.micro_batch_num, schedule=var.schedule,
                                hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
 
+    user_error: dict[str, Any] | None = None
     try:
         user_layout: Layout | None = layout_from_config(cfg)
-    except ConfigError:
-        user_layout = None
+    except ConfigError as exc:   # the search still runs; the result says why there is no baseline
+        user_layout, user_error = None, exc.to_dict()
     # Baselines on the first sub-problem (the config's own knobs; the first scheduler candidate).
     var0, prob0 = subs[0]
     baselines: dict[str, CostReport | None] = {"user": None}
@@ -413,6 +423,11 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
         seeds += ([full] if "full" in problem.kinds else []) + [none]  # only what the space may write
         share = None if timeout is None else t0 + timeout * 0.5 * (k + 1) / len(subs)
         prepared.append((var, problem, bound_and_seeds(problem, seeds, deadline=share)))
+    if baselines["user"] is None and user_error is None and user_layout is not None:
+        user_error = {"rule": "R_USER_OUTSIDE_SPACE", "field": "model.model_config.pp_interleave_num",
+                      "message": f"your config (pp_interleave_num {user_layout.vpp}, {var0.schedule}) is not "
+                                 f"in the searched space (pp_interleave_num candidates "
+                                 f"{list(prob0.vpp_candidates)} runnable with these sizes)"}
     bounds = [bs.bound_ms for _, _, bs in prepared]
     lb = min(bounds)
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
@@ -475,7 +490,8 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
                           "margin_mib": float(cfg.hbm_mib) - c.peak_mib,
                           "headroom_mib": float(cfg.hbm_mib) + margin_mib - c.peak_mib,
                           "config": canonical_values(c.layout(), use_legacy=cfg.use_legacy,
-                                                     select_patterns=sp_v, comm_patterns=cp_v),
+                                                     select_patterns=sp_v, comm_patterns=cp_v,
+                                                     mtp_in_split=mtp_layers_in_split(cfg)),
                           "settings": dict(v.settings), "schedule": v.schedule, "origin": c.origin})
     return SearchResult(best=report(var, best[1]) if best else None,
                         closest=report(var, closest[1]) if best is None and closest else None,
@@ -485,7 +501,7 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
                         lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
                         exact=all_exact, timed_out=timed_out, settings=dict(var.settings),
                         pareto=front, pareto_exact=bool(front is not None and pareto_exact),
-                        subproblems=len(prepared), hbm_margin_mib=margin_mib)
+                        subproblems=len(prepared), hbm_margin_mib=margin_mib, user_config_error=user_error)
 
 
 def _front_of(problem: Any, var: Any, outcome: Any, bs: Any, sp: SearchSpace) -> list[tuple[Any, Any]]:

@@ -19,12 +19,15 @@ from autotune.config.layout import Layout
 
 def canonical_values(layout: Layout, *, use_legacy: bool = True,
                      select_patterns: list[str] | None = None,
-                     comm_patterns: list[str] | None = None) -> dict[str, Any]:
+                     comm_patterns: list[str] | None = None, mtp_in_split: int | None = None) -> dict[str, Any]:
     """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}
     from :func:`autotune.config.layer_setting.emit_canonical` (all-zero tables are written False).
 
     Pattern lists default to the layout's own patterns, else MindFormers' defaults for the model
-    path (legacy or mcore). Each pattern gets the layout's select (comm) table.
+    path (legacy or mcore). Each pattern gets the layout's select (comm) table. ``mtp_in_split``
+    (default: ``layout.mtp_in_split``) MTP layers that MindFormers counts in the layer split are
+    added to the last mini-stage, after its decoder layers, so the offset sums as MindFormers checks
+    it (legacy DeepSeek-V3 ``mtp_depth``: num_layers + mtp_depth).
     """
     from autotune.config.layer_setting import DEFAULT_PATTERNS, emit_canonical
 
@@ -33,7 +36,12 @@ def canonical_values(layout: Layout, *, use_legacy: bool = True,
         list(layout.select_patterns) or DEFAULT_PATTERNS[("select_recompute", mode)])
     cp = comm_patterns if comm_patterns is not None else (
         list(layout.comm_patterns) or DEFAULT_PATTERNS[("select_comm_recompute", mode)])
-    block = emit_canonical(layout.layers_vp, layout.recompute_vp, {p: layout.select_vp for p in sp},
+    mtp = layout.mtp_in_split if mtp_in_split is None else mtp_in_split
+    layers = layout.layers_vp
+    if mtp:
+        layers = layers.copy()
+        layers[-1, -1] += mtp
+    block = emit_canonical(layers, layout.recompute_vp, {p: layout.select_vp for p in sp},
                            {p: layout.comm_vp for p in cp})
     mc, rc = block["model"]["model_config"], block["recompute_config"]
     return {"offset": mc["offset"], "pp_interleave_num": mc["pp_interleave_num"], **rc}
