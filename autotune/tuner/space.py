@@ -276,7 +276,8 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
 def micro_batch_candidates(cfg: Any, space: SearchSpace) -> list[tuple[int, int | None]]:
     """(micro_batch_num, runner_config.batch_size or None when the config has none) pairs with
     ``data_parallel × micro_batch_num × batch_size`` equal to the config's; candidates leaving a
-    fractional batch size are dropped. Pinned: the config's own."""
+    fractional batch size, or below pipeline_stage (rule R_MICRO_BATCH_MIN), are dropped. Pinned:
+    the config's own."""
     from autotune.config.training import get_path
 
     bs0 = get_path(cfg.raw, "runner_config.batch_size", None)
@@ -285,7 +286,7 @@ def micro_batch_candidates(cfg: Any, space: SearchSpace) -> list[tuple[int, int 
     total = cfg.micro_batch_num * (bs0 if isinstance(bs0, int) and bs0 > 0 else 1)
     out = []
     for m in space.micro_batch_num:
-        if total % m:
+        if total % m or m < cfg.pipeline_stage:   # R_MICRO_BATCH_MIN: MindSpore needs m >= pipeline_stage
             continue
         bs = total // m
         if bs0 is None and bs != 1:
@@ -316,7 +317,8 @@ def expand_space(cfg: Any, space: SearchSpace, profile: Any = None, *, device: s
     mbs = micro_batch_candidates(cfg, space)
     if not mbs:
         raise ConfigError(f"no micro_batch_num candidate in {space.micro_batch_num} keeps the global batch "
-                          f"(data_parallel × micro_batch_num × batch_size) of the config whole",
+                          f"(data_parallel × micro_batch_num × batch_size) of the config whole and is >= "
+                          f"pipeline_stage = {cfg.pipeline_stage}",
                           field="micro_batch_num", value=space.micro_batch_num, rule="search_space")
     if profile is not None and (free or space.micro_batch_num is not None):
         what = ", ".join(free + (["micro_batch_num"] if space.micro_batch_num is not None else []))
