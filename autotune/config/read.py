@@ -1,10 +1,11 @@
 """One reading of a config for ``check`` (and, through the config loader, every other command).
 
-:func:`check_config` is what ``autotune check`` runs: the MindFormers rules outside LayerSetting
-(:mod:`autotune.config.mf_rules`), misspelled keys, then :func:`~autotune.config.layer_setting.normalize`
-on the inputs :func:`~autotune.config.layer_yaml.inputs_from_yaml` reads. ``evaluate``, ``search``,
-``report`` and ``apply`` load configs with :func:`autotune.config.training.config_from_dict`, which
-reads the same inputs with the same function and runs the same rules.
+:func:`check_config` is what ``autotune check`` runs: a training YAML is loaded with
+:func:`autotune.config.training.config_from_dict`, the loader of ``evaluate``, ``search``, ``report``
+and ``apply`` (misspelled keys, the MindFormers rules outside LayerSetting, types and input limits),
+then :func:`~autotune.config.layer_setting.normalize` runs on the inputs it read
+(:func:`~autotune.config.layer_yaml.inputs_from_yaml`). Flat test cases and Megatron arguments are
+mapped to a training YAML's layer keys first.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from autotune.config.layer_setting import normalize
 from autotune.config.layer_types import LayerSettingResult, Warning_
 from autotune.config.layer_yaml import inputs_from_yaml
 from autotune.config.megatron import translate
-from autotune.config.mf_rules import model_rules
-from autotune.config.training import check_keys
+from autotune.config.training import config_from_dict
 
 
 def check_config(data: dict[str, Any], version: str = "1.8", *, emulate: bool = False,
@@ -38,9 +38,12 @@ def check_config(data: dict[str, Any], version: str = "1.8", *, emulate: bool = 
     elif is_flat_case(data):
         data = case_to_training_yaml(data)
     elif isinstance(data, dict) and ("model" in data or "parallel_config" in data):
-        if not emulate:
-            check_keys(data)  # strict mode: a misspelled key would silently fall back to its default
-        extra = model_rules(data)
+        # a training YAML: the loader every other command uses (same reader, same rules); in
+        # emulate mode a misspelled key is not refused (it is what MindFormers would ignore)
+        cfg = config_from_dict(data, version=version, spelling=not emulate)
+        res = normalize(cfg.layer_inputs, version, emulate=emulate)
+        res.warnings[:0] = list(cfg.config_warnings)
+        return res
     res = normalize(inputs_from_yaml(data), version, emulate=emulate)
     res.warnings[:0] = extra
     return res

@@ -113,7 +113,7 @@ def _first(data: dict[str, Any], paths: tuple[str, ...], default: Any = _MISSING
             return val, path
     if default is _MISSING:
         raise ConfigError("required key is missing" + (
-            f" (also looked for {', '.join(paths[1:])})" if len(paths) > 1 else ""),
+            f" (also looked for {', '.join(paths[1:])})" if len(paths) > 1 else "") + f"; fix: add {paths[0]}",
             field=paths[0], value=None, rule="R_MISSING")
     return default, paths[0]
 
@@ -123,12 +123,14 @@ def _int(data: dict[str, Any], paths: tuple[str, ...] | str, default: Any = _MIS
     paths = (paths,) if isinstance(paths, str) else paths
     val, path = _first(data, paths, default)
     if isinstance(val, bool) or not isinstance(val, int):
-        raise ConfigError(f"must be an integer, got {short_repr(val)}", field=path, value=val, rule="R_TYPE")
+        raise ConfigError(f"must be an integer, got {short_repr(val)}; fix: write a whole number", field=path,
+                          value=val, rule="R_TYPE")
     if minimum is not None and val < minimum:
-        raise ConfigError(f"must be >= {minimum}, got {val}", field=path, value=val, rule="R_RANGE")
+        raise ConfigError(f"must be >= {minimum}, got {val}; fix: use a value >= {minimum}", field=path,
+                          value=val, rule="R_RANGE")
     if abs(val) > MAX_INT:
-        raise ConfigError(f"must be <= {MAX_INT} (int32; autotune's input limit), got {short_repr(val)}",
-                          field=path, value=val, rule="R_RANGE")
+        raise ConfigError(f"must be <= {MAX_INT} (int32; autotune's input limit), got {short_repr(val)}; "
+                          f"fix: use a real size", field=path, value=val, rule="R_RANGE")
     return val
 
 
@@ -137,7 +139,8 @@ def _bool(data: dict[str, Any], path: str, default: bool) -> bool:
     if val is None:
         return default
     if not isinstance(val, bool):
-        raise ConfigError(f"must be true or false, got {short_repr(val)}", field=path, value=val, rule="R_TYPE")
+        raise ConfigError(f"must be true or false, got {short_repr(val)}; fix: write true or false", field=path,
+                          value=val, rule="R_TYPE")
     return val
 
 
@@ -299,7 +302,7 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
 
 
 def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
-                     hbm_mib: float | None = None, version: str = "1.8") -> TrainingConfig:
+                     hbm_mib: float | None = None, version: str = "1.8", spelling: bool = True) -> TrainingConfig:
     """Validate a parsed MindFormers YAML mapping into a :class:`TrainingConfig`.
 
     The layer-setting keys are read once, by :func:`autotune.config.layer_yaml.inputs_from_yaml`
@@ -316,6 +319,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         source: where it came from (for messages).
         hbm_mib: overrides ``context.max_device_memory`` when given (MiB).
         version: MindFormers release whose rules apply ("1.5", "1.7", "1.8").
+        spelling: refuse misspelled keys (:func:`check_keys`); ``check --emulate`` turns it off.
 
     Raises:
         ConfigError: a required key is missing or has the wrong type/range, a key is misspelled,
@@ -324,7 +328,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
     if not isinstance(data, dict):
         raise ConfigError(f"top level must be a mapping, got {type(data).__name__}", field=source,
                           value=None, rule="yaml")
-    key_warnings = check_keys(data)
+    key_warnings = check_keys(data) if spelling else []
     missing = missing_dims_error(data, source if source != "<memory>" else None)
     if missing is not None:
         raise missing

@@ -42,7 +42,7 @@ from typing import Any, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, from_validation_error
 
 DEFAULT_SPACE_PATH = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
 KNOBS = ("recompute_slice_activation", "mp_comm_recompute", "parallel_optimizer_comm_recompute")
@@ -147,10 +147,7 @@ def load_search_space(path: str | Path | None = None) -> SearchSpace:
     try:
         return SearchSpace.model_validate(data or {})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"{err['msg']} (search space {path})", field=loc, value=err.get("input"),
-                          rule="search_space") from None
+        raise from_validation_error(exc, SearchSpace, what=f"search space {path}", rule="search_space") from None
 
 
 # --------------------------------------------------------------------------------------------------
