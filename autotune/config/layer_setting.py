@@ -153,13 +153,19 @@ def _read_inputs(st: _State) -> None:
     st.n = _pos_int(inp, "num_layers", inp.num_layers)
     st.pp_total = _pos_int(inp, "pp", inp.pp)
     st.mtp = _pos_int(inp, "mtp_num_layers", inp.mtp_num_layers, minimum=0)
+    for name in inp.nulls:          # written as null: _PipeLineConfig's check_positive_int refuses it
+        raise rule_error("R_TYPE", inp.path(name), None, f"{name} must be an integer (MindFormers' "
+                         "_PipeLineConfig refuses null)", "write a whole number or remove the key")
     st.mb = None if inp.micro_batch_num is None else _pos_int(inp, "micro_batch_num", inp.micro_batch_num)
     st.seq_split = _pos_int(inp, "seq_split_num", 1 if inp.seq_split_num is None else inp.seq_split_num)
     sched = "1f1b" if inp.pipeline_scheduler is None else inp.pipeline_scheduler
-    if not isinstance(sched, str) or sched.lower() not in SCHEDULERS:
-        raise rule_error("R_SCHEDULER", inp.path("pipeline_scheduler"), sched, "unknown pipeline_scheduler",
+    if not isinstance(sched, str) or sched not in SCHEDULERS:
+        known = isinstance(sched, str) and sched.lower() in SCHEDULERS
+        raise rule_error("R_SCHEDULER", inp.path("pipeline_scheduler"), sched,
+                         "pipeline_scheduler must be written in lower case: MindFormers compares the exact "
+                         "string (e.g. == 'zero_bubble_v', != 'seqvpp')" if known else "unknown pipeline_scheduler",
                          f"use one of {', '.join(SCHEDULERS)}")
-    st.sched = sched.lower()
+    st.sched = sched
     st.zbv = st.sched == "zero_bubble_v"
     st.swap = bool_input(inp, "swap", False if inp.swap is None else inp.swap)
     st.slice_act = bool_input(inp, "recompute_slice_activation",

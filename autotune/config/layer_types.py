@@ -77,7 +77,9 @@ class LayerInputs:
     exclude keys, ``mp_comm_recompute``, ``parallel_optimizer_comm_recompute`` and
     ``micro_batch_interleave_num`` are :data:`ABSENT` when not given; ``pp_given`` False when
     ``parallel_config.pipeline_stage`` is absent (pp is then 1: messages say so); ``from_yaml`` True
-    when read from a training YAML (then a missing micro_batch_num is warned about); ``mtp_key`` is
+    when read from a training YAML (then a missing micro_batch_num is warned about); ``nulls`` names
+    the inputs written as an explicit null where MindFormers' validators refuse one
+    (``micro_batch_num``, ``seq_split_num``); ``mtp_key`` is
     the key the MTP depth was read from (``mtp_depth`` / ``mtp_num_layers`` /
     ``num_nextn_predict_layers``); ``mtp_counted`` None = decided by version, model path and key
     (§2.5 of the spec; :func:`autotune.config.layer_setting.mtp_in_split`).
@@ -110,6 +112,7 @@ class LayerInputs:
     micro_batch_interleave_num: Any = ABSENT
     pp_given: bool = True
     from_yaml: bool = False
+    nulls: frozenset = frozenset()
     fields: dict[str, str] = field(default_factory=dict)
     cell_family: Any = None             # (CellFamily | None, model class) from autotune.config.cells
 

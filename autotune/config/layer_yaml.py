@@ -97,6 +97,8 @@ def inputs_from_yaml(data: dict[str, Any]) -> LayerInputs:
     # absent -> 1 (pp_given False); an explicit null stays None: MindFormers' validator rejects it
     # (check_positive_int), and so does the normaliser (R_TYPE)
     pp = get_node(data, "parallel_config.pipeline_stage")
+    nulls = frozenset(k for k in ("micro_batch_num", "seq_split_num")
+                      if get_node(data, f"parallel_config.{k}") is None)
     return LayerInputs(
         num_layers=n,
         pp=1 if pp is ABSENT else pp,
@@ -118,6 +120,6 @@ def inputs_from_yaml(data: dict[str, Any]) -> LayerInputs:
         micro_batch_num=get_node(data, "parallel_config.micro_batch_num", None),
         micro_batch_interleave_num=get_node(data, "micro_batch_interleave_num"),
         model_mode="legacy" if use_legacy else "mcore", mtp_num_layers=mtp, mtp_key=mtp_key,
-        pp_given=pp is not ABSENT, from_yaml=True, fields=fields,
+        pp_given=pp is not ABSENT, from_yaml=True, nulls=nulls, fields=fields,
         cell_family=family_from_yaml(data),
     )

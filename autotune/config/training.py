@@ -79,6 +79,7 @@ def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
 
 
 _MISSING = object()
+_ABSENT = object()
 
 
 def get_path(data: dict[str, Any], path: str, default: Any = _MISSING) -> Any:
@@ -119,8 +120,13 @@ def _first(data: dict[str, Any], paths: tuple[str, ...], default: Any = _MISSING
 
 
 def _int(data: dict[str, Any], paths: tuple[str, ...] | str, default: Any = _MISSING, *,
-         minimum: int | None = 1) -> int:
+         minimum: int | None = 1, null_ok: bool = True) -> int:
     paths = (paths,) if isinstance(paths, str) else paths
+    if not null_ok:
+        for path in paths:
+            if get_path(data, path, _ABSENT) is None:    # written as null: MindFormers' validators refuse it
+                raise ConfigError("must be an integer, got None; fix: write a whole number or remove the key",
+                                  field=path, value=None, rule="R_TYPE")
     val, path = _first(data, paths, default)
     if isinstance(val, bool) or not isinstance(val, int):
         raise ConfigError(f"must be an integer, got {short_repr(val)}; fix: write a whole number", field=path,
@@ -348,7 +354,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         pp_interleave_num=(vpp_raw or 1) if interleave else 1,
         pp_interleave_num_raw=vpp_raw,
         pipeline_interleave=interleave,
-        pipeline_scheduler=str(inputs.pipeline_scheduler).lower(),
+        pipeline_scheduler=str(inputs.pipeline_scheduler),
         offset=inputs.offset,
         recompute=inputs.recompute,
         select_recompute=inputs.select_recompute,
@@ -356,10 +362,10 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         recompute_slice_activation=bool(inputs.recompute_slice_activation),
         mp_comm_recompute=_bool(data, "recompute_config.mp_comm_recompute", True),
         parallel_optimizer_comm_recompute=_bool(data, "recompute_config.parallel_optimizer_comm_recompute", False),
-        data_parallel=_int(data, "parallel_config.data_parallel", 1),
-        model_parallel=_int(data, "parallel_config.model_parallel", 1),
-        context_parallel=_int(data, "parallel_config.context_parallel", 1),
-        expert_parallel=_int(data, "parallel_config.expert_parallel", 1),
+        data_parallel=_int(data, "parallel_config.data_parallel", 1, null_ok=False),
+        model_parallel=_int(data, "parallel_config.model_parallel", 1, null_ok=False),
+        context_parallel=_int(data, "parallel_config.context_parallel", 1, null_ok=False),
+        expert_parallel=_int(data, "parallel_config.expert_parallel", 1, null_ok=False),
         use_seq_parallel=_bool(data, "parallel_config.use_seq_parallel", False),
         seq_split_num=1 if inputs.seq_split_num is None else inputs.seq_split_num,
         enable_parallel_optimizer=_bool(data, "parallel.enable_parallel_optimizer", False),

@@ -85,6 +85,12 @@ CONFIG_LEVEL = [
     (cfg(model__model_config__pp_interleave_num=17, parallel__pipeline_config={"pipeline_interleave": True}),
      "R_LIMIT_VPP", "model.model_config.pp_interleave_num", 17),
     (cfg(parallel_config__data_parallel=2**40), "R_RANGE", "parallel_config.data_parallel", 2**40),
+    (cfg(parallel_config__micro_batch_num=None), "R_TYPE", "parallel_config.micro_batch_num", None),
+    (cfg(parallel_config__seq_split_num=None), "R_TYPE", "parallel_config.seq_split_num", None),
+    (cfg(parallel_config__pipeline_stage=None), "R_TYPE", "parallel_config.pipeline_stage", None),
+    (cfg(parallel_config__data_parallel=None), "R_TYPE", "parallel_config.data_parallel", None),
+    (cfg(parallel__pipeline_config={"pipeline_scheduler": "1F1B"}), "R_SCHEDULER",
+     "parallel.pipeline_config.pipeline_scheduler", "1F1B"),
 ]
 
 
