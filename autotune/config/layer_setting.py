@@ -56,7 +56,8 @@ from autotune.config.layer_types import (ABSENT, DEFAULT_PATTERNS, FIELDS, HUGE,
                                          LayerInputs, LayerSettingResult, Warning_, bool_input, is_int,
                                          rule_error, truthy)
 from autotune.config.limits import (MAX_MICRO_BATCH_NUM, MAX_NUM_LAYERS, MAX_PIPELINE_STAGE,
-                                    MAX_PP_INTERLEAVE_NUM, MAX_SCHEDULE_UNITS, MAX_SEQ_SPLIT_NUM)
+                                    MAX_PP_INTERLEAVE_NUM, MAX_SCHEDULE_UNITS, MAX_SEQ_SPLIT_NUM,
+                                    MAX_STAGE_UNITS)
 from autotune.config.patterns import MatchBudget, compile_segments, patterns_conflict
 from autotune.errors import ConfigError
 
@@ -290,12 +291,14 @@ def _micro_batch_rules(st: _State) -> None:
                           "micro-batch per stage; MindFormers r1.3.0–master documents it in "
                           "TransformerOpParallelConfig)", field=inp.path("micro_batch_num"), value=mb,
                           rule="R_MICRO_BATCH_MIN")
-    units = st.pp_total * st.vpp * (1 if mb is None else mb) * st.seq_split
-    if units > MAX_SCHEDULE_UNITS:
+    stage_units = st.vpp * (1 if mb is None else mb) * st.seq_split
+    units = st.pp_total * stage_units
+    if units > MAX_SCHEDULE_UNITS or stage_units > MAX_STAGE_UNITS:
         raise rule_error("R_LIMIT_SCHEDULE", inp.path("micro_batch_num"), mb,
                          f"pipeline_stage × pp_interleave_num × micro_batch_num × seq_split_num = "
-                         f"{st.pp_total} × {st.vpp} × {mb} × {st.seq_split} = {units:,} is over autotune's "
-                         f"limit of {MAX_SCHEDULE_UNITS:,} simulated units", "use fewer micro-batches")
+                         f"{st.pp_total} × {st.vpp} × {mb} × {st.seq_split} = {units:,} units ({stage_units:,} per "
+                         f"stage) is over autotune's limit of {MAX_SCHEDULE_UNITS:,} ({MAX_STAGE_UNITS:,} per stage) "
+                         "simulated units", "use fewer micro-batches")
     imb = inp.micro_batch_interleave_num
     if imb is not ABSENT and st.mode == "mcore" and st.unified and (not is_int(imb) or imb > 1):
         raise rule_error("R_MB_INTERLEAVE_MCORE", inp.path("micro_batch_interleave_num"), imb,

@@ -3,7 +3,10 @@
 Each limit is far above any real MindFormers training run and below what would make a command slow
 (measured on the project's 2-core machine, ``evaluate`` of a dense model: pipeline_stage 64 ×
 pp_interleave_num 4 × 512 micro-batches = 131,072 mini-stage units simulates in 1.9 s of CPU,
-262,144 units in 4.7–6.4 s, 1,048,576 units in 13 s and 1 GB). The README's "Input limits" table
+262,144 units in 4.7–6.4 s, 1,048,576 units in 13 s and 1 GB). Simulation work grows with the forward units per stage (V·m·k) faster than linearly
+(P 4 × V 8 × m 4096 took 6.5 s of CPU, P 64 × V 4 × m 512 2.0 s, for the same 131,072 units), so both
+the total and the per-stage units are bounded; at the limits ``evaluate`` takes at most about 2 s of
+CPU (measured: P 32 × V 4 × m 1024, P 32 × m 4096). The README's "Input limits" table
 lists them with their rule codes; a value over a limit is a :class:`~autotune.errors.ConfigError`
 naming the field, the value and the rule (exit code 2 on the CLI).
 
@@ -23,7 +26,10 @@ Training configs (checked by every command, the same rule everywhere):
 - ``MAX_PIPELINE_STAGE`` (R_LIMIT_PIPELINE_STAGE), ``MAX_PP_INTERLEAVE_NUM`` (R_LIMIT_VPP),
 - ``MAX_MICRO_BATCH_NUM`` (R_LIMIT_MICRO_BATCH), ``MAX_SEQ_SPLIT_NUM`` (R_LIMIT_SEQ_SPLIT),
 - ``MAX_SCHEDULE_UNITS``: pipeline_stage × pp_interleave_num × micro_batch_num × seq_split_num, the
-  forward units the event simulation runs (R_LIMIT_SCHEDULE).
+  forward units the event simulation runs (R_LIMIT_SCHEDULE), and ``MAX_STAGE_UNITS``:
+  pp_interleave_num × micro_batch_num × seq_split_num, those of one stage (R_LIMIT_SCHEDULE). Issue
+  17's largest case (pipeline_stage 64, pp_interleave_num 4, 512 micro-batches) is 131,072 units,
+  2,048 per stage.
 - ``MAX_INT``: any integer the config reader takes (a model dimension, a parallel degree; R_RANGE).
 
 Select/comm patterns: ``MAX_PATTERNS`` per key and ``MAX_PATTERN_CHARS`` per pattern
@@ -40,9 +46,10 @@ MAX_YAML_NODES = 100_000
 MAX_NUM_LAYERS = 4096
 MAX_PIPELINE_STAGE = 256
 MAX_PP_INTERLEAVE_NUM = 16
-MAX_MICRO_BATCH_NUM = 8192
+MAX_MICRO_BATCH_NUM = 4096
 MAX_SEQ_SPLIT_NUM = 64
-MAX_SCHEDULE_UNITS = 262_144
+MAX_SCHEDULE_UNITS = 131_072
+MAX_STAGE_UNITS = 4096
 MAX_INT = 2**31 - 1
 
 MAX_PATTERNS = 256
@@ -62,6 +69,7 @@ TABLE: list[tuple[str, str, str]] = [
     ("seq_split_num", str(MAX_SEQ_SPLIT_NUM), "R_LIMIT_SEQ_SPLIT"),
     ("pipeline_stage × pp_interleave_num × micro_batch_num × seq_split_num", f"{MAX_SCHEDULE_UNITS:,}",
      "R_LIMIT_SCHEDULE"),
+    ("pp_interleave_num × micro_batch_num × seq_split_num (per stage)", f"{MAX_STAGE_UNITS:,}", "R_LIMIT_SCHEDULE"),
     ("any other integer read from the config", f"{MAX_INT:,} (int32)", "R_RANGE"),
     ("select/comm patterns per key; characters per pattern", f"{MAX_PATTERNS}; {MAX_PATTERN_CHARS}",
      "R_LIMIT_PATTERNS"),
