@@ -154,9 +154,13 @@ def _read_inputs(st: _State) -> None:
     st.n = _pos_int(inp, "num_layers", inp.num_layers)
     st.pp_total = _pos_int(inp, "pp", inp.pp)
     st.mtp = _pos_int(inp, "mtp_num_layers", inp.mtp_num_layers, minimum=0)
-    for name in inp.nulls:          # written as null: _PipeLineConfig's check_positive_int refuses it
-        raise rule_error("R_TYPE", inp.path(name), None, f"{name} must be an integer (MindFormers' "
-                         "_PipeLineConfig refuses null)", "write a whole number or remove the key")
+    for name in sorted(inp.nulls):  # written as null: MindFormers' validators refuse it
+        if name in ("micro_batch_num", "seq_split_num"):
+            raise rule_error("R_TYPE", inp.path(name), None, f"{name} must be an integer (MindFormers' "
+                             "_PipeLineConfig refuses null)", "write a whole number or remove the key")
+        if name == "swap":
+            raise rule_error("R_TYPE", inp.path(name), None, "swap must be true or false (MindFormers r1.5.0+ "
+                             "check_rules: 'Type of swap must be bool')", "write true or false or remove the key")
     st.mb = None if inp.micro_batch_num is None else _pos_int(inp, "micro_batch_num", inp.micro_batch_num)
     st.seq_split = _pos_int(inp, "seq_split_num", 1 if inp.seq_split_num is None else inp.seq_split_num)
     sched = "1f1b" if inp.pipeline_scheduler is None else inp.pipeline_scheduler
@@ -169,14 +173,16 @@ def _read_inputs(st: _State) -> None:
     st.sched = sched
     st.zbv = st.sched == "zero_bubble_v"
     st.swap = bool_input(inp, "swap", False if inp.swap is None else inp.swap)
-    st.slice_act = bool_input(inp, "recompute_slice_activation",
-                              False if inp.recompute_slice_activation is None else inp.recompute_slice_activation)
-    for name in ("mp_comm_recompute", "parallel_optimizer_comm_recompute"):
-        value = getattr(inp, name)
+    slice_act = inp.recompute_slice_activation
+    if slice_act is None and "recompute_slice_activation" not in inp.nulls:
+        slice_act = False                                          # not given (built in code)
+    for name in ("recompute_slice_activation", "mp_comm_recompute", "parallel_optimizer_comm_recompute"):
+        value = slice_act if name == "recompute_slice_activation" else getattr(inp, name)
         if value is not ABSENT and not isinstance(value, (bool, np.bool_)):
             raise rule_error("R_RECOMPUTE_BOOL", inp.path(name), value,
                              f"{name} must be true or false: MindFormers r1.3.0–master rejects anything else "
                              "(TransformerRecomputeConfig: Validator.check_bool)", "write true or false")
+    st.slice_act = bool(slice_act)
     _stage_block(st)
 
 

@@ -97,8 +97,12 @@ def inputs_from_yaml(data: dict[str, Any]) -> LayerInputs:
     # absent -> 1 (pp_given False); an explicit null stays None: MindFormers' validator rejects it
     # (check_positive_int), and so does the normaliser (R_TYPE)
     pp = get_node(data, "parallel_config.pipeline_stage")
-    nulls = frozenset(k for k in ("micro_batch_num", "seq_split_num")
-                      if get_node(data, f"parallel_config.{k}") is None)
+    nulls = frozenset(name for name, path in (("micro_batch_num", "parallel_config.micro_batch_num"),
+                                              ("seq_split_num", "parallel_config.seq_split_num"),
+                                              ("swap", "swap_config.swap"),
+                                              ("recompute_slice_activation",
+                                               "recompute_config.recompute_slice_activation"))
+                      if get_node(data, path) is None)
     return LayerInputs(
         num_layers=n,
         pp=1 if pp is ABSENT else pp,

@@ -92,6 +92,11 @@ CONFIG_LEVEL = [
     (cfg(parallel_config__seq_split_num=None), "R_TYPE", "parallel_config.seq_split_num", None),
     (cfg(parallel_config__pipeline_stage=None), "R_TYPE", "parallel_config.pipeline_stage", None),
     (cfg(parallel_config__data_parallel=None), "R_TYPE", "parallel_config.data_parallel", None),
+    (cfg(swap_config={"swap": None}), "R_TYPE", "swap_config.swap", None),
+    (cfg(recompute_config__recompute_slice_activation=None), "R_RECOMPUTE_BOOL",
+     "recompute_config.recompute_slice_activation", None),
+    (cfg(recompute_config__recompute_slice_activation=1), "R_RECOMPUTE_BOOL",
+     "recompute_config.recompute_slice_activation", 1),
     (cfg(parallel__pipeline_config={"pipeline_scheduler": "1F1B"}), "R_SCHEDULER",
      "parallel.pipeline_config.pipeline_scheduler", "1F1B"),
 ]
