@@ -55,7 +55,7 @@ def main() -> int:
 
     tallies = {"check": Tally(), "evaluate": Tally(), "subprocess": Tally()}
     tmp = Path(tempfile.mkdtemp(prefix="autotune-fuzz-"))
-    seen = {"n": 0, "slowest": 0.0}
+    seen = {"n": 0, "slowest": 0.0, "slowest_cpu": 0.0}
     t0, c0 = time.perf_counter(), _cpu_s()
     weight = max(1, round(args.attacks * 100))
     inputs = st.one_of(*([yaml_attacks().map(lambda b: ("attack", b))] * weight
@@ -80,8 +80,13 @@ def main() -> int:
         runs = [("check", ["check", str(path)] + (["--format", "json"] if js else []), js),
                 ("evaluate", ["evaluate", str(path)], False)]
         for name, argv, jflag in runs:
+            c = time.process_time()
             out = run_in_process(argv)
-            seen["slowest"] = max(seen["slowest"], out.seconds)
+            cpu_run = time.process_time() - c
+            if out.seconds > seen["slowest"]:
+                seen["slowest"] = out.seconds
+                (tmp / "slowest.yaml").write_bytes(raw)
+            seen["slowest_cpu"] = max(seen["slowest_cpu"], cpu_run)
             flags = classify(out, data=data, json_format=jflag, mapping=mapping)
             tallies[name].add(flags, out.exit_code == 0, f"{kind} {argv[0]}: {raw[:300]!r} -> {out.output[-300:]}")
             for f in flags:                                   # keep the input for a rerun
@@ -96,7 +101,8 @@ def main() -> int:
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     head = f"{'runs':>8} {'accepted':>9} " + " ".join(f"{c:>14}" for c in COLUMNS)
     print(f"fuzz: {seen['n']} inputs (seed {args.seed}, {args.attacks:.0%} YAML attacks), "
-          f"wall {wall:.0f} s, CPU {cpu:.0f} s (user+sys, subprocesses included), slowest run {seen['slowest']:.2f} s")
+          f"wall {wall:.0f} s, CPU {cpu:.0f} s (user+sys, subprocesses included), slowest run {seen['slowest']:.2f} s "
+          f"wall (kept as slowest.yaml), most CPU in one run {seen['slowest_cpu']:.2f} s")
     print(f"{'command':<11}{head}")
     total = Tally()
     for name, t in tallies.items():
