@@ -6,6 +6,8 @@ messages and exit code 2 (tracebacks only with ``--debug``).
 
 from __future__ import annotations
 
+import difflib
+import typing
 from typing import Any
 
 
@@ -60,8 +62,6 @@ class InfeasibleError(AutotuneError):
 
 def _model_at(model: Any, loc: tuple) -> Any:
     """The pydantic model class that holds the last key of ``loc`` (walks nested models and lists)."""
-    import typing
-
     node = model
     for key in loc[:-1]:
         if isinstance(key, int) or not hasattr(node, "model_fields") or key not in node.model_fields:
@@ -90,8 +90,6 @@ def from_validation_error(exc: Any, model: Any, *, what: str, rule: str) -> Conf
         what: the input's name in messages, e.g. ``"search space search_spaces/rich.yaml"``.
         rule: the rule code of the error.
     """
-    import difflib
-
     err = exc.errors()[0]
     loc = tuple(err.get("loc", ()))
     field = ".".join(str(x) for x in loc)

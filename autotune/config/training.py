@@ -19,6 +19,7 @@ YAML paths read (MindFormers layout, see shared/spec/real-configs.md):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,6 @@ def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
     Raises:
         ConfigError: missing file or not JSON (field = the file path, rule = ``rule``).
     """
-    import json
-
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
