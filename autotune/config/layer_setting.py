@@ -32,8 +32,9 @@ Two modes:
 9. :func:`_advice` — warnings that are advice, not MindFormers behaviour.
 
 Steps 1, 3 and the config-level part of 4 are also :func:`validate_config_level`, which every
-command runs when it loads a config; the rest is the layout, whose errors ``search`` reports as
-"your config cannot be evaluated" instead of stopping.
+command runs when it loads a config; the rest (the layout keys and the scheduler's own rules, which a
+search may change) is checked when the layout is derived: ``evaluate`` and ``check`` refuse, and
+``search`` reports "your config cannot be evaluated" instead of stopping.
 
 Every rejection is a :class:`~autotune.errors.ConfigError` with a stable ``rule`` code, the YAML
 path as ``field`` and a message naming the value and the fix. Tables are ``[vpp][pp]``
@@ -52,7 +53,8 @@ from autotune.config.cells import select_no_match
 from autotune.config.layer_counts import (check_swap_layers, count_table, is_1d_counts, patterns_of,
                                           swap_value)
 from autotune.config.layer_offset import layers_from_offset, pp_hint
-from autotune.config.layer_types import (ABSENT, DEFAULT_PATTERNS, FIELDS, HUGE, SCHEDULERS, VERSIONS,
+from autotune.config.layer_types import (ABSENT, AUTOTUNE_SCHEDULERS, DEFAULT_PATTERNS, FIELDS, HUGE,
+                                         SCHEDULERS, VERSIONS,
                                          LayerInputs, LayerSettingResult, Warning_, bool_input, is_int,
                                          rule_error, truthy)
 from autotune.config.limits import (MAX_MICRO_BATCH_NUM, MAX_NUM_LAYERS, MAX_PIPELINE_STAGE,
@@ -147,7 +149,29 @@ class _State:
 
 # ---- step 1: inputs ------------------------------------------------------------------------------
 
-def _read_inputs(st: _State) -> None:
+def _scheduler(st: _State, autotune_names: bool) -> None:
+    inp = st.inp
+    sched = "1f1b" if inp.pipeline_scheduler is None else inp.pipeline_scheduler
+    if sched in AUTOTUNE_SCHEDULERS:
+        if not autotune_names:
+            raise rule_error("R_SCHEDULER", inp.path("pipeline_scheduler"), sched,
+                             "1f1b_less_memory is autotune's name for MindSpore's less-memory interleave, not "
+                             "a MindFormers pipeline_scheduler",
+                             "write pipeline_scheduler: 1f1b with pipeline_interleave: true and run with the "
+                             "environment variable ENABLE_LESS_MEM_VPP=1 (MindSpore InterleavedScheduler, "
+                             "jit_level O0/O1)")
+        sched = "1f1b"                         # MindFormers' view of it: 1f1b with interleave
+    if not isinstance(sched, str) or sched not in SCHEDULERS:
+        known = isinstance(sched, str) and sched.lower() in SCHEDULERS
+        ours = f" (MindFormers) or {', '.join(AUTOTUNE_SCHEDULERS)} (autotune)" if autotune_names else ""
+        raise rule_error("R_SCHEDULER", inp.path("pipeline_scheduler"), sched,
+                         "pipeline_scheduler must be written in lower case: MindFormers compares the exact "
+                         "string (e.g. == 'zero_bubble_v', != 'seqvpp')" if known else "unknown pipeline_scheduler",
+                         f"use one of {', '.join(SCHEDULERS)}{ours}")
+    st.sched = sched
+
+
+def _read_inputs(st: _State, *, autotune_names: bool = False) -> None:
     inp = st.inp
     st.mode = inp.model_mode if inp.model_mode in ("legacy", "mcore") else "legacy"
     st.unified = st.version in ("1.7", "1.8")
@@ -163,14 +187,7 @@ def _read_inputs(st: _State) -> None:
                              "check_rules: 'Type of swap must be bool')", "write true or false or remove the key")
     st.mb = None if inp.micro_batch_num is None else _pos_int(inp, "micro_batch_num", inp.micro_batch_num)
     st.seq_split = _pos_int(inp, "seq_split_num", 1 if inp.seq_split_num is None else inp.seq_split_num)
-    sched = "1f1b" if inp.pipeline_scheduler is None else inp.pipeline_scheduler
-    if not isinstance(sched, str) or sched not in SCHEDULERS:
-        known = isinstance(sched, str) and sched.lower() in SCHEDULERS
-        raise rule_error("R_SCHEDULER", inp.path("pipeline_scheduler"), sched,
-                         "pipeline_scheduler must be written in lower case: MindFormers compares the exact "
-                         "string (e.g. == 'zero_bubble_v', != 'seqvpp')" if known else "unknown pipeline_scheduler",
-                         f"use one of {', '.join(SCHEDULERS)}")
-    st.sched = sched
+    _scheduler(st, autotune_names)
     st.zbv = st.sched == "zero_bubble_v"
     st.swap = bool_input(inp, "swap", False if inp.swap is None else inp.swap)
     slice_act = inp.recompute_slice_activation
@@ -340,11 +357,11 @@ def _zbv_rules(st: _State, layout: bool) -> None:
 
 def _seq_pipe_rules(st: _State, layout: bool) -> None:
     inp = st.inp
-    if st.sched == "seqvpp" and st.seq_split <= 1:
+    if layout and st.sched == "seqvpp" and st.seq_split <= 1:
         raise rule_error("R_SEQVPP_SPLIT", inp.path("seq_split_num"), st.seq_split,
                          "pipeline_scheduler seqvpp needs seq_split_num > 1 (MindFormers r1.5.0+ check_rules)",
                          "use seqpipe, or seq_split_num > 1")
-    if st.sched == "seqsmartvpp" and st.pp % 2:
+    if layout and st.sched == "seqsmartvpp" and st.pp % 2:
         raise rule_error("R_SEQSMARTVPP_PP", inp.path("pp"), st.pp, "seqsmartvpp needs an even pipeline_stage",
                          "use an even pipeline_stage or another scheduler")
     if st.seq_split > 1 and st.pp_total > 1:
@@ -363,7 +380,7 @@ def _seq_pipe_rules(st: _State, layout: bool) -> None:
 def _cross_field_rules(st: _State, *, layout: bool = True) -> None:
     inp = st.inp
     _micro_batch_rules(st)
-    if st.zbv:
+    if st.zbv and layout:      # scheduler rules are layout-level: a search space may change the scheduler
         _zbv_rules(st, layout)
     _seq_pipe_rules(st, layout)
     if st.slice_act and st.mode == "mcore" and st.unified:
@@ -391,9 +408,11 @@ def _cross_field_rules(st: _State, *, layout: bool = True) -> None:
 
 
 def validate_config_level(inp: LayerInputs, version: str = "1.8") -> list[Warning_]:
-    """The rules of :func:`normalize` that do not depend on the layout keys (offset,
-    pp_interleave_num, recompute values, patterns): types, input limits, MTP, micro_batch_num,
-    schedulers, seq pipe, mcore-only rules. Every command runs them when it loads a config.
+    """The rules of :func:`normalize` that do not depend on the keys a search may change (offset,
+    pp_interleave_num, recompute values, patterns, the scheduler's own rules): types, input limits,
+    MTP, micro_batch_num, seq pipe on mcore, mcore-only rules. Every command runs them when it loads a config; the
+    loader also takes autotune's own schedule names (:data:`AUTOTUNE_SCHEDULERS`), which ``check``
+    (:func:`normalize`) refuses.
 
     Returns:
         the warnings of those steps.
@@ -402,7 +421,7 @@ def validate_config_level(inp: LayerInputs, version: str = "1.8") -> list[Warnin
         ConfigError: as :func:`normalize` (strict mode).
     """
     st = _State(inp, _check_version(version), emulate=False)
-    _read_inputs(st)
+    _read_inputs(st, autotune_names=True)
     _resolve_vpp(st, layout=False)
     _count_mtp(st)
     _cross_field_rules(st, layout=False)

@@ -17,6 +17,13 @@ from autotune.errors import ConfigError
 
 VERSIONS = ("1.5", "1.7", "1.8")
 SCHEDULERS = ("1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp", "zero_bubble_v")
+#: Schedules autotune models and writes that MindFormers' YAML cannot name: ``1f1b_less_memory`` is
+#: the interleaved order MindSpore runs for ``pipeline_scheduler: 1f1b`` + ``pipeline_interleave``
+#: when the environment has ``ENABLE_LESS_MEM_VPP=1`` (InterleavedScheduler::MemoryOptimizedReorder,
+#: mindspore ccsrc/frontend/parallel/pipeline_transformer/pipeline_scheduler.cc). ``autotune search``
+#: writes the name so that ``evaluate`` reads the same schedule back (its layer split is that of
+#: ``1f1b``); ``check`` rejects it (R_SCHEDULER).
+AUTOTUNE_SCHEDULERS = ("1f1b_less_memory",)
 HUGE = 2**31 - 1              # what MindFormers substitutes for True in a 1-D count list
 
 #: YAML path of each input (messages and JSON errors name these).

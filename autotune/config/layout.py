@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from autotune.config.layer_setting import layout_tables, normalize, split_mtp_layers
-from autotune.config.layer_types import LayerInputs, LayerSettingResult
+from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, LayerInputs, LayerSettingResult
 from autotune.errors import ConfigError
 
 
@@ -105,11 +105,13 @@ def layout_from_values(num_layers: int, pp: int, vpp: int, *, offset: Any = 0, r
 def layer_inputs_of(cfg: Any) -> LayerInputs:
     """The LayerSetting inputs of a :class:`~autotune.config.training.TrainingConfig`: those read
     from its YAML (``cfg.layer_inputs``, the reader ``check`` uses), with the modelled fields of the
-    config object written over them (a caller may have changed those)."""
+    config object written over them (a caller may have changed those). autotune's own schedule names
+    (``1f1b_less_memory``) are ``1f1b`` to MindFormers' LayerSetting."""
     base = cfg.layer_inputs if isinstance(cfg.layer_inputs, LayerInputs) else LayerInputs(cfg.num_layers)
     mb = base.micro_batch_num if base.micro_batch_num is None and cfg.micro_batch_num == 1 else cfg.micro_batch_num
     return replace(base, num_layers=cfg.num_layers, pp=cfg.pipeline_stage, vpp=cfg.pp_interleave_num_raw,
-                   pipeline_interleave=cfg.pipeline_interleave, pipeline_scheduler=cfg.pipeline_scheduler,
+                   pipeline_interleave=cfg.pipeline_interleave,
+                   pipeline_scheduler="1f1b" if cfg.pipeline_scheduler in AUTOTUNE_SCHEDULERS else cfg.pipeline_scheduler,
                    offset=cfg.offset, recompute=cfg.recompute, select_recompute=cfg.select_recompute,
                    select_comm_recompute=cfg.select_comm_recompute, micro_batch_num=mb,
                    seq_split_num=cfg.seq_split_num, recompute_slice_activation=cfg.recompute_slice_activation,
@@ -142,14 +144,21 @@ def _not_modelled(res: LayerSettingResult, cfg: Any) -> None:
 
 def layout_from_result(res: LayerSettingResult) -> Layout:
     """The decoder-layer :class:`Layout` of a LayerSetting result: MTP layers counted in the split
-    are taken out of the mini-stage that holds them, and count tables are capped at what remains."""
+    are taken out of the mini-stage that holds them, and count tables are capped at what remains.
+    Under zero_bubble_v, row 1 is put back in physical stage order (as the offset is written)."""
     layers = res.layers_vp.astype(np.int64).copy()
     mtp = res.mtp_num_layers if res.mtp_counted else 0
     for i in range(res.num_layers - mtp, res.num_layers):
         layers[res.interleave_ids[i], res.pipeline_ids[i]] -= 1
+    flip = res.zbv and res.vpp > 1       # zero_bubble_v: LayerSetting's row 1 is in logical order;
+    if flip:                             # the cost model (and the offset) use physical stage order
+        layers[1] = layers[1][::-1].copy()
 
     def cap(t: np.ndarray) -> np.ndarray:
-        return np.minimum(np.asarray(t, dtype=np.int64), layers)
+        t = np.asarray(t, dtype=np.int64).copy()
+        if flip:
+            t[1] = t[1][::-1].copy()
+        return np.minimum(t, layers)
 
     sel = {k: cap(v) for k, v in res.select_vp.items()}
     com = {k: cap(v) for k, v in res.comm_vp.items()}

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from autotune.config.layer_setting import Warning_, validate_config_level
-from autotune.config.layer_types import short_repr
+from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, short_repr  # noqa: F401 - re-exported
 from autotune.config.layer_yaml import inputs_from_yaml
 from autotune.config.limits import MAX_INT
 from autotune.config.mf_rules import model_rules
@@ -39,12 +39,6 @@ __all__ = ["ModelDims", "TrainingConfig", "check_keys", "config_from_dict", "get
            "read_training_yaml", "read_yaml"]
 
 SCHEDULERS = ("1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp", "zero_bubble_v")
-#: Schedules autotune models and writes that MindFormers' YAML cannot name: ``1f1b_less_memory`` is
-#: the interleaved order MindSpore runs for ``pipeline_scheduler: 1f1b`` + ``pipeline_interleave``
-#: when the environment has ``ENABLE_LESS_MEM_VPP=1`` (InterleavedScheduler::MemoryOptimizedReorder,
-#: mindspore ccsrc/frontend/parallel/pipeline_transformer/pipeline_scheduler.cc). ``autotune search``
-#: writes the name so that ``evaluate`` reads the same schedule back; ``check`` rejects it.
-AUTOTUNE_SCHEDULERS = ("1f1b_less_memory",)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
