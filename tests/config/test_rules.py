@@ -272,3 +272,43 @@ def test_the_match_budget_is_a_rule(monkeypatch):
         for _ in range(10):
             budget.fullmatch("(x+x+)+y", "x" * 5000, "recompute_config.select_recompute")
     assert ei.value.rule == "R_PATTERN_BUDGET" and ei.value.field == "recompute_config.select_recompute"
+
+
+def test_pattern_count_limit():
+    data = cfg(recompute_config__select_recompute=[f"op{i}" for i in range(257)])
+    with pytest.raises(ConfigError) as ei:
+        check_config(data)
+    assert (ei.value.rule, ei.value.field) == ("R_LIMIT_PATTERNS", "recompute_config.select_recompute")
+
+
+def test_timeout_warning_in_check(monkeypatch):
+    monkeypatch.setattr(patterns, "REGEX_TIMEOUT_S", 0.02)
+    data = cfg(recompute_config__select_recompute=["x" * 4000],
+               recompute_config__select_recompute_exclude=["(x+x+)+y"])
+    res = check_config(data)
+    w = [w for w in res.warnings if w.code == "W_PATTERN_TIMEOUT"]
+    assert w and w[0].field == "recompute_config.select_recompute"
+    assert list(res.select_recompute) == ["x" * 4000]          # a timeout is no conflict: kept
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"swap_config": {"swap": True}}, "swap_config.swap"),
+    ({"model__model_config__pipeline_stage": {"start_stage": 1, "stage_num": 2}}, "model.model_config.pipeline_stage"),
+])
+def test_not_modelled_layouts_are_named(extra, field):
+    data = cfg(**{k: v for k, v in extra.items() if "__" in k})
+    data.update({k: v for k, v in extra.items() if "__" not in k})
+    check_config(data)                                          # check shows their placement
+    with pytest.raises(ConfigError) as ei:
+        autotune.evaluate(config_from_dict(data))
+    assert (ei.value.rule, ei.value.field) == ("R_NOT_MODELLED", field)
+
+
+def test_user_config_outside_the_space_is_said():
+    from autotune.tuner.space import SearchSpace
+
+    data = cfg(model__model_config__pp_interleave_num=2, parallel__pipeline_config={"pipeline_interleave": True})
+    res = autotune.search(config_from_dict(data), space=SearchSpace(pp_interleave_num=[1]), trials=1, seed=0)
+    assert res.baselines["user"] is None
+    assert res.user_config_error["rule"] == "R_USER_OUTSIDE_SPACE"
+    assert "pp_interleave_num 2" in res.user_config_error["message"]
