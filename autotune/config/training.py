@@ -300,6 +300,18 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
     return warns
 
 
+def _read_dims(data: dict[str, Any]) -> ModelDims | None:
+    """:func:`_dims`, with any value it cannot convert reported as a one-line error."""
+    try:
+        return _dims(data)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, ArithmeticError) as exc:       # e.g. ffn_dim_multiplier: "abc"
+        raise ConfigError(f"a model dimension cannot be read ({type(exc).__name__}: {str(exc)[:120]}); fix: "
+                          "give the model_config dimensions as numbers", field="model.model_config",
+                          value=None, rule="R_TYPE") from None
+
+
 def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
                      hbm_mib: float | None = None, version: str = "1.8", spelling: bool = True) -> TrainingConfig:
     """Validate a parsed MindFormers YAML mapping into a :class:`TrainingConfig`.
@@ -366,7 +378,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
             data, "parallel.parallel_optimizer_config.optimizer_weight_shard_size", -1, minimum=None),
         use_legacy=inputs.model_mode == "legacy",
         hbm_mib=hbm_mib,
-        dims=_dims(data),
+        dims=_read_dims(data),
         warnings=tuple(warnings),
         raw=data,
         layer_inputs=inputs,

@@ -202,6 +202,30 @@ def configs(draw) -> dict:
         "parallel_config.context_parallel": st.integers(1, 2),
         "model.model_config.pipeline_stage": st.fixed_dictionaries(
             {"start_stage": st.integers(0, 2), "stage_num": st.integers(0, 3)}),
+        # model dims and memory keys the analytic profile reads
+        "model.model_config.n_kv_heads": st.one_of(st.sampled_from([1, 2, 8, 16]), scalars),
+        "model.model_config.head_dim": st.one_of(st.sampled_from([16, 32, 300]), scalars),
+        "model.model_config.intermediate_size": scalars,
+        "model.model_config.ffn_dim_multiplier": scalars,
+        "model.model_config.multiple_of": scalars,
+        "model.model_config.seq_length": st.one_of(st.sampled_from([1, 4096, 10**6, 2**31 - 1]), scalars),
+        "model.model_config.vocab_size": st.one_of(st.sampled_from([1, 7, 2**31 - 1]), scalars),
+        "model.model_config.num_experts": st.integers(0, 16),
+        "model.model_config.num_experts_per_tok": st.integers(0, 20),
+        "model.model_config.first_k_dense_replace": st.integers(0, 100),
+        "model.model_config.q_lora_rank": st.integers(0, 64),
+        "model.model_config.kv_lora_rank": st.integers(0, 64),
+        "model.model_config.qk_rope_head_dim": st.integers(0, 64),
+        "model.model_config.compute_dtype": scalars,
+        "model.model_config.param_init_type": scalars,
+        "model.model_config.tie_word_embeddings": scalars,
+        "model.model_config.use_flash_attention": scalars,
+        "moe_config": st.one_of(st.fixed_dictionaries({"expert_num": st.integers(0, 16),
+                                                       "num_experts_chosen": st.integers(0, 20)}), anything(1)),
+        "parallel.enable_parallel_optimizer": scalars,
+        "parallel.parallel_optimizer_config.optimizer_weight_shard_size": scalars,
+        "parallel_config.expert_parallel": st.one_of(st.integers(1, 4), scalars),
+        "parallel_config.use_seq_parallel": scalars,
     }
     for path in draw(st.lists(st.sampled_from(sorted(knobs)), max_size=3 if hostile else 1, unique=True)):
         _set(data, path, draw(knobs[path]))
