@@ -616,10 +616,12 @@ def _per_layer(st: _State, pl: _Placement, t: _Tables, has_exclude: bool, swap_a
         def lists(d: dict[str, Any]) -> dict[str, list[int]]:
             return {k: ids[applied(v) & ~full].tolist() for k, v in d.items() if v is True or v}
 
-        empty = {k: [] for k in fmt["select_recompute_exclude"]} if fmt["select_recompute_exclude"] is not None else None
-        emptyc = ({k: [] for k in fmt["select_comm_recompute_exclude"]}
-                  if fmt["select_comm_recompute_exclude"] is not None else None)
-        return _Layers(full, lists(fmt["select_recompute"]), lists(fmt["select_comm_recompute"]), empty, emptyc, None)
+        def none_applied(d: dict[str, Any] | None) -> dict[str, list[int]] | None:   # exclude keys: unused
+            return None if d is None else {k: [] for k in d}
+
+        return _Layers(full, lists(fmt["select_recompute"]), lists(fmt["select_comm_recompute"]),
+                       none_applied(fmt["select_recompute_exclude"]),
+                       none_applied(fmt["select_comm_recompute_exclude"]), None)
 
     def mask(table: np.ndarray) -> np.ndarray:
         return pl.pos < table[pl.v_of, pl.p_of] if n else np.zeros(0, bool)

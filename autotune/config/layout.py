@@ -111,7 +111,8 @@ def layer_inputs_of(cfg: Any) -> LayerInputs:
     mb = base.micro_batch_num if base.micro_batch_num is None and cfg.micro_batch_num == 1 else cfg.micro_batch_num
     return replace(base, num_layers=cfg.num_layers, pp=cfg.pipeline_stage, vpp=cfg.pp_interleave_num_raw,
                    pipeline_interleave=cfg.pipeline_interleave,
-                   pipeline_scheduler="1f1b" if cfg.pipeline_scheduler in AUTOTUNE_SCHEDULERS else cfg.pipeline_scheduler,
+                   pipeline_scheduler=("1f1b" if cfg.pipeline_scheduler in AUTOTUNE_SCHEDULERS
+                                       else cfg.pipeline_scheduler),
                    offset=cfg.offset, recompute=cfg.recompute, select_recompute=cfg.select_recompute,
                    select_comm_recompute=cfg.select_comm_recompute, micro_batch_num=mb,
                    seq_split_num=cfg.seq_split_num, recompute_slice_activation=cfg.recompute_slice_activation,

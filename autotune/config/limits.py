@@ -3,10 +3,11 @@
 Each limit is far above any real MindFormers training run and below what would make a command slow
 (measured on the project's 2-core machine, ``evaluate`` of a dense model: pipeline_stage 64 ×
 pp_interleave_num 4 × 512 micro-batches = 131,072 mini-stage units simulates in 1.9 s of CPU,
-262,144 units in 4.7–6.4 s, 1,048,576 units in 13 s and 1 GB). Simulation work grows with the forward units per stage (V·m·k) faster than linearly
-(P 4 × V 8 × m 4096 took 6.5 s of CPU, P 64 × V 4 × m 512 2.0 s, for the same 131,072 units), so both
-the total and the per-stage units are bounded; at the limits ``evaluate`` takes at most about 2 s of
-CPU (measured: P 32 × V 4 × m 1024, P 32 × m 4096). The README's "Input limits" table
+262,144 units in 4.7–6.4 s, 1,048,576 units in 13 s and 1 GB). Simulation work grows with the
+forward units per stage (V·m·k) faster than linearly (P 4 × V 8 × m 4096 took 6.5 s of CPU,
+P 64 × V 4 × m 512 2.0 s, for the same 131,072 units), so both the total and the per-stage units
+are bounded; at the limits ``evaluate`` takes at most about 2 s of CPU (measured: P 32 × V 4 ×
+m 1024, P 32 × m 4096). The README's "Input limits" table
 lists them with their rule codes; a value over a limit is a :class:`~autotune.errors.ConfigError`
 naming the field, the value and the rule (exit code 2 on the CLI).
 

@@ -99,7 +99,7 @@ def patterns_conflict(a: str, b: str, path: str, budget: MatchBudget) -> bool:
     sa, sb = a.split(SEP), b.split(SEP)
     if len(sa) != len(sb):
         return False
-    for x, y in zip(sa, sb):
+    for x, y in zip(sa, sb, strict=True):
         if not (budget.fullmatch(x, y, path) or budget.fullmatch(y, x, path)):
             return False
     return True
