@@ -103,9 +103,9 @@ def evaluate(config: str | Path | TrainingConfig, profile: str | Path | ModelPro
         ConfigError: invalid config, profile, or a schedule that cannot run these sizes.
     """
     cfg = _config(config, hbm_mib)
-    sched = _schedule(cfg)                    # a schedule the cost model lacks: say so before any rule
+    layout = layout_from_config(cfg)          # MindFormers' rules first: the same verdict as `check`
+    sched = _schedule(cfg)                    # then a schedule the cost model lacks
     prof = resolve_profile(cfg, profile, device=device, overrides=overrides)
-    layout = layout_from_config(cfg)
     _check_runnable(cfg, layout.vpp, sched)
     report = evaluate_layout(prof, layout, micro_batch_num=cfg.micro_batch_num, schedule=sched,
                              hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)

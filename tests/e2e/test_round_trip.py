@@ -139,6 +139,7 @@ def test_every_space_scheduler_is_read_back():
     raw = copy.deepcopy(TOY)
     raw["parallel"]["pipeline_config"]["pipeline_scheduler"] = "seqsmartvpp"
     raw["parallel_config"]["seq_split_num"] = 2
+    raw["recompute_config"]["recompute"] = False   # else MindFormers' own rule (R_SEQPIPE_RECOMPUTE) comes first
     with pytest.raises(ConfigError) as e:
         evaluate(config_from_dict(raw, source="t"))
     assert e.value.rule == "scheduler" and e.value.field == "parallel.pipeline_config.pipeline_scheduler"
