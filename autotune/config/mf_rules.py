@@ -26,10 +26,8 @@ Only values that are present and of the right type are judged here; types and ra
 autotune models are checked by :mod:`autotune.config.training` and
 :mod:`autotune.config.layer_setting`.
 
-Two of these rules are, for now, warnings (:data:`WARN_ONLY`: W_FINE_GRAIN_SP, W_MOE_MP_SP) although
-MindFormers raises: the shipped examples recreated from MindFormers configs dropped
-``use_seq_parallel: True`` from their sources (issue 20, "faithful examples"), and the README's
-numbers come from them. Once the examples are faithful, remove the entries to make them errors.
+Rules that a release range lacks are applied only to the releases that have them (the ``version``
+of :func:`model_rules`; R_MOE_MP_SP for "1.7" and "1.8", since r1.3.0–r1.5.0 lack it).
 """
 
 from __future__ import annotations
@@ -40,17 +38,6 @@ from autotune.config.layer_types import Warning_, is_int, rule_error
 from autotune.config.layer_yaml import MC, get_node
 
 HEAD_KEYS = ("num_heads", "num_attention_heads", "n_head")
-#: Rules reported as warnings for now (see the module docstring): rule -> warning code.
-WARN_ONLY = {"R_FINE_GRAIN_SP": "W_FINE_GRAIN_SP", "R_MOE_MP_SP": "W_MOE_MP_SP"}
-
-
-def _broken(warns: list[Warning_], rule: str, path: str, value: Any, problem: str, fix: str) -> None:
-    err = rule_error(rule, path, value, problem, fix)
-    if rule not in WARN_ONLY:
-        raise err
-    warns.append(Warning_(WARN_ONLY[rule], path, f"{err.message} (MindFormers raises ValueError)"))
-
-
 def _first_int(data: dict[str, Any], paths: tuple[str, ...]) -> tuple[int | None, str]:
     for path in paths:
         val = get_node(data, path, None)
@@ -91,13 +78,13 @@ def _attention_rules(data: dict[str, Any]) -> None:
                          f"use a model_parallel that divides {heads}")
 
 
-def _parallel_rules(data: dict[str, Any], warns: list[Warning_]) -> None:
+def _parallel_rules(data: dict[str, Any], version: str) -> None:
     sp = get_node(data, "parallel_config.use_seq_parallel", False) is True
     cp, _ = _first_int(data, ("parallel_config.context_parallel",))
     mp, _ = _first_int(data, ("parallel_config.model_parallel",))
     fgi, fgi_path = _first_int(data, (MC + "fine_grain_interleave",))
     if fgi and fgi > 1 and not sp and not (cp and cp > 1):
-        _broken(warns, "R_FINE_GRAIN_SP", fgi_path, fgi,
+        raise rule_error("R_FINE_GRAIN_SP", fgi_path, fgi,
                          "fine_grain_interleave > 1 without context parallel needs "
                          "parallel_config.use_seq_parallel: true (MindFormers r1.3.0–master check_rules)",
                          "set use_seq_parallel: true, or fine_grain_interleave: 1")
@@ -108,8 +95,8 @@ def _parallel_rules(data: dict[str, Any], warns: list[Warning_]) -> None:
                          "context_parallel > 1 needs model.model_config.use_flash_attention: true "
                          "(MindFormers r1.3.0–master check_rules)", "set use_flash_attention: true")
     experts, _ = _first_int(data, ("moe_config.expert_num",))
-    if experts and experts > 1 and mp and mp > 1 and not sp:
-        _broken(warns, "R_MOE_MP_SP", "parallel_config.use_seq_parallel", sp,
+    if experts and experts > 1 and mp and mp > 1 and not sp and version in ("1.7", "1.8"):
+        raise rule_error("R_MOE_MP_SP", "parallel_config.use_seq_parallel", sp,
                          "a MoE model with model_parallel > 1 needs use_seq_parallel: true (MindFormers "
                          "r1.6.0+ check_rules: 'performance may degrade')", "set use_seq_parallel: true")
 
@@ -123,18 +110,18 @@ def _seq_pipe_rules(data: dict[str, Any]) -> None:
                          "(MindFormers r1.5.0–master base_trainer)", "set calculate_per_token_loss: false")
 
 
-def model_rules(data: dict[str, Any]) -> list[Warning_]:
-    """Apply the rules of the module docstring to a parsed training YAML.
+def model_rules(data: dict[str, Any], version: str = "1.8") -> list[Warning_]:
+    """Apply the rules of the module docstring to a parsed training YAML, for MindFormers
+    ``version`` ("1.5" = r1.3–r1.6, "1.7", "1.8").
 
     Returns:
-        the warnings of the :data:`WARN_ONLY` rules.
+        warnings (none at present: every rule here is an error in the releases that have it).
 
     Raises:
-        ConfigError: R_HIDDEN_HEADS, R_HEADS_MP, R_CP_FLASH, R_SEQPIPE_PER_TOKEN_LOSS; or R_TYPE
-            when a section on the way is not a mapping.
+        ConfigError: R_HIDDEN_HEADS, R_HEADS_MP, R_FINE_GRAIN_SP, R_CP_FLASH, R_MOE_MP_SP,
+            R_SEQPIPE_PER_TOKEN_LOSS; or R_TYPE when a section on the way is not a mapping.
     """
-    warns: list[Warning_] = []
     _attention_rules(data)
-    _parallel_rules(data, warns)
+    _parallel_rules(data, version)
     _seq_pipe_rules(data)
-    return warns
+    return []

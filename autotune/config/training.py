@@ -344,7 +344,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
     if missing is not None:
         raise missing
     inputs = inputs_from_yaml(data)
-    warnings = key_warnings + model_rules(data) + validate_config_level(inputs, version)
+    warnings = key_warnings + model_rules(data, version) + validate_config_level(inputs, version)
     interleave = bool(inputs.pipeline_interleave) if inputs.pipeline_interleave is not None else bool(
         inputs.vpp and inputs.vpp > 1)
     vpp_raw = inputs.vpp

@@ -72,6 +72,8 @@ CONFIG_LEVEL = [
     (cfg(model__model_config__hidden_size=1000), "R_HIDDEN_HEADS", "model.model_config.hidden_size", 1000),
     (cfg(parallel_config__model_parallel=3), "R_HEADS_MP", "parallel_config.model_parallel", 3),
     (cfg(parallel_config__context_parallel=2), "R_CP_FLASH", "parallel_config.context_parallel", 2),
+    (cfg(model__model_config__fine_grain_interleave=2), "R_FINE_GRAIN_SP", "model.model_config.fine_grain_interleave",
+     2),
     (cfg(parallel_config__seq_split_num=2, runner_wrapper={"calculate_per_token_loss": True}),
      "R_SEQPIPE_PER_TOKEN_LOSS", "runner_wrapper.calculate_per_token_loss", True),
     (cfg(model__model_config__num_layers=5000), "R_LIMIT_NUM_LAYERS", "model.model_config.num_layers", 5000),
@@ -200,12 +202,17 @@ def test_missing_micro_batch_num_is_warned_the_same_everywhere():
     assert "W_MICRO_BATCH_DEFAULT" in [w.code for w in autotune.evaluate(config_from_dict(data)).warnings]
 
 
-def test_warn_only_rules_say_mindformers_raises():
-    data = cfg(model__model_config__fine_grain_interleave=2)
-    w = [w for w in check_config(data).warnings if w.code == "W_FINE_GRAIN_SP"]
-    assert w and "MindFormers raises ValueError" in w[0].message
+def test_moe_without_sequence_parallel_by_release():
+    """r1.6.0+ check_rules refuses it; r1.3.0–r1.5.0 (rules "1.5") do not have the rule."""
     data = cfg(moe_config={"expert_num": 8})
-    assert "W_MOE_MP_SP" in [w.code for w in config_from_dict(data).config_warnings]
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    assert_rule(ei.value, "R_MOE_MP_SP", "parallel_config.use_seq_parallel", False)
+    assert check_config(data, "1.5").pp == 4
+    with pytest.raises(ConfigError) as ei:
+        check_config(data, "1.7")
+    assert ei.value.rule == "R_MOE_MP_SP"
+    assert check_config(cfg(moe_config={"expert_num": 8}, parallel_config__use_seq_parallel=True)).pp == 4
 
 
 @pytest.mark.parametrize("hbm, rule", [("60", "R_MEMORY_UNIT"), ("60TB", "R_MEMORY_RANGE"),
