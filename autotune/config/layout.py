@@ -129,18 +129,34 @@ def layer_setting_of(cfg: Any, *, emulate: bool = False) -> LayerSettingResult:
     return normalize(layer_inputs_of(cfg), getattr(cfg, "mindformers_version", "1.8"), emulate=emulate)
 
 
-def _not_modelled(res: LayerSettingResult, cfg: Any) -> None:
-    if res.swap:
+def _swap_tables(res: LayerSettingResult) -> LayerSettingResult:
+    """Swap mode with only true/false values: the count tables they mean (all or none of each
+    mini-stage's layers). Layer-id lists have no count form: R_NOT_MODELLED."""
+    def table(val: Any) -> np.ndarray:
+        if val is True:
+            return res.layers_vp.astype(np.int64).copy()
+        if val in ([], False):
+            return np.zeros_like(res.layers_vp, dtype=np.int64)
         raise ConfigError("swap mode (swap_config.swap: true) reads recompute values as layer-id lists; "
                           "the cost model needs per-mini-stage counts; fix: `autotune check` shows the "
-                          "placement; evaluate without swap", field="swap_config.swap", value=True,
-                          rule="R_NOT_MODELLED")
+                          "placement; give true/false or evaluate without swap", field="swap_config.swap",
+                          value=True, rule="R_NOT_MODELLED")
+
+    return replace(res, recompute_vp=table(res.recompute),
+                   select_vp={k: table(v) for k, v in res.select_recompute.items()},
+                   comm_vp={k: table(v) for k, v in res.select_comm_recompute.items()})
+
+
+def _not_modelled(res: LayerSettingResult, cfg: Any) -> LayerSettingResult:
+    if res.swap:
+        res = _swap_tables(res)
     if res.start_stage or res.pp != cfg.pipeline_stage:
         raise ConfigError(f"the model_config.pipeline_stage block places the model on stages "
                           f"{res.start_stage}..{res.start_stage + res.pp - 1} of {cfg.pipeline_stage} (a "
                           "multimodal split); the cost model needs the whole pipeline; fix: `autotune "
                           "check` shows the placement", field="model.model_config.pipeline_stage",
                           value=res.pp, rule="R_NOT_MODELLED")
+    return res
 
 
 def layout_from_result(res: LayerSettingResult) -> Layout:
@@ -179,12 +195,10 @@ def layout_from_config(cfg: Any) -> Layout:
     layers counted in the split taken out (:func:`layout_from_result`).
 
     Raises:
-        ConfigError: any LayerSetting rule; R_NOT_MODELLED for swap mode and the
-            ``model_config.pipeline_stage`` block (``check`` handles both).
+        ConfigError: any LayerSetting rule; R_NOT_MODELLED for swap mode with layer-id lists and
+            the ``model_config.pipeline_stage`` block (``check`` handles both).
     """
-    res = layer_setting_of(cfg)
-    _not_modelled(res, cfg)
-    return layout_from_result(res)
+    return layout_from_result(_not_modelled(layer_setting_of(cfg), cfg))
 
 
 def make_layout(layers_vp: Any, recompute_vp: Any = None, select_vp: Any = None,

@@ -299,7 +299,7 @@ def test_timeout_warning_in_check(monkeypatch):
 
 
 @pytest.mark.parametrize("extra, field", [
-    ({"swap_config": {"swap": True}}, "swap_config.swap"),
+    ({"swap_config": {"swap": True}, "recompute_config__recompute": [0, 3]}, "swap_config.swap"),
     ({"model__model_config__pipeline_stage": {"start_stage": 1, "stage_num": 2}}, "model.model_config.pipeline_stage"),
 ])
 def test_not_modelled_layouts_are_named(extra, field):
@@ -309,6 +309,11 @@ def test_not_modelled_layouts_are_named(extra, field):
     with pytest.raises(ConfigError) as ei:
         autotune.evaluate(config_from_dict(data))
     assert (ei.value.rule, ei.value.field) == ("R_NOT_MODELLED", field)
+
+
+def test_swap_with_true_false_is_evaluated_as_all_or_none():
+    rep = autotune.evaluate(config_from_dict(cfg(swap_config={"swap": True}, recompute_config__recompute=True)))
+    assert [s.layers for s in rep.stages] == [s.recompute for s in rep.stages]     # every layer fully recomputed
 
 
 def test_user_config_outside_the_space_is_said():
