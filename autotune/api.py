@@ -47,12 +47,14 @@ def evaluate(config: str | Path | TrainingConfig, profile: str | Path | ModelPro
         ConfigError: invalid config, profile, or a schedule that cannot run these sizes.
     """
     cfg = as_config(config, hbm_mib)
+    layout = layout_from_config(cfg)          # MindFormers' rules first: the same verdict as `check`
+    sched = config_schedule(cfg)              # then a schedule the cost model lacks
     prof = resolve_profile(cfg, profile, device=device, overrides=overrides)
-    layout = layout_from_config(cfg)
-    sched = config_schedule(cfg)
     check_runnable(cfg, layout.vpp, sched)
-    return evaluate_layout(prof, layout, micro_batch_num=cfg.micro_batch_num, schedule=sched,
-                           hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)
+    report = evaluate_layout(prof, layout, micro_batch_num=cfg.micro_batch_num, schedule=sched,
+                             hbm_mib=cfg.hbm_mib, seq_split_num=cfg.seq_split_num)
+    report.warnings[:0] = list(cfg.config_warnings) + list(layout.warnings)   # what `check` warns about
+    return report
 
 
 @dataclass

@@ -6,6 +6,8 @@ messages and exit code 2 (tracebacks only with ``--debug``).
 
 from __future__ import annotations
 
+import difflib
+import typing
 from typing import Any
 
 
@@ -56,3 +58,50 @@ class InfeasibleError(AutotuneError):
         self.closest = closest
         self.excess_mib = excess_mib
         super().__init__(message)
+
+
+def _model_at(model: Any, loc: tuple) -> Any:
+    """The pydantic model class that holds the last key of ``loc`` (walks nested models and lists)."""
+    node = model
+    for key in loc[:-1]:
+        if isinstance(key, int) or not hasattr(node, "model_fields") or key not in node.model_fields:
+            continue
+        todo = [node.model_fields[key].annotation]
+        node = None
+        while todo:
+            t = todo.pop()
+            if hasattr(t, "model_fields"):
+                node = t
+                break
+            todo.extend(typing.get_args(t))
+        if node is None:
+            return None
+    return node
+
+
+def from_validation_error(exc: Any, model: Any, *, what: str, rule: str) -> ConfigError:
+    """A one-line :class:`ConfigError` from a pydantic ``ValidationError`` of ``model``: an unknown
+    key names the key, the allowed keys and the closest one ("did you mean"); other errors keep
+    pydantic's message and name the path.
+
+    Args:
+        exc: the ``pydantic.ValidationError``.
+        model: the model class that was validated (to list the allowed keys).
+        what: the input's name in messages, e.g. ``"search space search_spaces/rich.yaml"``.
+        rule: the rule code of the error.
+    """
+    err = exc.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    field = ".".join(str(x) for x in loc)
+    if err.get("type") == "extra_forbidden" and loc:
+        holder = _model_at(model, loc)
+        allowed = sorted(holder.model_fields) if holder is not None else []
+        key = str(loc[-1])
+        guess = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {guess[0]!r}? " if guess else ""
+        return ConfigError(f"unknown key {key!r} in the {what}; {hint}allowed keys: {', '.join(allowed)}",
+                           field=field, value=err.get("input"), rule=rule)
+    shown = repr(err.get("input"))
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return ConfigError(f"{err.get('msg', 'invalid value')} (got {shown}) in the {what}", field=field,
+                       value=err.get("input"), rule=rule)

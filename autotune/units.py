@@ -16,35 +16,44 @@ MS_PER_S = 1000.0
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
 _SIZE_UNIT_MIB = {"": 1.0 / BYTES_PER_MIB, "K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
+#: Largest HBM budget accepted (MiB): 1024 GiB, MindFormers' own "no limit" default
+#: (``max_device_memory: '1024GB'`` in ``core/context/build_context.py``); the largest accelerator
+#: memory today is under 300 GB.
+MAX_MEMORY_MIB = 1024.0 * MIB_PER_GIB
 
 
 def parse_memory_mib(value: object, *, field: str) -> float:
-    """Parse a MindSpore memory string such as ``"54.5GB"`` into MiB.
+    """Parse a memory size with a unit, such as ``"54.5GB"``, into MiB.
 
-    MindSpore's ``max_device_memory`` uses binary units under decimal names ("GB" means GiB),
-    so ``"54.5GB"`` is 54.5 × 1024 = 55808 MiB. A bare number is taken as GiB; ``"1024MB"`` as MiB.
+    MindSpore's ``max_device_memory`` uses binary units under decimal names ("GB" means GiB), so
+    ``"54.5GB"`` is 54.5 × 1024 = 55808 MiB; ``"1024MB"`` / ``"1024MiB"`` are MiB, ``"1TB"`` is
+    1024 GiB. A unit is required: MindSpore's format is ``"<number>GB"``, and a bare ``60`` could
+    mean GB or MiB (rule R_MEMORY_UNIT). The size must be > 0 and at most 1024 GiB
+    (:data:`MAX_MEMORY_MIB`, rule R_MEMORY_RANGE).
 
     Raises:
-        ConfigError: the value is not a positive size (names ``field``).
+        ConfigError: not a size (rule ``memory_size``), no unit (R_MEMORY_UNIT), or out of range
+            (R_MEMORY_RANGE); names ``field``.
     """
-    if isinstance(value, bool):
-        raise ConfigError(f"expected a size such as '54.5GB', got {value!r}", field=field,
-                          value=value, rule="memory_size")
-    if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ConfigError(f"must be > 0, got {value!r}", field=field, value=value,
-                              rule="memory_size")
-        return float(value) * MIB_PER_GIB
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ConfigError(f"a memory size needs a unit, got {value!r}; fix: write e.g. '{value}GB' "
+                          "(GB = GiB, as MindSpore reads max_device_memory)", field=field, value=value,
+                          rule="R_MEMORY_UNIT")
     if isinstance(value, str):
         m = _SIZE_RE.match(value)
         if m:
             num = float(m.group(1))
             unit = m.group(2).upper()
             if not m.group(3) and not unit:
-                mib = num * MIB_PER_GIB  # bare number: GiB
-            else:
-                mib = num * _SIZE_UNIT_MIB[unit]
-            if mib > 0:
+                raise ConfigError(f"a memory size needs a unit, got {value[:80]!r}; fix: write e.g. "
+                                  f"'{value.strip()[:40]}GB' (GB = GiB, as MindSpore reads max_device_memory)",
+                                  field=field, value=value, rule="R_MEMORY_UNIT")
+            mib = num * _SIZE_UNIT_MIB[unit]
+            if 0 < mib <= MAX_MEMORY_MIB:
                 return mib
-    raise ConfigError(f"expected a size such as '54.5GB' (GB = GiB as in MindSpore), got {value!r}",
+            raise ConfigError(f"must be > 0 and at most 1024GB (more memory than any device has), got "
+                              f"{value[:80]!r}; fix: give the per-device HBM budget, e.g. '60GB'", field=field,
+                              value=value, rule="R_MEMORY_RANGE")
+    shown = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else f"a {type(value).__name__}"
+    raise ConfigError(f"expected a size such as '54.5GB' (GB = GiB as in MindSpore), got {shown[:80]}",
                       field=field, value=value, rule="memory_size")

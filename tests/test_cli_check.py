@@ -15,7 +15,8 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import main
-from autotune.config.layer_setting import case_to_training_yaml, check_config
+from autotune.config.cases import case_to_training_yaml
+from autotune.config.read import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = sorted((ROOT / "examples" / "real_configs").glob("*.yaml"))

@@ -15,13 +15,12 @@ from typing import Any
 
 import click
 
+from autotune.config.safe_yaml import load_yaml_text
 from autotune.errors import ConfigError
 
 
 def is_megatron_input(path: str) -> bool:
     """Content detection of Megatron input (module docstring). Never raises for a readable file."""
-    import yaml
-
     from autotune.megatron.args import looks_like_megatron
 
     p = Path(path)
@@ -34,9 +33,9 @@ def is_megatron_input(path: str) -> bool:
     except (OSError, UnicodeDecodeError):
         return False
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return "pretrain_" in text
+        data = load_yaml_text(text, where=str(p))        # the bounded safe loader
+    except ConfigError:
+        return "pretrain_" in text        # not YAML (or over a limit): the config reader says why
     if not isinstance(data, dict):
         return "pretrain_" in text
     return looks_like_megatron(data)

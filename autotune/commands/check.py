@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
-from autotune.config.layer_setting import VERSIONS, LayerSettingResult, check_config
+from autotune.config.layer_setting import VERSIONS, LayerSettingResult
 from autotune.config.model_dims import missing_dims_error
+from autotune.config.read import check_config
+from autotune.config.safe_yaml import load_yaml_text, read_yaml_file
 from autotune.config.training import read_training_yaml, read_yaml
 from autotune.emit.splice import leaves, splice
 from autotune.errors import AutotuneError, ConfigError
@@ -154,13 +155,11 @@ def apply(best: str, config: str, output: str | None, output_alias: str | None, 
         path = Path(config)
         if not path.is_file():
             raise ConfigError(f"file not found: {config!r}", field=config, value=config, rule="file")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError("not a text file", field=config, value=None, rule="yaml") from None
+        read_yaml_file(path, mapping=True)       # the limits, and a mapping to splice into
+        text = path.read_text(encoding="utf-8")
         new_text, changed = splice(text, leaves(tuned))
         try:
-            check_config(yaml.safe_load(new_text), version)
+            check_config(load_yaml_text(new_text, where=config), version)
         except ConfigError as exc:
             raise ConfigError(f"the tuned config would not pass `autotune check` ({exc.rule} at "
                               f"{exc.field}: {exc.message}); nothing written", field=exc.field,

@@ -238,6 +238,9 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
                 best.hbm_budget_mib - best.peak_mib < TIGHT_HEADROOM * best.hbm_budget_mib:
             click.echo(f"\nnote: the worst stage leaves {headroom_text(best.peak_mib, best.hbm_budget_mib)}; "
                        f"peak memory is an estimate, so --hbm-margin 0.05 (or e.g. 2GB) keeps that much free")
+        if result.user_config_error:
+            e = result.user_config_error
+            click.echo(f"your config was not evaluated: [{e['rule']}] {e['field']}: {e['message']}")
         if result.settings:
             click.echo("\nother settings chosen: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
         if result.pareto is not None:

@@ -1,34 +1,128 @@
-"""A layout as MindFormers' canonical key values (layer-setting spec §7): the form every
-release from r1.3 to master reads the same.
+"""The canonical MindFormers form of a layout (layer-setting spec §7), offset suggestions, and a
+layout's canonical key values (:func:`canonical_values`).
 
-- ``offset``: a [V][P] table (a [P] list when V = 1), against base = N // (P·V);
-- ``recompute``: a [V][P] table of non-negative counts (each <= its mini-stage's layers);
-- ``select_recompute`` / ``select_comm_recompute``: ``{pattern: [V][P] table}``.
+The canonical form (``offset`` as a [vpp][pp] table, full [vpp][pp] count tables, select/comm as
+``{pattern: table}``) behaves the same in every MindFormers release from r1.3 to master. Pure numpy.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.config.layer_setting import DEFAULT_PATTERNS, emit_canonical
-from autotune.config.layout import Layout
+import numpy as np
+
+from autotune.config.layer_types import DEFAULT_PATTERNS
+from autotune.errors import ConfigError
+
+if TYPE_CHECKING:  # annotation only: config.layout imports layer_setting, which imports this module
+    from autotune.config.layout import Layout
+
+
+def suggest_offset(num_layers: int, pp: int, vpp: int) -> list:
+    """A valid r1.8 offset for N layers on pp×vpp mini-stages: the N mod (pp·vpp) extra layers go
+    to the middle mini-stages first (row-major), then to the head and tail."""
+    total = pp * vpp
+    base, rem = divmod(num_layers, total)
+    flat = [0] * total
+    order = list(range(1, total - 1)) + [0, total - 1] if total > 2 else list(range(total))
+    for k in order[:rem]:
+        flat[k] += 1
+    if vpp == 1:
+        return flat
+    return [flat[v * pp:(v + 1) * pp] for v in range(vpp)]
+
+
+def emit_canonical(layers_vp: Any, recompute_vp: Any = None, select: dict[str, Any] | None = None,
+                   comm: dict[str, Any] | None = None, *, zbv: bool = False) -> dict[str, Any]:
+    """The canonical MindFormers keys for a layout (§7 of the spec), as a nested YAML mapping.
+
+    ``layers_vp`` is [vpp][pp] layers per mini-stage in *physical* stage order (under zero_bubble_v
+    row 1 is given per physical stage, as the offset is written). Emits ``offset`` as a [vpp][pp]
+    table ([pp] list when vpp = 1), ``recompute`` and each select/comm pattern as full [vpp][pp]
+    tables of non-negative ints capped at the mini-stage size (an all-zero ``recompute`` or an
+    all-zero pattern dict is written as ``False``: same meaning, and seq pipe rejects a truthy
+    ``recompute``), and ``pp_interleave_num`` (with
+    ``pipeline_interleave: true`` when vpp > 1). This form behaves the same in r1.3 … master.
+
+    Raises:
+        ConfigError: R_STAGE_NEGATIVE / R_STAGE_EMPTY_MIDDLE when the layout cannot pass r1.8's
+            checks (head/tail >= 0 layers, middle >= 1), R_TYPE for a malformed table.
+    """
+    try:
+        layers = np.atleast_2d(np.asarray(layers_vp, dtype=np.int64))
+    except (TypeError, ValueError):
+        raise ConfigError("layers_vp must be a [vpp][pp] integer table", field="layers_vp",
+                          value=layers_vp, rule="R_TYPE") from None
+    if layers.ndim != 2 or layers.size == 0:
+        raise ConfigError("layers_vp must be a [vpp][pp] integer table", field="layers_vp",
+                          value=layers_vp, rule="R_TYPE")
+    vpp, pp = layers.shape
+    total = vpp * pp
+    n = int(layers.sum())
+    flat = layers.reshape(-1)
+    if flat[0] < 0 or flat[-1] < 0 or np.any(flat < 0):
+        raise ConfigError(f"layer counts must be >= 0, got {layers.tolist()}", field="layers_vp",
+                          value=layers.tolist(), rule="R_STAGE_NEGATIVE")
+    if total > 2 and np.any(flat[1:-1] < 1):
+        raise ConfigError(f"middle mini-stages need >= 1 layer for r1.8, got {layers.tolist()}",
+                          field="layers_vp", value=layers.tolist(), rule="R_STAGE_EMPTY_MIDDLE")
+    if total > 1 and n < total:
+        raise ConfigError(f"{n} layers cannot fill {total} mini-stages", field="layers_vp",
+                          value=layers.tolist(), rule="R_NUM_LAYERS_MIN")
+    base = n // total
+    off = (layers - base).tolist()
+
+    def table(t: Any) -> list:
+        if t is None or t is False:
+            return np.zeros_like(layers).tolist()
+        if t is True:
+            return layers.tolist()
+        arr = np.atleast_2d(np.asarray(t, dtype=np.int64))
+        if arr.shape != layers.shape:
+            raise ConfigError(f"recompute table must have shape [{vpp}][{pp}], got {list(arr.shape)}",
+                              field="recompute_vp", value=t, rule="R_RECOMPUTE_LEN")
+        return np.clip(arr, 0, layers).tolist()
+
+    def patterns(d: dict[str, Any] | None) -> Any:
+        tables = {str(k): table(v) for k, v in (d or {}).items()}
+        return tables if any(np.any(np.asarray(t)) for t in tables.values()) else False
+
+    rec = table(recompute_vp)
+    # an all-zero table is written as False: seq pipe rejects any truthy recompute value
+    rc: dict[str, Any] = {"recompute": rec if np.any(np.asarray(rec)) else False,
+                          "select_recompute": patterns(select),
+                          "select_comm_recompute": patterns(comm)}
+    mc: dict[str, Any] = {"offset": off[0] if vpp == 1 else off, "pp_interleave_num": vpp}
+    out: dict[str, Any] = {"model": {"model_config": mc}, "parallel_config": {"pipeline_stage": pp},
+                           "recompute_config": rc}
+    if vpp > 1 or zbv:
+        out["parallel"] = {"pipeline_config": {"pipeline_interleave": True}}
+    return out
 
 
 def canonical_values(layout: Layout, *, use_legacy: bool = True,
                      select_patterns: list[str] | None = None,
-                     comm_patterns: list[str] | None = None) -> dict[str, Any]:
+                     comm_patterns: list[str] | None = None, mtp_in_split: int | None = None) -> dict[str, Any]:
     """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}
-    from :func:`autotune.config.layer_setting.emit_canonical` (all-zero tables are written False).
+    from :func:`emit_canonical` (all-zero tables are written False).
 
     Pattern lists default to the layout's own patterns, else MindFormers' defaults for the model
-    path (legacy or mcore). Each pattern gets the layout's select (comm) table.
+    path (legacy or mcore). Each pattern gets the layout's select (comm) table. ``mtp_in_split``
+    (default: ``layout.mtp_in_split``) MTP layers that MindFormers counts in the layer split are
+    added to the last mini-stage, after its decoder layers, so the offset sums as MindFormers checks
+    it (legacy DeepSeek-V3 ``mtp_depth``: num_layers + mtp_depth).
     """
     mode = "legacy" if use_legacy else "mcore"
     sp = select_patterns if select_patterns is not None else (
         list(layout.select_patterns) or DEFAULT_PATTERNS[("select_recompute", mode)])
     cp = comm_patterns if comm_patterns is not None else (
         list(layout.comm_patterns) or DEFAULT_PATTERNS[("select_comm_recompute", mode)])
-    block = emit_canonical(layout.layers_vp, layout.recompute_vp, {p: layout.select_vp for p in sp},
+    mtp = layout.mtp_in_split if mtp_in_split is None else mtp_in_split
+    layers = layout.layers_vp
+    if mtp:
+        layers = layers.copy()
+        layers[-1, -1] += mtp
+    block = emit_canonical(layers, layout.recompute_vp, {p: layout.select_vp for p in sp},
                            {p: layout.comm_vp for p in cp})
     mc, rc = block["model"]["model_config"], block["recompute_config"]
     return {"offset": mc["offset"], "pp_interleave_num": mc["pp_interleave_num"], **rc}

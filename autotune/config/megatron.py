@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.config.layer_setting import Warning_
+from autotune.config.layer_types import Warning_
 from autotune.errors import ConfigError
 
 _FIRST = ("decoder_first_pipeline_num_layers", "num_layers_in_first_pipeline_stage")
@@ -102,18 +102,8 @@ def parse_layout(layout: str) -> list[dict[str, int]]:
     return [{s: part.count(s) for s in "EtmL"} for part in flat.split("|")]
 
 
-def translate(data: dict[str, Any]) -> Translation:
-    """Translate Megatron arguments (or a bug-case ``input`` with ``framework_args``) to a flat
-    MindFormers case. Explicit MindFormers fields in ``data`` (``offset``, ``micro_batch_num``, …)
-    win over derived ones.
-
-    Raises:
-        ConfigError: R_PP1_STAGE_OVERRIDE (first/last-stage layer counts with pp = 1: Megatron then
-            silently builds a smaller model), R_MEGATRON_UNEVEN (the remaining layers do not split
-            evenly), R_MEGATRON_LAYOUT (bad layout string or mismatched sizes), R_TYPE.
-    """
-    if not isinstance(data, dict):
-        raise ConfigError("Megatron arguments must be a mapping", field="<file>", value=None, rule="R_TYPE")
+def _split_args(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Megatron arguments with normalised names, explicit MindFormers fields)."""
     if isinstance(data.get("framework_args"), dict):
         args = {_norm_key(k): v for k, v in data["framework_args"].items()}
         base = {k: v for k, v in data.items() if k not in ("framework", "framework_args")}
@@ -123,88 +113,84 @@ def translate(data: dict[str, Any]) -> Translation:
                                                        "pp_interleave_num", "num_layers", "recompute",
                                                        "select_recompute", "mtp_num_layers",
                                                        "pipeline_scheduler")}
-    warns: list[Warning_] = []
-    n = args.get("num_layers", base.get("num_layers"))
-    pp = args.get("pipeline_model_parallel_size", base.get("pipeline_stage", base.get("pp")))
-    vpp = args.get("virtual_pipeline_model_parallel_size", base.get("pp_interleave_num"))
-    layout = args.get("pipeline_model_parallel_layout")
+    return args, base
+
+
+def _from_layout(args: dict[str, Any], layout: Any, n: Any, pp: Any, vpp: Any,
+                 case: dict[str, Any]) -> tuple[int, int, int, list[list[int]]]:
+    """(n, pp, vpp, [vpp][pp] layer table) of a ``pipeline_model_parallel_layout`` string."""
+    stages = parse_layout(layout)
+    s = len(stages)
+    if pp is None and vpp is None:
+        pp, vpp = s, 1
+    elif pp is None:
+        vpp = _int_arg(args, "virtual_pipeline_model_parallel_size", vpp, 1)
+        pp = s // vpp
+    else:
+        pp = _int_arg(args, "pipeline_model_parallel_size", pp, 1)
+        vpp = s // pp
+    if pp * vpp != s or pp < 1 or vpp < 1:
+        raise ConfigError(f"layout has {s} virtual stages, not pipeline_model_parallel_size × "
+                          f"virtual size = {pp} × {vpp}; fix: make them agree",
+                          field="pipeline_model_parallel_layout", value=layout, rule="R_MEGATRON_LAYOUT")
+    table = [[stages[v * pp + p]["t"] for p in range(pp)] for v in range(vpp)]
+    total_t = sum(map(sum, table))
+    if n is not None and n != total_t:
+        raise ConfigError(f"layout places {total_t} transformer layers but num_layers = {n}; fix: make "
+                          "them agree", field="pipeline_model_parallel_layout", value=layout,
+                          rule="R_MEGATRON_LAYOUT")
+    mtp = sum(st["m"] for st in stages)
+    if mtp:
+        case["mtp_num_layers"] = mtp
+        case["mtp_counted_in_layer_split"] = False
+    return total_t, pp, vpp, table
+
+
+def _from_counts(args: dict[str, Any], n: Any, pp: Any, vpp: Any
+                 ) -> tuple[int, int, int, list[list[int]] | None]:
+    """(n, pp, vpp, [vpp][pp] table or None for an even split) of num_layers, the sizes and the
+    first/last-stage layer counts."""
     first_key = next((k for k in _FIRST if args.get(k) is not None), None)
     last_key = next((k for k in _LAST if args.get(k) is not None), None)
-    case: dict[str, Any] = {k: v for k, v in base.items()}
-    groups = None
+    if n is None:
+        raise ConfigError("num_layers is missing; fix: add num_layers", field="num_layers", value=None,
+                          rule="R_MISSING")
+    n = _int_arg(args, "num_layers", n, 1)
+    pp = _int_arg(args, "pipeline_model_parallel_size", 1 if pp is None else pp, 1)
+    lpvs = args.get("num_layers_per_virtual_pipeline_stage")
+    if lpvs is not None:
+        lpvs = _int_arg(args, "num_layers_per_virtual_pipeline_stage", lpvs, 1)
+        vpp = max(1, (n // pp) // lpvs)   # Megatron floors: layers beyond vpp*lpvs*pp are dropped
+    vpp = _int_arg(args, "virtual_pipeline_model_parallel_size", 1 if vpp is None else vpp, 1)
+    if not (first_key or last_key):
+        return n, pp, vpp, None
+    if pp == 1:
+        key = last_key or first_key
+        raise ConfigError(f"{key} = {args[key]} with pipeline_model_parallel_size = 1: the single "
+                          f"stage would be built with {args[key]} layers instead of {n} while "
+                          "FLOPs are reported for all; fix: remove the override or use pp > 1",
+                          field=key, value=args[key], rule="R_PP1_STAGE_OVERRIDE")
+    first = _int_arg(args, first_key, args[first_key]) if first_key else None
+    last = _int_arg(args, last_key, args[last_key]) if last_key else None
+    middle = pp - (first is not None) - (last is not None)
+    rest = n - (first or 0) - (last or 0)
+    if rest < 0 or (middle == 0 and rest != 0) or (middle and rest % middle):
+        raise ConfigError(f"{rest} remaining layers cannot be split evenly over {middle} middle "
+                          f"stage(s); fix: adjust the first/last-stage counts", field=last_key or first_key,
+                          value=args[last_key or first_key], rule="R_MEGATRON_UNEVEN")
+    per = [rest // middle if middle else 0] * pp
+    if first is not None:
+        per[0] = first
+    if last is not None:
+        per[-1] = last
+    return n, pp, vpp, [[per[p] // vpp + (1 if v < per[p] % vpp else 0) for p in range(pp)] for v in range(vpp)]
 
-    if layout is not None:
-        stages = parse_layout(layout)
-        s = len(stages)
-        if pp is None and vpp is None:
-            pp, vpp = s, 1
-        elif pp is None:
-            vpp = _int_arg(args, "virtual_pipeline_model_parallel_size", vpp, 1)
-            pp = s // vpp
-        else:
-            pp = _int_arg(args, "pipeline_model_parallel_size", pp, 1)
-            vpp = s // pp
-        if pp * vpp != s or pp < 1 or vpp < 1:
-            raise ConfigError(f"layout has {s} virtual stages, not pipeline_model_parallel_size × "
-                              f"virtual size = {pp} × {vpp}; fix: make them agree",
-                              field="pipeline_model_parallel_layout", value=layout, rule="R_MEGATRON_LAYOUT")
-        table = [[stages[v * pp + p]["t"] for p in range(pp)] for v in range(vpp)]
-        total_t = sum(map(sum, table))
-        if n is not None and n != total_t:
-            raise ConfigError(f"layout places {total_t} transformer layers but num_layers = {n}; fix: make "
-                              "them agree", field="pipeline_model_parallel_layout", value=layout,
-                              rule="R_MEGATRON_LAYOUT")
-        n = total_t
-        mtp = sum(st["m"] for st in stages)
-        if mtp:
-            case["mtp_num_layers"] = mtp
-            case["mtp_counted_in_layer_split"] = False
-    else:
-        if n is None:
-            raise ConfigError("num_layers is missing; fix: add num_layers", field="num_layers", value=None,
-                              rule="R_MISSING")
-        n = _int_arg(args, "num_layers", n, 1)
-        pp = _int_arg(args, "pipeline_model_parallel_size", 1 if pp is None else pp, 1)
-        lpvs = args.get("num_layers_per_virtual_pipeline_stage")
-        if lpvs is not None:
-            lpvs = _int_arg(args, "num_layers_per_virtual_pipeline_stage", lpvs, 1)
-            vpp = max(1, (n // pp) // lpvs)   # Megatron floors: layers beyond vpp*lpvs*pp are dropped
-        vpp = _int_arg(args, "virtual_pipeline_model_parallel_size", 1 if vpp is None else vpp, 1)
-        table = None
-        if first_key or last_key:
-            if pp == 1:
-                key = last_key or first_key
-                raise ConfigError(f"{key} = {args[key]} with pipeline_model_parallel_size = 1: the single "
-                                  f"stage would be built with {args[key]} layers instead of {n} while "
-                                  "FLOPs are reported for all; fix: remove the override or use pp > 1",
-                                  field=key, value=args[key], rule="R_PP1_STAGE_OVERRIDE")
-            first = _int_arg(args, first_key, args[first_key]) if first_key else None
-            last = _int_arg(args, last_key, args[last_key]) if last_key else None
-            middle = pp - (first is not None) - (last is not None)
-            rest = n - (first or 0) - (last or 0)
-            if rest < 0 or (middle == 0 and rest != 0) or (middle and rest % middle):
-                raise ConfigError(f"{rest} remaining layers cannot be split evenly over {middle} middle "
-                                  f"stage(s); fix: adjust the first/last-stage counts", field=last_key or first_key,
-                                  value=args[last_key or first_key], rule="R_MEGATRON_UNEVEN")
-            per = [rest // middle if middle else 0] * pp
-            if first is not None:
-                per[0] = first
-            if last is not None:
-                per[-1] = last
-            table = [[per[p] // vpp + (1 if v < per[p] % vpp else 0) for p in range(pp)] for v in range(vpp)]
-    case["num_layers"] = n
-    case["pipeline_stage"] = pp
-    case["pp_interleave_num"] = vpp
-    if vpp > 1:
-        case.setdefault("pipeline_interleave", True)
-    if "offset" not in base:
-        if table is None:
-            case["offset"] = 0
-        else:
-            base_n = n // (pp * vpp)
-            off = [[c - base_n for c in row] for row in table]
-            case["offset"] = off[0] if vpp == 1 else off
-    # recompute
+
+def _recompute(args: dict[str, Any], base: dict[str, Any], case: dict[str, Any], table: Any, n: int,
+               pp: int, vpp: int) -> tuple[list[Warning_], list[list[list[int]]] | None]:
+    """Megatron's recompute arguments as MindFormers keys; (warnings, uniform recompute groups)."""
+    warns: list[Warning_] = []
+    groups = None
     gran = args.get("recompute_granularity")
     if gran == "full" and "recompute" not in base:
         method = args.get("recompute_method", "uniform")
@@ -227,6 +213,44 @@ def translate(data: dict[str, Any]) -> Translation:
             warns = list({w.message: w for w in warns}.values())
     elif gran == "selective" and "select_recompute" not in base:
         case["select_recompute"] = True
+    return warns, groups
+
+
+def translate(data: dict[str, Any]) -> Translation:
+    """Translate Megatron arguments (or a bug-case ``input`` with ``framework_args``) to a flat
+    MindFormers case. Explicit MindFormers fields in ``data`` (``offset``, ``micro_batch_num``, …)
+    win over derived ones.
+
+    Raises:
+        ConfigError: R_PP1_STAGE_OVERRIDE (first/last-stage layer counts with pp = 1: Megatron then
+            silently builds a smaller model), R_MEGATRON_UNEVEN (the remaining layers do not split
+            evenly), R_MEGATRON_LAYOUT (bad layout string or mismatched sizes), R_TYPE.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("Megatron arguments must be a mapping", field="<file>", value=None, rule="R_TYPE")
+    args, base = _split_args(data)
+    n = args.get("num_layers", base.get("num_layers"))
+    pp = args.get("pipeline_model_parallel_size", base.get("pipeline_stage", base.get("pp")))
+    vpp = args.get("virtual_pipeline_model_parallel_size", base.get("pp_interleave_num"))
+    layout = args.get("pipeline_model_parallel_layout")
+    case: dict[str, Any] = dict(base)
+    if layout is not None:
+        n, pp, vpp, table = _from_layout(args, layout, n, pp, vpp, case)
+    else:
+        n, pp, vpp, table = _from_counts(args, n, pp, vpp)
+    case["num_layers"] = n
+    case["pipeline_stage"] = pp
+    case["pp_interleave_num"] = vpp
+    if vpp > 1:
+        case.setdefault("pipeline_interleave", True)
+    if "offset" not in base:
+        if table is None:
+            case["offset"] = 0
+        else:
+            base_n = n // (pp * vpp)
+            off = [[c - base_n for c in row] for row in table]
+            case["offset"] = off[0] if vpp == 1 else off
+    warns, groups = _recompute(args, base, case, table, n, pp, vpp)
     return Translation(case=case, warnings=warns, recompute_groups=groups)
 
 

@@ -19,14 +19,19 @@ YAML paths read (MindFormers layout, see shared/spec/real-configs.md):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
-from autotune.config.layer_setting import Warning_
+from autotune.config.layer_setting import Warning_, validate_config_level
+from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, short_repr  # noqa: F401 - re-exported
+from autotune.config.layer_yaml import inputs_from_yaml
+from autotune.config.limits import MAX_INT
+from autotune.config.mf_rules import model_rules
 from autotune.config.model_dims import ALIASES, ModelDims, merge_hf_config, missing_dims_error, read_dims
+from autotune.config.safe_yaml import read_yaml_file
 from autotune.errors import ConfigError
 from autotune.units import parse_memory_mib
 
@@ -34,37 +39,18 @@ __all__ = ["ModelDims", "TrainingConfig", "check_keys", "config_from_dict", "get
            "read_training_yaml", "read_yaml"]
 
 SCHEDULERS = ("1f1b", "gpipe", "seqpipe", "seqvpp", "seqsmartvpp", "zero_bubble_v")
-#: Schedules autotune models and writes that MindFormers' YAML cannot name: ``1f1b_less_memory`` is
-#: the interleaved order MindSpore runs for ``pipeline_scheduler: 1f1b`` + ``pipeline_interleave``
-#: when the environment has ``ENABLE_LESS_MEM_VPP=1`` (InterleavedScheduler::MemoryOptimizedReorder,
-#: mindspore ccsrc/frontend/parallel/pipeline_transformer/pipeline_scheduler.cc). ``autotune search``
-#: writes the name so that ``evaluate`` reads the same schedule back; ``check`` rejects it.
-AUTOTUNE_SCHEDULERS = ("1f1b_less_memory",)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Load a YAML file with the safe loader and return its top-level mapping.
+    """Load a YAML file through the bounded safe loader and return its top-level mapping
+    (:func:`autotune.config.safe_yaml.read_yaml_file`).
 
     Raises:
-        ConfigError: missing file, unreadable or non-YAML text, or a top level that is not a
-            mapping (field = the file path).
+        ConfigError: missing file (rule ``file``), empty file, unreadable or non-YAML text, a top
+            level that is not a mapping (rule ``yaml``), or a limit (R_YAML_SIZE, R_YAML_DEPTH,
+            R_YAML_ALIAS, R_YAML_NODES); field = the file path.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}",
-                          field=str(p), value=None, rule="yaml") from None
-    except UnicodeDecodeError:
-        raise ConfigError("not a text file", field=str(p), value=None, rule="yaml") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}",
-                          field=str(p), value=None, rule="yaml")
-    return data
+    return read_yaml_file(path, mapping=True)
 
 
 def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
@@ -73,8 +59,6 @@ def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
     Raises:
         ConfigError: missing file or not JSON (field = the file path, rule = ``rule``).
     """
-    import json
-
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
@@ -82,9 +66,13 @@ def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
         return json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"not {what}: {exc}", field=str(p), value=None, rule=rule) from None
+    except (RecursionError, ValueError, MemoryError) as exc:   # nesting or an over-long number
+        raise ConfigError(f"not {what} autotune can read ({type(exc).__name__}: {str(exc)[:120]})",
+                          field=str(p), value=None, rule=rule) from None
 
 
 _MISSING = object()
+_ABSENT = object()
 
 
 def get_path(data: dict[str, Any], path: str, default: Any = _MISSING) -> Any:
@@ -102,11 +90,11 @@ def get_path(data: dict[str, Any], path: str, default: Any = _MISSING) -> Any:
             node = {}
         if not isinstance(node, dict):
             raise ConfigError(f"expected a mapping, got {type(node).__name__}",
-                              field=".".join(walked[:-1]), value=node, rule="type")
+                              field=".".join(walked[:-1]), value=node, rule="R_TYPE")
         if key not in node:
             if default is _MISSING:
                 raise ConfigError("required key is missing", field=path, value=None,
-                                  rule="missing_key")
+                                  rule="R_MISSING")
             return default
         node = node[key]
     return node
@@ -119,19 +107,29 @@ def _first(data: dict[str, Any], paths: tuple[str, ...], default: Any = _MISSING
             return val, path
     if default is _MISSING:
         raise ConfigError("required key is missing" + (
-            f" (also looked for {', '.join(paths[1:])})" if len(paths) > 1 else ""),
-            field=paths[0], value=None, rule="missing_key")
+            f" (also looked for {', '.join(paths[1:])})" if len(paths) > 1 else "") + f"; fix: add {paths[0]}",
+            field=paths[0], value=None, rule="R_MISSING")
     return default, paths[0]
 
 
 def _int(data: dict[str, Any], paths: tuple[str, ...] | str, default: Any = _MISSING, *,
-         minimum: int | None = 1) -> int:
+         minimum: int | None = 1, null_ok: bool = True) -> int:
     paths = (paths,) if isinstance(paths, str) else paths
+    if not null_ok:
+        for path in paths:
+            if get_path(data, path, _ABSENT) is None:    # written as null: MindFormers' validators refuse it
+                raise ConfigError("must be an integer, got None; fix: write a whole number or remove the key",
+                                  field=path, value=None, rule="R_TYPE")
     val, path = _first(data, paths, default)
     if isinstance(val, bool) or not isinstance(val, int):
-        raise ConfigError(f"must be an integer, got {val!r}", field=path, value=val, rule="type")
+        raise ConfigError(f"must be an integer, got {short_repr(val)}; fix: write a whole number", field=path,
+                          value=val, rule="R_TYPE")
     if minimum is not None and val < minimum:
-        raise ConfigError(f"must be >= {minimum}, got {val}", field=path, value=val, rule="range")
+        raise ConfigError(f"must be >= {minimum}, got {val}; fix: use a value >= {minimum}", field=path,
+                          value=val, rule="R_RANGE")
+    if abs(val) > MAX_INT:
+        raise ConfigError(f"must be <= {MAX_INT} (int32; autotune's input limit), got {short_repr(val)}; "
+                          f"fix: use a real size", field=path, value=val, rule="R_RANGE")
     return val
 
 
@@ -140,7 +138,8 @@ def _bool(data: dict[str, Any], path: str, default: bool) -> bool:
     if val is None:
         return default
     if not isinstance(val, bool):
-        raise ConfigError(f"must be true or false, got {val!r}", field=path, value=val, rule="type")
+        raise ConfigError(f"must be true or false, got {short_repr(val)}; fix: write true or false", field=path,
+                          value=val, rule="R_TYPE")
     return val
 
 
@@ -149,7 +148,11 @@ class TrainingConfig(BaseModel):
 
     ``offset`` and the recompute values keep the user's raw form; the canonical [vpp][pp] tables
     come from :func:`autotune.config.layout.layout_from_config`.
-    ``hbm_mib`` is ``context.max_device_memory`` in MiB (None when absent).
+    ``hbm_mib`` is ``context.max_device_memory`` in MiB (None when absent). ``layer_inputs`` holds
+    the :class:`~autotune.config.layer_types.LayerInputs` read from the YAML (the keys ``check``
+    reads; None for a config built in code); ``mindformers_version`` the release whose rules apply;
+    ``warnings`` what the reading warned about (near-miss keys, warn-only MindFormers rules, the
+    config-level LayerSetting rules).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -182,6 +185,14 @@ class TrainingConfig(BaseModel):
     dims: ModelDims | None = None
     warnings: tuple[Warning_, ...] = ()
     raw: dict[str, Any] = {}
+    layer_inputs: Any = None
+    mindformers_version: str = "1.8"
+
+    @property
+    def config_warnings(self) -> list[Warning_]:
+        """The reading's warnings (misspelled-key near misses, the warn-only MindFormers rules, the
+        config-level LayerSetting rules), as a list."""
+        return list(self.warnings)
 
     @property
     def vpp(self) -> int:
@@ -289,79 +300,89 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
     return warns
 
 
+def _read_dims(data: dict[str, Any]) -> ModelDims | None:
+    """:func:`_dims`, with any value it cannot convert reported as a one-line error."""
+    try:
+        return _dims(data)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, ArithmeticError) as exc:       # e.g. ffn_dim_multiplier: "abc"
+        raise ConfigError(f"a model dimension cannot be read ({type(exc).__name__}: {str(exc)[:120]}); fix: "
+                          "give the model_config dimensions as numbers", field="model.model_config",
+                          value=None, rule="R_TYPE") from None
+
+
 def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
-                     hbm_mib: float | None = None) -> TrainingConfig:
+                     hbm_mib: float | None = None, version: str = "1.8", spelling: bool = True) -> TrainingConfig:
     """Validate a parsed MindFormers YAML mapping into a :class:`TrainingConfig`.
+
+    The layer-setting keys are read once, by :func:`autotune.config.layer_yaml.inputs_from_yaml`
+    (the reader ``check`` uses), and checked by the same rules: misspelled keys
+    (:func:`check_keys`), the MindFormers rules on model dims and parallel settings
+    (:func:`autotune.config.mf_rules.model_rules`) and the config-level LayerSetting rules
+    (:func:`autotune.config.layer_setting.validate_config_level`: types, input limits, MTP,
+    micro_batch_num, schedulers, seq pipe, mcore-only rules). The layout keys (offset, recompute
+    values, patterns) are checked when the layout is derived
+    (:func:`autotune.config.layout.layout_from_config`).
 
     Args:
         data: the YAML's top-level mapping.
         source: where it came from (for messages).
         hbm_mib: overrides ``context.max_device_memory`` when given (MiB).
+        version: MindFormers release whose rules apply ("1.5", "1.7", "1.8").
+        spelling: refuse misspelled keys (:func:`check_keys`); ``check --emulate`` turns it off.
 
     Raises:
-        ConfigError: a required key is missing or has the wrong type/range, or a key is misspelled
-            (:func:`check_keys`); the message names the YAML path.
+        ConfigError: a required key is missing or has the wrong type/range, a key is misspelled,
+            or a rule above is broken; the message names the YAML path and the rule.
     """
-    key_warnings = check_keys(data)
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}", field=source,
+                          value=None, rule="yaml")
+    key_warnings = check_keys(data) if spelling else []
     missing = missing_dims_error(data, source if source != "<memory>" else None)
     if missing is not None:
         raise missing
-    mc = "model.model_config."
-    num_layers = _int(data, (mc + "num_layers", mc + "num_hidden_layers", mc + "n_layer"))
-    pp = _int(data, "parallel_config.pipeline_stage", 1)
-    mb = _int(data, "parallel_config.micro_batch_num", 1)
-    interleave = get_path(data, "parallel.pipeline_config.pipeline_interleave", None)
-    vpp_raw = get_path(data, mc + "pp_interleave_num", None)
-    if vpp_raw is not None and (isinstance(vpp_raw, bool) or not isinstance(vpp_raw, int) or vpp_raw < 1):
-        raise ConfigError(f"must be a positive integer, got {vpp_raw!r}", field=mc + "pp_interleave_num",
-                          value=vpp_raw, rule="type")
-    if interleave is None:
-        interleave = bool(vpp_raw and vpp_raw > 1)
-    if not isinstance(interleave, bool):
-        raise ConfigError(f"must be true or false, got {interleave!r}",
-                          field="parallel.pipeline_config.pipeline_interleave", value=interleave, rule="type")
-    vpp = (vpp_raw or 1) if interleave else 1
-    sched = get_path(data, "parallel.pipeline_config.pipeline_scheduler", "1f1b") or "1f1b"
-    if not isinstance(sched, str) or sched.lower() not in SCHEDULERS + AUTOTUNE_SCHEDULERS:
-        raise ConfigError(f"must be one of {', '.join(SCHEDULERS)} (MindFormers) or "
-                          f"{', '.join(AUTOTUNE_SCHEDULERS)} (autotune), got {sched!r}",
-                          field="parallel.pipeline_config.pipeline_scheduler", value=sched, rule="scheduler")
+    inputs = inputs_from_yaml(data)
+    warnings = key_warnings + model_rules(data, version) + validate_config_level(inputs, version)
+    interleave = bool(inputs.pipeline_interleave) if inputs.pipeline_interleave is not None else bool(
+        inputs.vpp and inputs.vpp > 1)
+    vpp_raw = inputs.vpp
     ctx_mem = get_path(data, "context.max_device_memory", None)
     if hbm_mib is None and ctx_mem is not None:
         hbm_mib = parse_memory_mib(ctx_mem, field="context.max_device_memory")
-    rc = get_path(data, "recompute_config", None) or {}
-    if not isinstance(rc, dict):
-        raise ConfigError("must be a mapping", field="recompute_config", value=rc, rule="type")
     return TrainingConfig(
         source=source,
-        num_layers=num_layers,
-        pipeline_stage=pp,
-        micro_batch_num=mb,
-        pp_interleave_num=vpp,
+        num_layers=inputs.num_layers,
+        pipeline_stage=inputs.pp,
+        micro_batch_num=1 if inputs.micro_batch_num is None else inputs.micro_batch_num,
+        pp_interleave_num=(vpp_raw or 1) if interleave else 1,
         pp_interleave_num_raw=vpp_raw,
         pipeline_interleave=interleave,
-        pipeline_scheduler=sched.lower(),
-        offset=get_path(data, mc + "offset", 0),
-        recompute=rc.get("recompute", False),
-        select_recompute=rc.get("select_recompute", False),
-        select_comm_recompute=rc.get("select_comm_recompute", False),
-        recompute_slice_activation=_bool(data, "recompute_config.recompute_slice_activation", False),
+        pipeline_scheduler=str(inputs.pipeline_scheduler),
+        offset=inputs.offset,
+        recompute=inputs.recompute,
+        select_recompute=inputs.select_recompute,
+        select_comm_recompute=inputs.select_comm_recompute,
+        recompute_slice_activation=bool(inputs.recompute_slice_activation),
         mp_comm_recompute=_bool(data, "recompute_config.mp_comm_recompute", True),
         parallel_optimizer_comm_recompute=_bool(data, "recompute_config.parallel_optimizer_comm_recompute", False),
-        data_parallel=_int(data, "parallel_config.data_parallel", 1),
-        model_parallel=_int(data, "parallel_config.model_parallel", 1),
-        context_parallel=_int(data, "parallel_config.context_parallel", 1),
-        expert_parallel=_int(data, "parallel_config.expert_parallel", 1),
+        data_parallel=_int(data, "parallel_config.data_parallel", 1, null_ok=False),
+        model_parallel=_int(data, "parallel_config.model_parallel", 1, null_ok=False),
+        context_parallel=_int(data, "parallel_config.context_parallel", 1, null_ok=False),
+        expert_parallel=_int(data, "parallel_config.expert_parallel", 1, null_ok=False),
         use_seq_parallel=_bool(data, "parallel_config.use_seq_parallel", False),
-        seq_split_num=_int(data, "parallel_config.seq_split_num", 1),
+        seq_split_num=1 if inputs.seq_split_num is None else inputs.seq_split_num,
         enable_parallel_optimizer=_bool(data, "parallel.enable_parallel_optimizer", False),
         optimizer_weight_shard_size=_int(
             data, "parallel.parallel_optimizer_config.optimizer_weight_shard_size", -1, minimum=None),
-        use_legacy=_bool(data, "use_legacy", True),
+        use_legacy=inputs.model_mode == "legacy",
         hbm_mib=hbm_mib,
-        dims=_dims(data),
-        warnings=tuple(key_warnings),
+        dims=_read_dims(data),
+        warnings=tuple(warnings),
         raw=data,
+        layer_inputs=inputs,
+        mindformers_version=version,
     )
 
 
@@ -377,12 +398,13 @@ def read_training_yaml(path: str | Path, *, hf_config: str | Path | None = None)
 
 
 def load_config(path: str | Path, *, hbm_mib: float | None = None,
-                hf_config: str | Path | None = None) -> TrainingConfig:
+                hf_config: str | Path | None = None, version: str = "1.8") -> TrainingConfig:
     """Read and validate a MindFormers training YAML file.
 
     Args:
         path: the YAML file.
         hbm_mib: HBM budget override in MiB (default: ``context.max_device_memory``).
+        version: MindFormers release whose rules apply ("1.5", "1.7", "1.8").
         hf_config: a Hugging Face ``config.json`` with the model dims (default: the one in
             ``pretrained_model_dir`` or beside the YAML, when the YAML names a
             ``pretrained_model_dir``).
@@ -392,4 +414,4 @@ def load_config(path: str | Path, *, hbm_mib: float | None = None,
             the dims come from a ``pretrained_model_dir`` whose ``config.json`` is missing.
     """
     return config_from_dict(read_training_yaml(path, hf_config=hf_config), source=str(path),
-                            hbm_mib=hbm_mib)
+                            hbm_mib=hbm_mib, version=version)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config.canonical import canonical_values
+from autotune.config.layout import mtp_layers_in_split
 from autotune.cost.report import CostReport
 from autotune.emit.render import memory_text, report_json
 from autotune.emit.splice import leaves, splice
@@ -25,7 +26,8 @@ def tuned_values(result: Any) -> dict[str, Any]:
     if report is None:
         raise InfeasibleError("the search evaluated no configuration")
     return canonical_values(report.layout, use_legacy=result.config.use_legacy,
-                            select_patterns=result.select_patterns, comm_patterns=result.comm_patterns)
+                            select_patterns=result.select_patterns, comm_patterns=result.comm_patterns,
+                            mtp_in_split=mtp_layers_in_split(result.config))
 
 
 def tuned_keys(result: Any) -> dict[str, Any]:
@@ -71,7 +73,8 @@ def result_dict(result: Any) -> dict[str, Any]:
         out = report_json(r, result.hbm_margin_mib)
         out["config"] = canonical_values(r.layout, use_legacy=result.config.use_legacy,
                                          select_patterns=result.select_patterns,
-                                         comm_patterns=result.comm_patterns)
+                                         comm_patterns=result.comm_patterns,
+                                         mtp_in_split=mtp_layers_in_split(result.config))
         return out
     return {"best": d(result.best), "closest": d(result.closest) if result.best is None else None,
             "baselines": {k: d(v) for k, v in result.baselines.items()},
@@ -79,6 +82,7 @@ def result_dict(result: Any) -> dict[str, Any]:
             "lower_bound_ms": result.lower_bound_ms, "certified_gap": result.certified_gap,
             "exact": result.exact, "settings": dict(result.settings), "subproblems": result.subproblems,
             "hbm_margin_mib": result.hbm_margin_mib,
+            "user_config_error": result.user_config_error,
             **({"pareto": result.pareto, "pareto_exact": result.pareto_exact}
                if result.pareto is not None else {})}
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from autotune.config.safe_yaml import load_yaml_text
 from autotune.errors import AutotuneError, ConfigError
 
 #: keys whose mapping value is one value (pattern -> counts), not a section to walk into.
@@ -177,10 +178,7 @@ def splice(text: str, updates: list[tuple[tuple[str, ...], Any]]) -> tuple[str, 
         ConfigError: the text is not YAML, or a parent of a path is not a mapping.
         AutotuneError: the spliced text does not read back as the intended values (bug guard).
     """
-    try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", field="<config>", value=None, rule="yaml") from None
+    data = load_yaml_text(text, where="<config>") if text.strip() else {}   # bounded safe loader
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.config.safe_yaml import load_yaml_text
 from autotune.errors import ConfigError
 
 #: Arguments that take several values (argparse ``nargs='+'`` / ``'*'`` in Megatron-LM
@@ -207,23 +208,19 @@ def read_args(source: str | Path | dict | list | MegatronArgs) -> MegatronArgs:
 
 
 def _load_mapping_text(text: str, p: Path) -> dict | None:
-    import yaml
-
     if p.suffix == ".json":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"not JSON: {exc}", field=str(p), value=None, rule="yaml") from None
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:   # nesting, over-long numbers
+            raise ConfigError(f"not JSON autotune can read: {str(exc)[:200]}", field=str(p), value=None,
+                              rule="yaml") from None
         return data if isinstance(data, dict) else None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        if "pretrain_" in text:
-            return None
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", field=str(p), value=None,
-                          rule="yaml") from None
+        data = load_yaml_text(text, where=str(p))        # the bounded safe loader (size, depth, aliases)
+    except ConfigError as exc:
+        if exc.rule == "yaml" and "pretrain_" in text:
+            return None                                  # a launch script, not YAML
+        raise
     return data if isinstance(data, dict) else None
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.config.margin import parse_margin_mib
 from autotune.config.training import TrainingConfig, config_from_dict, read_yaml
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, from_validation_error
 
 #: Bumped when the meaning of a scenario's content changes (old studies are then not reused).
 HASH_VERSION = 1
@@ -132,9 +132,7 @@ class Sweep:
 
 
 def _err(exc: ValidationError, path: str) -> ConfigError:
-    e = exc.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"])
-    return ConfigError(f"{e['msg']} (sweep file {path})", field=loc, value=e.get("input"), rule="sweep")
+    return from_validation_error(exc, SweepSpec, what=f"sweep file {path}", rule="sweep")
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any, where: str) -> None:

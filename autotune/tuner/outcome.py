@@ -45,6 +45,9 @@ class SearchOutcome:
             sets; 1 for the default space).
         hbm_margin_mib: the safety margin (MiB) kept free below the budget; the reports' and
             ``config``'s budget is then the limit budget − margin (:mod:`autotune.config.margin`).
+        user_config_error: why the "user" baseline is missing (``{"rule", "field", "message"}``:
+            the config's own layout breaks a rule, or lies outside the searched space); None when
+            it was evaluated.
     """
 
     best: CostReport | None
@@ -66,3 +69,4 @@ class SearchOutcome:
     pareto_exact: bool = False
     subproblems: int = 1
     hbm_margin_mib: float = 0.0
+    user_config_error: dict[str, Any] | None = None

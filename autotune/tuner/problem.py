@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.config.layout import Layout, make_layout
+from autotune.config.limits import MAX_SCHEDULE_UNITS, MAX_STAGE_UNITS
 from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation, simulate
@@ -164,10 +165,11 @@ def even_layers(N: int, P: int, V: int) -> np.ndarray:
 
 def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
                  seq_split_num: int = 1) -> list[int]:
-    """The candidates V that can run: P·V <= N and the schedule accepts (P, V, m, seq_split_num)."""
+    """The candidates V that can run: P·V <= N, within the simulation limits of
+    :mod:`autotune.config.limits` (R_LIMIT_SCHEDULE), and the schedule accepts (P, V, m, seq_split_num)."""
     out = []
     for V in candidates:
-        if P * V > N:
+        if P * V > N or V * m * seq_split_num > MAX_STAGE_UNITS or P * V * m * seq_split_num > MAX_SCHEDULE_UNITS:
             continue
         try:
             compile_schedule(schedule, P, V, m, seq_split_num)

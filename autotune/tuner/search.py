@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from autotune.config.canonical import canonical_values
-from autotune.config.layout import Layout, layout_from_config
+from autotune.config.layout import Layout, layout_from_config, mtp_layers_in_split
 from autotune.config.margin import apply_margin
 from autotune.config.training import TrainingConfig
 from autotune.cost.report import CostReport, evaluate_layout
@@ -110,12 +110,22 @@ def report(cfg: TrainingConfig, var: Variant, c: Candidate | None) -> CostReport
                            hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
 
 
-def user_layout(cfg: TrainingConfig) -> Layout | None:
-    """The config's own layout, None when it cannot be read (the search still runs)."""
+def user_layout(cfg: TrainingConfig) -> tuple[Layout | None, dict[str, Any] | None]:
+    """The config's own layout, or None and why (``ConfigError.to_dict()``) when it breaks a rule:
+    the search still runs, and the result says why there is no "user" baseline."""
     try:
-        return layout_from_config(cfg)
-    except ConfigError:
-        return None
+        return layout_from_config(cfg), None
+    except ConfigError as exc:
+        return None, exc.to_dict()
+
+
+def outside_space_error(user: Layout, prepared: list[Prepared]) -> dict[str, Any]:
+    """Why a readable user layout has no baseline: it is not in the searched space."""
+    var0, prob0 = prepared[0].var, prepared[0].problem
+    return {"rule": "R_USER_OUTSIDE_SPACE", "field": "model.model_config.pp_interleave_num",
+            "message": f"your config (pp_interleave_num {user.vpp}, {var0.schedule}) is not "
+                       f"in the searched space (pp_interleave_num candidates "
+                       f"{list(prob0.vpp_candidates)} runnable with these sizes)"}
 
 
 def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
@@ -220,7 +230,8 @@ def pareto_front(cfg: TrainingConfig, pool: list[tuple[Variant, Candidate]], use
                       "margin_mib": float(cfg.hbm_mib) - c.peak_mib,
                       "headroom_mib": float(cfg.hbm_mib) + margin_mib - c.peak_mib,
                       "config": canonical_values(c.layout(), use_legacy=cfg.use_legacy,
-                                                 select_patterns=sp_v, comm_patterns=cp_v),
+                                                 select_patterns=sp_v, comm_patterns=cp_v,
+                                                 mtp_in_split=mtp_layers_in_split(cfg)),
                       "settings": dict(v.settings), "schedule": v.schedule, "origin": c.origin})
     return front
 
@@ -244,8 +255,10 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
     if sp.pipeline_scheduler == "keep":
         config_schedule(cfg)
     subs = subproblems(cfg, sp, expand_space(cfg, sp, profile, device=device, overrides=overrides))
-    user = user_layout(cfg)
+    user, user_error = user_layout(cfg)
     baselines, prepared = prepare(cfg, subs, user, timeout, t0)
+    if baselines["user"] is None and user_error is None and user is not None:
+        user_error = outside_space_error(user, prepared)
     lb = min(pr.bs.bound_ms for pr in prepared)
     pareto = objective == "time,memory"
     st = run_studies(prepared, sp, pareto=pareto, trials=trials, timeout=timeout, t0=t0, seed=seed,
@@ -271,4 +284,4 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
                          exact=all(pr.bs.exact for pr in prepared), timed_out=st.timed_out,
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
-                         hbm_margin_mib=margin_mib)
+                         hbm_margin_mib=margin_mib, user_config_error=user_error)

@@ -47,7 +47,7 @@ from autotune.config.training import config_from_dict, get_path, read_yaml
 from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays
 from autotune.cost.schedules import registered
 from autotune.cost.select_ops import pattern_matches
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, from_validation_error
 from autotune.tuner.inputs import config_schedule, resolve_profile
 
 DEFAULT_SPACE_PATH = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
@@ -149,10 +149,7 @@ def load_search_space(path: str | Path | None = None) -> SearchSpace:
     try:
         return SearchSpace.model_validate(data or {})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"{err['msg']} (search space {path})", field=loc, value=err.get("input"),
-                          rule="search_space") from None
+        raise from_validation_error(exc, SearchSpace, what=f"search space {path}", rule="search_space") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,14 +272,15 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
 def micro_batch_candidates(cfg: Any, space: SearchSpace) -> list[tuple[int, int | None]]:
     """(micro_batch_num, runner_config.batch_size or None when the config has none) pairs with
     ``data_parallel × micro_batch_num × batch_size`` equal to the config's; candidates leaving a
-    fractional batch size are dropped. Pinned: the config's own."""
+    fractional batch size, or below pipeline_stage (rule R_MICRO_BATCH_MIN), are dropped. Pinned:
+    the config's own."""
     bs0 = get_path(cfg.raw, "runner_config.batch_size", None)
     if space.micro_batch_num is None:
         return [(cfg.micro_batch_num, None)]
     total = cfg.micro_batch_num * (bs0 if isinstance(bs0, int) and bs0 > 0 else 1)
     out = []
     for m in space.micro_batch_num:
-        if total % m:
+        if total % m or m < cfg.pipeline_stage:   # R_MICRO_BATCH_MIN: MindSpore needs m >= pipeline_stage
             continue
         bs = total // m
         if bs0 is None and bs != 1:
@@ -309,7 +307,8 @@ def expand_space(cfg: Any, space: SearchSpace, profile: Any = None, *, device: s
     mbs = micro_batch_candidates(cfg, space)
     if not mbs:
         raise ConfigError(f"no micro_batch_num candidate in {space.micro_batch_num} keeps the global batch "
-                          f"(data_parallel × micro_batch_num × batch_size) of the config whole",
+                          f"(data_parallel × micro_batch_num × batch_size) of the config whole and is >= "
+                          f"pipeline_stage = {cfg.pipeline_stage}",
                           field="micro_batch_num", value=space.micro_batch_num, rule="search_space")
     if profile is not None and (free or space.micro_batch_num is not None):
         what = ", ".join(free + (["micro_batch_num"] if space.micro_batch_num is not None else []))

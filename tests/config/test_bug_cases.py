@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.layer_setting import check_config
+from autotune.config.read import check_config
 from autotune.config.megatron import parse_layout, translate
 from autotune.errors import ConfigError
 

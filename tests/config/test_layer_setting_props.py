@@ -21,7 +21,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.config.layer_setting import VERSIONS, case_to_training_yaml, check_config, emit_canonical
+from autotune.config.cases import case_to_training_yaml
+from autotune.config.layer_setting import VERSIONS, emit_canonical
+from autotune.config.read import check_config
 from autotune.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.layer_setting import case_to_training_yaml, check_config
+from autotune.config.cases import case_to_training_yaml
+from autotune.config.read import check_config
 from autotune.errors import ConfigError
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "layer_setting_vectors.json"

@@ -85,7 +85,17 @@ def run_check(path: Path, version: str, args: list[str]) -> dict[str, Any]:
     if rc != 0:
         return {"rc": rc, "rule": (data.get("error") or {}).get("rule")}
     return {"rc": 0, "rule": None, "layers": data["effective_layers_per_stage"],
+            "ids": list(zip(data["interleave_ids"], data["pipeline_ids"])),
             "warnings": data.get("warnings", [])}
+
+
+def decoder_layers(check: dict[str, Any], n_decoder: int) -> list[list[int]]:
+    """check's real placement without the layers after the first ``n_decoder`` (the MTP layers a
+    release counts in the split sit last): what the cost model holds as decoder layers."""
+    layers = [list(row) for row in check["layers"]]
+    for v, p in check["ids"][n_decoder:]:
+        layers[v][p] -= 1
+    return layers
 
 
 def run_evaluate(path: Path, args: list[str]) -> dict[str, Any]:

@@ -70,8 +70,11 @@ def test_corpus_file(entry):
         assert ev["fits"] == exp["fits"]
         assert ev["peak_mib"] == pytest.approx(exp["peak_mib"], rel=5e-3)
         assert ev["warnings"] == sorted(exp.get("warnings", []))
-        # one reading of the layer split: check's real placement = the cost model's layout
-        assert c["layers"] == ev["layers"], (c["layers"], ev["layers"])
+        # one reading of the layer split: check's real placement = the cost model's layout (MTP
+        # layers a release counts in the split are the last ones; the cost model holds them in the tail)
+        n_decoder = sum(map(sum, ev["layers"]))
+        assert len(c["ids"]) - n_decoder in (0, 1, 2), (len(c["ids"]), n_decoder)
+        assert L.decoder_layers(c, n_decoder) == ev["layers"], (c["layers"], ev["layers"])
     else:
         assert exp.get("rule") in (None, c["rule"], ev["rule"])
 

@@ -193,11 +193,15 @@ def test_vocab_emb_dp_replicates_embedding_and_head():
 
 def test_keys_without_a_memory_term_change_nothing():
     _, base = prof()
-    for change in ({"model__model_config__fine_grain_interleave": 2}, {"micro_batch_interleave_num": 2},
+    for change in ({"micro_batch_interleave_num": 2},
                    {"model__model_config__layernorm_compute_type": "bfloat16"},
                    {"parallel_config__context_parallel_algo": "ulysses_cp"}):
         _, other = prof(**change)
         assert other.kinds == base.kinds and other.head == base.head and other.tail == base.tail, change
+    # fine_grain_interleave > 1 needs use_seq_parallel (MindFormers check_rules, R_FINE_GRAIN_SP)
+    _, sp = prof(parallel_config__use_seq_parallel=True)
+    _, other = prof(parallel_config__use_seq_parallel=True, model__model_config__fine_grain_interleave=2)
+    assert other.kinds == sp.kinds and other.head == sp.head and other.tail == sp.tail
 
 
 def test_swap_is_warned_not_modelled():

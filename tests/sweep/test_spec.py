@@ -42,7 +42,7 @@ def test_study_name_follows_content_not_file(tmp_path):
      "scenarios.1.name", "sweep_duplicate"),
     ("  - name: missing\n    config: nowhere.yaml\n", "scenarios.1.config", "file"),
     ("  - name: odd\n    config: %s\n    set: {parallel_config.pipeline_stage: 0}\n" % (DATA / "tiny.yaml"),
-     "parallel_config.pipeline_stage", "range"),
+     "parallel_config.pipeline_stage", "R_RANGE"),
     ("  - name: typo\n    config: %s\n    trails: 5\n" % (DATA / "tiny.yaml"), "scenarios.1.trails", "sweep"),
 ])
 def test_bad_input_names_the_field(tmp_path, extra, field, rule):
