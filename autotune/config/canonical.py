@@ -1,5 +1,4 @@
-"""The canonical MindFormers form of a layout (layer-setting spec §7), offset suggestions, and a
-layout's canonical key values (:func:`canonical_values`).
+"""The canonical MindFormers form of a layout (layer-setting spec §7), and offset suggestions.
 
 The canonical form (``offset`` as a [vpp][pp] table, full [vpp][pp] count tables, select/comm as
 ``{pattern: table}``) behaves the same in every MindFormers release from r1.3 to master. Pure numpy.
@@ -7,15 +6,11 @@ The canonical form (``offset`` as a [vpp][pp] table, full [vpp][pp] count tables
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from autotune.config.layer_types import DEFAULT_PATTERNS
 from autotune.errors import ConfigError
-
-if TYPE_CHECKING:  # annotation only: config.layout imports layer_setting, which imports this module
-    from autotune.config.layout import Layout
 
 
 def suggest_offset(num_layers: int, pp: int, vpp: int) -> list:
@@ -98,31 +93,3 @@ def emit_canonical(layers_vp: Any, recompute_vp: Any = None, select: dict[str, A
     if vpp > 1 or zbv:
         out["parallel"] = {"pipeline_config": {"pipeline_interleave": True}}
     return out
-
-
-def canonical_values(layout: Layout, *, use_legacy: bool = True,
-                     select_patterns: list[str] | None = None,
-                     comm_patterns: list[str] | None = None, mtp_in_split: int | None = None) -> dict[str, Any]:
-    """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}
-    from :func:`emit_canonical` (all-zero tables are written False).
-
-    Pattern lists default to the layout's own patterns, else MindFormers' defaults for the model
-    path (legacy or mcore). Each pattern gets the layout's select (comm) table. ``mtp_in_split``
-    (default: ``layout.mtp_in_split``) MTP layers that MindFormers counts in the layer split are
-    added to the last mini-stage, after its decoder layers, so the offset sums as MindFormers checks
-    it (legacy DeepSeek-V3 ``mtp_depth``: num_layers + mtp_depth).
-    """
-    mode = "legacy" if use_legacy else "mcore"
-    sp = select_patterns if select_patterns is not None else (
-        list(layout.select_patterns) or DEFAULT_PATTERNS[("select_recompute", mode)])
-    cp = comm_patterns if comm_patterns is not None else (
-        list(layout.comm_patterns) or DEFAULT_PATTERNS[("select_comm_recompute", mode)])
-    mtp = layout.mtp_in_split if mtp_in_split is None else mtp_in_split
-    layers = layout.layers_vp
-    if mtp:
-        layers = layers.copy()
-        layers[-1, -1] += mtp
-    block = emit_canonical(layers, layout.recompute_vp, {p: layout.select_vp for p in sp},
-                           {p: layout.comm_vp for p in cp})
-    mc, rc = block["model"]["model_config"], block["recompute_config"]
-    return {"offset": mc["offset"], "pp_interleave_num": mc["pp_interleave_num"], **rc}

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from autotune.config.layer_setting import layout_tables, normalize, split_mtp_layers
-from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, LayerInputs, LayerSettingResult
+from autotune.config.canonical import emit_canonical
+from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, DEFAULT_PATTERNS, LayerInputs, LayerSettingResult
 from autotune.errors import ConfigError
 
 
@@ -210,3 +211,31 @@ def make_layout(layers_vp: Any, recompute_vp: Any = None, select_vp: Any = None,
             return np.zeros_like(layers)
         return np.minimum(np.atleast_2d(np.asarray(x, dtype=np.int64)), layers)
     return Layout(layers_vp=layers, recompute_vp=t(recompute_vp), select_vp=t(select_vp), comm_vp=t(comm_vp))
+
+
+def canonical_values(layout: Layout, *, use_legacy: bool = True,
+                     select_patterns: list[str] | None = None,
+                     comm_patterns: list[str] | None = None, mtp_in_split: int | None = None) -> dict[str, Any]:
+    """Flat dict {offset, pp_interleave_num, recompute, select_recompute, select_comm_recompute}
+    from :func:`autotune.config.canonical.emit_canonical` (all-zero tables are written False).
+
+    Pattern lists default to the layout's own patterns, else MindFormers' defaults for the model
+    path (legacy or mcore). Each pattern gets the layout's select (comm) table. ``mtp_in_split``
+    (default: ``layout.mtp_in_split``) MTP layers that MindFormers counts in the layer split are
+    added to the last mini-stage, after its decoder layers, so the offset sums as MindFormers checks
+    it (legacy DeepSeek-V3 ``mtp_depth``: num_layers + mtp_depth).
+    """
+    mode = "legacy" if use_legacy else "mcore"
+    sp = select_patterns if select_patterns is not None else (
+        list(layout.select_patterns) or DEFAULT_PATTERNS[("select_recompute", mode)])
+    cp = comm_patterns if comm_patterns is not None else (
+        list(layout.comm_patterns) or DEFAULT_PATTERNS[("select_comm_recompute", mode)])
+    mtp = layout.mtp_in_split if mtp_in_split is None else mtp_in_split
+    layers = layout.layers_vp
+    if mtp:
+        layers = layers.copy()
+        layers[-1, -1] += mtp
+    block = emit_canonical(layers, layout.recompute_vp, {p: layout.select_vp for p in sp},
+                           {p: layout.comm_vp for p in cp})
+    mc, rc = block["model"]["model_config"], block["recompute_config"]
+    return {"offset": mc["offset"], "pp_interleave_num": mc["pp_interleave_num"], **rc}

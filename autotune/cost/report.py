@@ -13,9 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autotune.config.canonical import canonical_values
 from autotune.config.layer_setting import Warning_
-from autotune.config.layout import Layout
+from autotune.config.layout import Layout, canonical_values
 from autotune.cost.bubble import bubble_breakdown
 from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotune.config.canonical import canonical_values
-from autotune.config.layout import mtp_layers_in_split
+from autotune.config.layout import canonical_values, mtp_layers_in_split
 from autotune.cost.report import CostReport
 from autotune.emit.render import memory_text, report_json
 from autotune.emit.splice import leaves, splice

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from autotune.config.canonical import canonical_values  # noqa: F401 (re-exported: emit's callers use it here)
+from autotune.config.layout import canonical_values  # noqa: F401 (re-exported: emit's callers use it here)
 
 
 def tuned_block(values: dict[str, Any], *, scheduler: str = "1f1b") -> dict[str, Any]:

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.config.canonical import canonical_values
-from autotune.config.layout import Layout, layout_from_config, mtp_layers_in_split
+from autotune.config.layout import Layout, canonical_values, layout_from_config, mtp_layers_in_split
 from autotune.config.margin import apply_margin
 from autotune.config.training import TrainingConfig
 from autotune.cost.report import CostReport, evaluate_layout
