@@ -128,7 +128,10 @@ class _Pool:
                 for s in mp.connection.wait(list(self.live)):
                     p, recv, label = self.live.pop(s)
                     p.join()
-                    msg = recv.recv() if recv.poll() else None
+                    try:  # a killed worker closed its end without a word: EOF
+                        msg = recv.recv() if recv.poll() else None
+                    except (EOFError, OSError):
+                        msg = None
                     recv.close()
                     if msg is not None and msg[0] == "ok":
                         ran += msg[1]

@@ -157,7 +157,7 @@ class Worker:
         ConfigError: the storage cannot be opened (password masked).
     """
 
-    def __init__(self, sweep: Sweep, target: str, *, label: str = "worker", poll_s: float = 0.5,
+    def __init__(self, sweep: Sweep, target: str, *, label: str = "worker", poll_s: float = 1.0,
                  parent_pid: int | None = None) -> None:
         self.sweep, self.target, self.label = sweep, target, label
         self.poll_s = min(poll_s, sweep.lease_seconds / 4)

@@ -32,8 +32,9 @@ def pg_admin():
 
 
 def write_sweep(path: Path, *, trials: int = 16, memories=("1GB", "0.6GB"), mbs=(4, 8), lease: float = 10,
-                extra: str = "") -> Path:
-    """A sweep over tiny.yaml: len(mbs) x len(memories) scenarios."""
+                extra: str = "", extra_top: str = "") -> Path:
+    """A sweep over tiny.yaml: len(mbs) x len(memories) scenarios (``extra``: more scenario entries;
+    ``extra_top``: more top-level keys)."""
     path.write_text(f"""name: test
 defaults:
   trials: {trials}
@@ -42,7 +43,7 @@ defaults:
   profile: {DATA / 'tiny_profile.yaml'}
   space: {DATA / 'tiny_space.yaml'}
 lease_seconds: {lease}
-scenarios:
+{extra_top}scenarios:
   - name: tiny
     config: {DATA / 'tiny.yaml'}
     matrix:
