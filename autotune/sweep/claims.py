@@ -23,6 +23,7 @@ optuna-dashboard shows only the real scenario studies.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,12 +132,18 @@ class SqlClaims:
             sa.Column("owner", sa.Text, nullable=False),
             sa.Column("beat", sa.Integer, nullable=False, default=0),
             sa.Column("released", sa.Boolean, nullable=False, default=False))
-        try:
-            meta.create_all(engine, checkfirst=True)
-        except sa.exc.SQLAlchemyError:
-            # hosts that start together race on CREATE TABLE; the loser finds the table there
-            if not sa.inspect(engine).has_table(TABLE):
-                raise
+        for attempt in range(5):
+            try:
+                meta.create_all(engine, checkfirst=True)
+                break
+            except sa.exc.SQLAlchemyError:
+                # hosts that start together race on CREATE TABLE; the loser finds the table there
+                # once the winner has committed
+                if sa.inspect(engine).has_table(TABLE):
+                    break
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def claim(self, study_name: str, gen: int, owner: dict[str, Any]) -> str | None:
         token = uuid.uuid4().hex

@@ -113,3 +113,23 @@ def test_dead_trial_is_failed_and_retried_by_optuna(pg_url) -> None:
     assert len(waiting) == 1  # the polish trial is not retried
     assert waiting[0].system_attrs["failed_trial"] == 0 and waiting[0].params == {"x": x}
     assert waiting[0].user_attrs["origin"] == "tpe"
+
+
+def test_bad_storage_fails_before_the_bound_phase(monkeypatch, tmp_path) -> None:
+    """The storage is opened first: a bad URL is reported before any bound or seed is computed."""
+    import autotune.tuner.solve as solve
+
+    def never(*a, **k):
+        raise AssertionError("the bound phase ran before the storage was checked")
+
+    monkeypatch.setattr(solve, "bound_and_seeds", never)
+    with pytest.raises(autotune.errors.ConfigError) as e:
+        autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE, trials=3,
+                        storage="postgresql+psycopg://u:pw@127.0.0.1:1/nodb")
+    assert e.value.rule == "storage" and "u:***@127.0.0.1:1/nodb" in str(e.value) and "pw@" not in str(e.value)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(autotune.errors.ConfigError) as e:
+        autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE, trials=3,
+                        storage=str(blocker / "sub" / "s.journal"))
+    assert e.value.rule == "storage"
