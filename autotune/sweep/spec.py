@@ -38,7 +38,7 @@ from autotune.config.training import TrainingConfig, config_from_dict, read_yaml
 from autotune.errors import ConfigError, from_validation_error
 
 #: Bumped when the meaning of a scenario's content changes (old studies are then not reused).
-HASH_VERSION = 1
+HASH_VERSION = 2  # 2: trials count the polish trial and scenarios run without the safety net
 STUDY_PREFIX = "autotune-sweep-"
 
 #: YAML paths a scenario may set even when the base config lacks them.

@@ -4,6 +4,13 @@ The summary is built only from what the study store holds, so every host of a mu
 writes the same files. It carries no timestamps or wall times (those go to each scenario's
 ``result.json``), rows are sorted by scenario name, and numbers use fixed precision, so
 ``diff summary.md`` between two nights shows only what changed.
+
+Statuses: ``done`` (the search ended by its work budget or the gap target), ``timed_out`` (the
+scenario's own ``timeout`` cut it; ``certified_gap_pct`` is the gap at that moment), ``infeasible``
+(nothing fits the HBM budget), ``failed`` (the search raised, or its workers died on it
+:data:`autotune.sweep.worker.MAX_CLAIMS` times) and ``invalid`` (bad input found while running).
+``stopped_by`` says why each search ended (``gap``, ``trials``, ``timeout``); ``trials`` counts
+finished trials of the study.
 """
 
 from __future__ import annotations
