@@ -165,11 +165,15 @@ class RetryStaleTrial:
         self.max_retry = max_retry
 
     def __call__(self, study: Any, trial: Any) -> None:
+        import warnings
+
         import optuna
 
         if trial.user_attrs.get("origin") == POLISH_ORIGIN:
             return
-        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry)(study, trial)
+        with warnings.catch_warnings():  # "experimental" in Optuna 5: not a warning per retried trial
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry)(study, trial)
 
 
 def make_rdb_storage(url: str, *, heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
