@@ -22,6 +22,8 @@ from autotune.sweep import run_sweep
 from tests.sweep.sweep_helpers import (budget_count, check_clean, kill_group, pg_admin, snapshot,
                                        start_worker, study_names, wait_for, write_sweep)
 
+pytestmark = pytest.mark.slow  # end to end: real worker processes killed on a journal and on PostgreSQL
+
 
 def _rows(path):
     return {r["scenario"]: r for r in csv.DictReader(io.StringIO(path.read_text()))}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -67,6 +68,7 @@ def test_rerun_same_summary_baseline_and_fresh(tmp_path):
     assert all(s["gen"] == 0 for s in after.values())  # the claims were forgotten with the studies
 
 
+@pytest.mark.slow  # a sweep command with slowed trials
 def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
     """An explicit scenario timeout that fires: the row says timed_out with the gap then, in
     summary.csv/md, result.json, report.txt and the command's output; the seeds it left queued are
@@ -101,13 +103,14 @@ def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
     assert not_run and all(t[3] != "tpe" for t in not_run)     # queued seeds the clock left behind
 
 
+@pytest.mark.slow  # three searches with slowed trials
 def test_search_cut_by_the_safety_net_says_so_in_every_form(tmp_path, monkeypatch):
     import json
     import time as _time
 
     import optuna.study._optimize as opt
 
-    import autotune.api as api
+    import autotune.tuner.search as search_policy
     from autotune.commands.tune import search_cmd
 
     orig = opt._tell_with_warning
@@ -117,7 +120,7 @@ def test_search_cut_by_the_safety_net_says_so_in_every_form(tmp_path, monkeypatc
         return orig(*a, **k)
 
     monkeypatch.setattr(opt, "_tell_with_warning", slow_tell)
-    monkeypatch.setattr(api, "SAFETY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(search_policy, "SAFETY_TIMEOUT_S", 1.0)
     args = [str(DATA / "small.yaml"), "--profile", str(DATA / "small_profile.yaml"), "--space",
             str(DATA / "small_space.yaml"), "--hbm", "0.6GB", "--trials", "40", "--gap", "0"]
     text = CliRunner().invoke(search_cmd, args + ["--report", str(tmp_path / "rep")])

@@ -73,6 +73,7 @@ def _files_text(root: Path) -> str:
     return "\n".join(p.read_bytes().decode("utf-8", "replace") for p in root.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow  # seven CLI runs
 def test_no_output_of_any_command_contains_the_secret(pg_url, tmp_path):
     url = _with_password(pg_url, SECRET)          # trust auth: the server never asks for it
     sweep = write_sweep(tmp_path / "sweep.yaml", trials=6, mbs=(4,), memories=("1GB", "0.2GB"))
@@ -102,6 +103,7 @@ def test_no_output_of_any_command_contains_the_secret(pg_url, tmp_path):
     assert "***@" in runs[0].stdout                 # the store is named, masked
 
 
+@pytest.mark.slow  # two CLI sweeps
 def test_short_password_masks_only_the_url(pg_url, tmp_path):
     """Password ``p`` (a letter of most words) and ``5432`` (the port): every ``***`` in the output
     is the URL's password; words and the port are intact."""
