@@ -111,7 +111,8 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
            study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
            overrides: dict[str, float] | None = None, progress: bool | str = False,
            gap: float | None = 0.005, objective: str = "time", megatron_args: Any = None,
-           megatron_space: Any = None, hbm_margin: float | str | None = None) -> Any:
+           megatron_space: Any = None, hbm_margin: float | str | None = None,
+           safety_net: bool = True) -> Any:
     """Tune offset, pp_interleave_num and recompute (and the space's other free knobs) for a config.
 
     Args:
@@ -120,12 +121,17 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
         space: search space (object, YAML path, or None for ``search_spaces/default.yaml``).
         trials: Optuna trials per sub-problem (baselines and heuristic seeds included).
         timeout: wall-clock limit (s) for the whole search; None (default) = bounded by work only
-            (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net. seed: sampler seed.
+            (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net on the trial phase.
+            seed: sampler seed.
+        safety_net: False drops that safety net too (no wall clock at all: a nightly sweep's
+            scenarios, whose rows must not depend on the machine's load).
         progress: False, True / "bar" (tqdm bar with best value and certified gap), or "lines"
             (one line on stderr every few seconds, for logs).
         storage: None (in memory), a journal file path, a database URL (PostgreSQL: heartbeats,
             a trial whose worker died is failed and retried by Optuna) or an Optuna storage object
-            (e.g. one ``RDBStorage`` reused for many searches); an existing study is resumed.
+            (e.g. one ``RDBStorage`` reused for many searches); an existing study is resumed up
+            to its ``trials`` budget (finished trials count, so a re-run adds nothing when the
+            study is complete). It is opened before any work, so a bad URL fails at once.
         hbm_mib: HBM budget override (MiB); default ``context.max_device_memory``.
         gap: stop once the certified gap (best - bound) / bound is at most this fraction (>= 0);
             None runs the whole trial budget (no early stop).
@@ -168,5 +174,6 @@ lass:`~autotune.megatron.search.MegatronResult`.
         raise ConfigError("give a config (or megatron_args)", field="config", value=None, rule="missing_key")
     out = run_search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed, storage=storage,
                      study_name=study_name, device=device, hbm_mib=hbm_mib, overrides=overrides,
-                     progress=progress, gap=gap, objective=objective, hbm_margin=hbm_margin)
+                     progress=progress, gap=gap, objective=objective, hbm_margin=hbm_margin,
+                     safety_net=safety_net)
     return SearchResult(**vars(out))

@@ -27,7 +27,8 @@ def sweep_cmd(sweep_file: str, storage: str | None, workers: int, out_dir: str, 
     """Run (or resume) every scenario of SWEEP.yaml: one Optuna study per scenario, named from a hash
     of its content, resumable and shared through --storage.
 
-    Exit 0 when every scenario has a feasible config, 1 when some has none (listed), 2 on bad input.
+    Exit 0 when every scenario has a feasible config, 1 when some has none or could not finish
+    (listed), 2 on bad input or a study store that stayed unreachable.
     """
     from autotune.sweep.run import run_sweep
 
@@ -37,12 +38,23 @@ def sweep_cmd(sweep_file: str, storage: str | None, workers: int, out_dir: str, 
     n = len(outcome.rows)
     click.echo(f"sweep: {n} scenarios in {outcome.storage}; this run worked on {len(outcome.ran)} "
                f"in {outcome.seconds:.1f} s; wrote {outcome.out_dir}/summary.md")
+    if outcome.lost_workers:
+        click.echo(f"sweep: {outcome.lost_workers} local worker process(es) died and were replaced; "
+                   f"their scenarios were taken over", err=True)
     for r in outcome.rows:
+        gap = f"gap {r['certified_gap_pct']} %" if r.get("certified_gap_pct") != "" else ""
         click.echo(f"  {r['scenario']:<40} {r['status']:<10} step {r['step_ms'] or '-':>10} ms  "
-                   f"fits {r['fits'] or '-'}")
+                   f"fits {r['fits'] or '-':<3}  {r['trials'] or 0:>4} trials  {gap}".rstrip())
     if outcome.invalid:
         for name in outcome.invalid:
             click.echo(f"error: scenario {name}: {outcome.errors.get(name, 'invalid')}", err=True)
+    for name in outcome.timed_out:
+        row = next(r for r in outcome.rows if r["scenario"] == name)
+        click.echo(f"cut short by its timeout: {name} (certified gap then {row['certified_gap_pct'] or 'n/a'} %)",
+                   err=True)
+    if outcome.failed:
+        for name in outcome.failed:
+            click.echo(f"could not finish: {name}: {outcome.errors.get(name, 'failed')}", err=True)
     if outcome.infeasible:
         click.echo("no feasible configuration: " + ", ".join(outcome.infeasible), err=True)
     sys.exit(outcome.exit_code)

@@ -130,10 +130,13 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--force", is_flag=True, help="Overwrite --out, and the report files in --report, if they exist.")
 @click.option("--space", default=None, type=click.Path(dir_okay=False),
               help="Search-space YAML (default: search_spaces/default.yaml).")
-@click.option("--trials", default=200, show_default=True, type=click.IntRange(1))
+@click.option("--trials", default=200, show_default=True, type=click.IntRange(1),
+              help="Most finished trials in the study (seeds and the final local-search trial included); "
+                   "resuming a --storage study runs only the trials it still lacks.")
 @click.option("--timeout", default=None, type=click.FloatRange(0, min_open=True),
               help="Wall-clock limit (s). Default: none - the search is bounded by --trials and the "
-                   "--gap stop, so --seed reproduces it exactly (a 300 s safety net still applies).")
+                   "--gap stop, so --seed reproduces it exactly (a 300 s safety net still applies to the "
+                   "trials; when a limit fires every output says CUT SHORT / timed_out with the gap then).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--storage", default=None, help="Journal file path or database URL (resumes a study).")
 @click.option("--study-name", default=None, help="Study name in --storage (default: autotune).")
@@ -215,6 +218,8 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
         files = result.write_report(report_dir)
         if fmt != "json":
             click.echo(f"wrote {len(files)} report files to {report_dir} (open report.html)", err=True)
+    if result.timed_out and not quiet:  # also on stderr, where a log reader looks for trouble
+        click.echo(f"warning: {result.stop_text()}", err=True)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -232,6 +237,7 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
             how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
             click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
                        f"{result.trials} trials | {result.seconds:.1f} s")
+        click.echo(result.stop_text())
         click.echo(comparison_table(result.best, result.baselines, margin_mib=m))
         best = result.best
         if best is not None and m == 0 and best.hbm_budget_mib and \

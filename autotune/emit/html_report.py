@@ -175,6 +175,8 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
     bound_line = search_bound_line(obj)
     if bound_line:
         notes.append(bound_line)
+    if callable(getattr(obj, "stop_text", None)):  # why the search ended (CUT SHORT by a time limit)
+        notes.append(obj.stop_text())
     names = {"user": "your config", "even_full_recompute": "even split + full recompute",
              "even_no_recompute": "even split, no recompute"}
     others = {names.get(k, k): v for k, v in baselines.items()}

@@ -122,6 +122,8 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     bound = search_bound_line(result)
     if bound:
         parts.append(f"<p>{escape(bound)}</p>")
+    if callable(getattr(result, "stop_text", None)):  # why the search ended (CUT SHORT by a time limit)
+        parts.append(f"<p>{escape(result.stop_text())}</p>")
     parts.append(html_table(comparison_rows(rep, others, name, margin)))
     try:
         parts.append(f"<pre>{escape(dump_yaml(result.tuned_block()).rstrip())}</pre>")

@@ -79,7 +79,9 @@ def result_dict(result: Any) -> dict[str, Any]:
             "baselines": {k: d(v) for k, v in result.baselines.items()},
             "trials": result.trials, "seconds": result.seconds,
             "lower_bound_ms": result.lower_bound_ms, "certified_gap": result.certified_gap,
-            "exact": result.exact, "settings": dict(result.settings), "subproblems": result.subproblems,
+            "exact": result.exact, "timed_out": result.timed_out, "stopped_by": result.stopped_by,
+            "time_limit_s": result.time_limit_s,
+            "settings": dict(result.settings), "subproblems": result.subproblems,
             "hbm_margin_mib": result.hbm_margin_mib,
             "user_config_error": result.user_config_error,
             **({"pareto": result.pareto, "pareto_exact": result.pareto_exact}

@@ -38,7 +38,7 @@ from autotune.config.training import TrainingConfig, config_from_dict, read_yaml
 from autotune.errors import ConfigError, from_validation_error
 
 #: Bumped when the meaning of a scenario's content changes (old studies are then not reused).
-HASH_VERSION = 1
+HASH_VERSION = 2  # 2: trials count the polish trial and scenarios run without the safety net
 STUDY_PREFIX = "autotune-sweep-"
 
 #: YAML paths a scenario may set even when the base config lacks them.
@@ -61,7 +61,10 @@ class _Knobs(BaseModel):
 
     trials: int | None = Field(None, ge=1, description="most finished trials per scenario (the budget; "
                                "fewer when the target gap or the timeout ends the search first)")
-    timeout: float | None = Field(None, gt=0, description="seconds per search call (None: no limit)")
+    timeout: float | None = Field(None, gt=0, description="wall-clock limit (s) of one scenario's search; "
+                                  "None (default): no clock at all, the budget is work (trials, moves), so "
+                                  "rows do not depend on the machine or its load; when the limit fires the "
+                                  "row says timed_out with the gap at that moment")
     target_gap: float | None = Field(None, ge=0, lt=1, description="stop a scenario early once its "
                                      "certified gap to the lower bound is at most this fraction; 0 = always "
                                      "run the whole trial budget; None = the search's default")
@@ -98,6 +101,9 @@ class SweepSpec(BaseModel):
     defaults: Defaults = Field(default_factory=Defaults)
     lease_seconds: float = Field(60.0, ge=1, description="heartbeat silence after which a scenario "
                                  "is taken over by another worker")
+    storage_retry_seconds: float = Field(120.0, ge=0, description="how long a worker retries a lost "
+                                         "database connection (exponential backoff) before it stops "
+                                         "with a one-line error")
     scenarios: list[ScenarioSpec] = Field(min_length=1)
 
 
@@ -126,6 +132,7 @@ class Sweep:
     path: str
     lease_seconds: float
     scenarios: list[Scenario]
+    storage_retry_seconds: float = 120.0
 
     def by_study(self) -> dict[str, Scenario]:
         return {s.study_name: s for s in self.scenarios}
@@ -256,4 +263,5 @@ def load_sweep(path: str | Path) -> Sweep:
                                 timeout=knob["timeout"], target_gap=knob["target_gap"], seed=knob["seed"],
                                 device=knob["device"], overrides=over,
                                 hbm_margin=knob["hbm_margin"] if margin_mib > 0 else None))
-    return Sweep(name=spec.name, path=str(path), lease_seconds=spec.lease_seconds, scenarios=out)
+    return Sweep(name=spec.name, path=str(path), lease_seconds=spec.lease_seconds, scenarios=out,
+                 storage_retry_seconds=spec.storage_retry_seconds)

@@ -4,6 +4,13 @@ The summary is built only from what the study store holds, so every host of a mu
 writes the same files. It carries no timestamps or wall times (those go to each scenario's
 ``result.json``), rows are sorted by scenario name, and numbers use fixed precision, so
 ``diff summary.md`` between two nights shows only what changed.
+
+Statuses: ``done`` (the search ended by its work budget or the gap target), ``timed_out`` (the
+scenario's own ``timeout`` cut it; ``certified_gap_pct`` is the gap at that moment), ``infeasible``
+(nothing fits the HBM budget), ``failed`` (the search raised, or its workers died on it
+:data:`autotune.sweep.worker.MAX_CLAIMS` times) and ``invalid`` (bad input found while running).
+``stopped_by`` says why each search ended (``gap``, ``trials``, ``timeout``); ``trials`` counts
+finished trials of the study.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 from autotune.errors import ConfigError
 
 COLUMNS = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
-           "user_step_ms", "gain_vs_user_pct", "lower_bound_ms", "certified_gap_pct",
+           "user_step_ms", "gain_vs_user_pct", "lower_bound_ms", "certified_gap_pct", "stopped_by",
            "pipeline_stage", "micro_batch_num", "pp_interleave_num", "offset", "recompute",
            "select_recompute", "select_comm_recompute", "trials", "study"]
 BASELINE_COLUMNS = ["prev_step_ms", "step_change_pct", "prev_fits", "settings_changed"]
@@ -57,7 +64,8 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
     best = result.best
     rep = best or result.closest
     row["fits"] = "yes" if best is not None else "no"
-    row["trials"] = result.trials
+    row["trials"] = result.trials  # finished trials of the study (never enqueued-only ones)
+    row["stopped_by"] = getattr(result, "stopped_by", "")
     if rep is not None:
         row.update(step_ms=_num(rep.step_time_ms), bubble_pct=_num(100 * rep.bubble_fraction),
                    peak_mib=_num(rep.peak_mib, 0),
@@ -80,7 +88,7 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
         title = (f"{sc.name}: best of {result.trials} trials" if best is not None
                  else f"{sc.name}: NO CONFIGURATION FITS the HBM budget; closest found")
         m = float(getattr(result, "hbm_margin_mib", 0.0) or 0.0)
-        record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n"
+        record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n" + result.stop_text() + "\n\n"
                             + comparison_table(best, result.baselines, margin_mib=m) + "\n")
     record["result"] = json.loads(json.dumps(result.to_dict(), default=str))
     return record
@@ -148,8 +156,8 @@ def render_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def render_md(name: str, rows: list[dict[str, Any]], records: dict[str, dict[str, Any]],
               prev: dict[str, dict[str, str]] | None) -> str:
     cols = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
-            "gain_vs_user_pct",
-            "certified_gap_pct", "pp_interleave_num", "offset", "recompute", "trials"]
+            "gain_vs_user_pct", "certified_gap_pct", "stopped_by", "pp_interleave_num", "offset", "recompute",
+            "trials"]
     if prev is not None:
         cols += ["prev_step_ms", "step_change_pct", "settings_changed"]
     esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
@@ -162,7 +170,14 @@ def render_md(name: str, rows: list[dict[str, Any]], records: dict[str, dict[str
         lines += ["", "## No feasible configuration", ""]
         lines += [f"- {r['scenario']}: closest config peaks at {r['peak_mib']} MiB, budget {r['hbm_mib']} MiB"
                   for r in bad]
-    err = [r for r in rows if r["status"] not in ("done", "infeasible")]
+    cut = [r for r in rows if r["status"] == "timed_out"]
+    if cut:
+        lines += ["", "## Cut short by a time limit", "",
+                  "The scenario's `timeout` ended these searches; their answers depend on the machine's "
+                  "speed and load.", ""]
+        lines += [f"- {r['scenario']}: certified gap then {r['certified_gap_pct'] or 'n/a'} % after "
+                  f"{r['trials']} trials" for r in cut]
+    err = [r for r in rows if r["status"] not in ("done", "infeasible", "timed_out")]
     if err:
         lines += ["", "## Errors", ""]
         lines += [f"- {r['scenario']}: {records[r['scenario']].get('error') or r['status']}" for r in err]

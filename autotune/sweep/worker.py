@@ -1,21 +1,32 @@
 """Workers that share one study store and split a sweep's scenarios through it.
 
-Protocol (works the same on a journal file and on a database, because it only uses Optuna storage
-operations that are atomic on both):
+Protocol (the same on a journal file and on a database):
 
-- **claim**: a worker owns a scenario by creating the study ``<study>.claim.<gen>``. Study creation
-  is atomic (a duplicate name fails), so exactly one worker wins generation ``gen``.
-- **heartbeat**: the owner bumps the ``beat`` counter on its claim study every ``lease/4`` s.
-  Observers time the counter with their own clock (no clock sync between hosts needed); a claim
-  whose counter has not moved for ``lease_seconds`` — or whose owner process is known dead on this
-  same host — is **stale**, and the scenario is taken over by creating generation ``gen + 1``.
-- **recovery**: the new owner marks the dead worker's RUNNING trials FAIL and enqueues their
-  parameters again (``origin=retry``), then runs only the budget not yet finished.
+- **claim**: a worker owns a scenario by winning the claim ``(study, gen)`` on the claims board
+  (:mod:`autotune.sweep.claims`: a table in the database, a side log next to a journal file); each
+  generation has exactly one winner. Claims are not studies: the dashboard shows only scenarios.
+- **heartbeat**: the owner bumps its claim's ``beat`` counter every ``lease/4`` s. Observers time
+  the counter with their own clock (no clock sync between hosts needed); a claim whose counter has
+  not moved for ``lease_seconds`` — or whose owner process is known dead on this same host, or
+  which its owner released — is **stale**, and the scenario is taken over by claiming ``gen + 1``.
+- **recovery**: the new owner marks the dead worker's RUNNING trials FAIL and re-queues them
+  (Optuna's retry, ``system_attrs['failed_trial']`` names the original), then resumes the study to
+  its budget: the re-queued trial runs first, no layout the study already holds (evaluated, WAITING
+  or RUNNING) is enqueued again, and only finished trials count (:func:`autotune.tuner.runner.run_study`).
 - **done**: the finished scenario's summary row, tuned YAML and report are stored as the
   ``autotune_sweep`` user attribute of the scenario study, so any host can write the summary.
-
-The trial budget counts finished (COMPLETE or PRUNED) trials other than the search's final
-``local-polish`` trial; trials failed by a dead worker do not count.
+  Before that, the owner fails any trial still WAITING (only a scenario ``timeout`` leaves one),
+  so a finished sweep holds no WAITING trial.
+- **budget**: work, never the clock: ``trials`` finished trials, the search's fixed local-search
+  moves and the certified-gap stop. A scenario runs without the search's wall-clock safety net
+  unless it sets ``timeout`` (then its row says ``timed_out`` with the gap at that moment when the
+  limit fires), so the same sweep file and seed give the same rows on any machine, under any load
+  and with any number of workers.
+- **failures**: a storage error (lost database connection, full disk) is retried with exponential
+  backoff for ``storage_retry_seconds``, then the worker stops with a one-line error. A scenario
+  whose workers died :data:`MAX_CLAIMS` times is recorded as ``failed`` (not retried forever); an
+  unexpected error inside one scenario's search is recorded as ``failed`` with its message, and
+  the other scenarios go on.
 """
 
 from __future__ import annotations
@@ -31,18 +42,22 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, ConfigError
+from autotune.sweep.claims import Claim, open_claims
 from autotune.sweep.spec import Scenario, Sweep
-from autotune.tuner.storage import open_storage, redact
+from autotune.tuner.storage import POLISH_ORIGIN, is_storage_error, mask_url, open_storage, redact
 
 log = logging.getLogger("autotune.sweep")
 
 RESULT_ATTR = "autotune_sweep"
-CLAIM_SEP = ".claim."
-POLISH_ORIGIN = "local-polish"  # = autotune.tuner.runner.POLISH_ORIGIN (not imported: no Optuna at import)
+#: Name part of the claim studies of the old protocol (removed when a sweep starts).
+LEGACY_CLAIM_SEP = ".claim."
+#: A scenario claimed this many times (its workers died each time) is recorded as ``failed``.
+MAX_CLAIMS = 4
+#: Longest wait between two tries of a failed storage operation (s).
+MAX_BACKOFF_S = 30.0
 
-
-def claim_name(study_name: str, gen: int) -> str:
-    return f"{study_name}{CLAIM_SEP}{gen}"
+__all__ = ["RESULT_ATTR", "MAX_CLAIMS", "POLISH_ORIGIN", "Worker", "ScenarioState", "read_states",
+           "prepare", "run_worker", "finished_budget_trials"]
 
 
 def _host_id() -> str:
@@ -73,203 +88,284 @@ def _pid_dead(pid: int) -> bool:
 
 @dataclass
 class ScenarioState:
-    """What the storage says about one scenario right now."""
+    """What the store says about one scenario right now: its stored record (None until done)
+    and its latest claim (None: never claimed)."""
 
     done: dict[str, Any] | None
-    gen: int | None            # latest claim generation (None: never claimed)
-    claim: dict[str, Any]      # that claim's user attrs (owner host/pid/worker, beat)
+    claim: Claim | None
+
+    @property
+    def gen(self) -> int | None:
+        return None if self.claim is None else self.claim.gen
 
 
-def read_states(storage: Any, sweep: Sweep) -> dict[str, ScenarioState]:
-    """Scenario study name -> :class:`ScenarioState`, from one listing of the storage."""
+def read_states(storage: Any, board: Any, sweep: Sweep) -> dict[str, ScenarioState]:
+    """Scenario study name -> :class:`ScenarioState`, from one listing of the storage and the board."""
     studies = {s.study_name: s for s in storage.get_all_studies()}
+    names = [sc.study_name for sc in sweep.scenarios]
+    claims = board.latest(names)
     out = {}
-    for sc in sweep.scenarios:
-        st = studies.get(sc.study_name)
-        done = st.user_attrs.get(RESULT_ATTR) if st is not None else None
-        gen, attrs = None, {}
-        g = 0
-        while claim_name(sc.study_name, g) in studies:
-            gen, attrs = g, studies[claim_name(sc.study_name, g)].user_attrs
-            g += 1
-        out[sc.study_name] = ScenarioState(done=done, gen=gen, claim=dict(attrs))
+    for name in names:
+        st = studies.get(name)
+        out[name] = ScenarioState(done=st.user_attrs.get(RESULT_ATTR) if st is not None else None,
+                                  claim=claims.get(name))
     return out
 
 
 def finished_budget_trials(trials: list[Any]) -> int:
-    """Trials that count against the budget: COMPLETE or PRUNED, not the final polish trial."""
-    from optuna.trial import TrialState
+    """Trials that count against a scenario's budget: COMPLETE or PRUNED (the search's final
+    polish trial included; a trial failed by a dead worker is not counted, its retry is)."""
+    from autotune.tuner.runner import finished_trials
 
-    return sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-               and t.user_attrs.get("origin") != POLISH_ORIGIN)
+    return finished_trials(trials)
 
 
 class _Heartbeat(threading.Thread):
-    """Bumps the claim's ``beat`` through the worker's own storage object (Optuna's RDB and journal
-    storages are thread-safe), so a scenario opens no new connection."""
+    """Bumps the claim's ``beat`` through the worker's claims board (its own connection pool / log)."""
 
-    def __init__(self, storage: Any, target: str, claim_study_id: int, interval: float) -> None:
+    def __init__(self, board: Any, target: str, study_name: str, gen: int, token: str, interval: float) -> None:
         super().__init__(daemon=True, name="autotune-sweep-heartbeat")
-        self.storage, self.target, self.claim_study_id, self.interval = storage, target, claim_study_id, interval
+        self.board, self.target, self.interval = board, target, interval
+        self.key = (study_name, gen, token)
         self.halt = threading.Event()
 
     def run(self) -> None:
-        storage = self.storage
         beat = 0
         while not self.halt.wait(self.interval):
             beat += 1
             try:
-                storage.set_study_user_attr(self.claim_study_id, "beat", beat)
+                self.board.beat(*self.key, beat)
             except Exception as exc:  # noqa: BLE001 - a missed beat only risks a takeover
-                log.warning("heartbeat failed: %s", redact(str(exc), self.target))
+                log.warning("heartbeat failed: %s", _one_line(exc, self.target))
+
+
+def _one_line(exc: BaseException, target: str | None) -> str:
+    text = str(exc).strip().splitlines()
+    return redact(f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": "), target)
 
 
 class Worker:
-    """One worker process: claims scenarios until none is left, then waits for the others."""
+    """One worker process: claims scenarios until none is left, then waits for the others.
 
-    def __init__(self, sweep: Sweep, target: str, *, label: str = "worker", poll_s: float = 0.5) -> None:
+    Args:
+        sweep: the loaded sweep; target: the storage URL or journal path.
+        label: name used in log lines; poll_s: seconds between looks at the store when idle.
+        parent_pid: for a local worker process, its parent's pid: when the parent is gone (the
+            ``autotune sweep`` command was killed), the worker takes no new scenario.
+
+    Raises:
+        ConfigError: the storage cannot be opened (password masked).
+    """
+
+    def __init__(self, sweep: Sweep, target: str, *, label: str = "worker", poll_s: float = 1.0,
+                 parent_pid: int | None = None) -> None:
         self.sweep, self.target, self.label = sweep, target, label
         self.poll_s = min(poll_s, sweep.lease_seconds / 4)
+        self.parent_pid = parent_pid
         self.storage = open_storage(target)
+        self.board = open_claims(self.storage, target)
         self.worker_id = uuid.uuid4().hex[:12]
-        self._seen: dict[str, tuple[Any, float]] = {}
+        self._seen: dict[tuple[str, int], tuple[Any, float]] = {}
+        self._mine: dict[str, tuple[int, str]] = {}   # study -> (gen, token) of claims this worker holds
         self.ran: list[str] = []
 
     # --- claims -------------------------------------------------------------------------------
-    def _stale(self, study_name: str, st: ScenarioState) -> bool:
-        c = st.claim
-        if c.get("released"):
+    def _stale(self, study_name: str, c: Claim) -> bool:
+        if c.released:
             return True
-        if c.get("host") == HOST and isinstance(c.get("pid"), int) and c["pid"] != os.getpid() \
-                and _pid_dead(c["pid"]):
+        pid = c.owner.get("pid")
+        if c.owner.get("host") == HOST and isinstance(pid, int) and pid != os.getpid() and _pid_dead(pid):
             return True
-        key = claim_name(study_name, st.gen or 0)
+        key = (study_name, c.gen)
         now = time.monotonic()
-        beat = c.get("beat")
         prev = self._seen.get(key)
-        if prev is None or prev[0] != beat:
-            self._seen[key] = (beat, now)
+        if prev is None or prev[0] != c.beat:
+            self._seen[key] = (c.beat, now)
             return False
         return now - prev[1] > self.sweep.lease_seconds
 
-    def _try_claim(self, sc: Scenario, gen: int) -> int | None:
-        from optuna.exceptions import DuplicatedStudyError
-        from optuna.study import StudyDirection
-
-        try:
-            sid = self.storage.create_new_study([StudyDirection.MINIMIZE], claim_name(sc.study_name, gen))
-        except DuplicatedStudyError:
-            return None
-        for k, v in (("host", HOST), ("pid", os.getpid()), ("worker", self.worker_id), ("beat", 0)):
-            self.storage.set_study_user_attr(sid, k, v)
-        return sid
-
-    def _still_mine(self, sc: Scenario, gen: int) -> bool:
-        names = {s.study_name for s in self.storage.get_all_studies()}
-        return claim_name(sc.study_name, gen + 1) not in names
+    def _parent_gone(self) -> bool:
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
 
     # --- loop ---------------------------------------------------------------------------------
     def run(self) -> list[str]:
-        """Work until every scenario is done; returns the scenarios this worker ran."""
+        """Work until every scenario is done; returns the scenarios this worker finished.
+
+        Storage errors are retried with exponential backoff (1, 2, 4, … s, at most
+        :data:`MAX_BACKOFF_S` apart) for ``sweep.storage_retry_seconds`` in all; the clock restarts
+        whenever a scenario finishes.
+
+        Raises:
+            ConfigError: the storage stayed unreachable (rule ``storage``, one line, password masked).
+        """
+        delay, spent, progress = 1.0, 0.0, len(self.ran)
         while True:
-            states = read_states(self.storage, self.sweep)
+            try:
+                return self._loop()
+            except Exception as exc:  # noqa: BLE001 - storage errors are retried, the rest re-raised
+                if not is_storage_error(exc):
+                    raise
+                if len(self.ran) > progress:
+                    delay, spent, progress = 1.0, 0.0, len(self.ran)
+                if spent >= self.sweep.storage_retry_seconds:
+                    for study, (gen, token) in self._mine.items():
+                        try:
+                            self.board.release(study, gen, token)
+                        except Exception:  # noqa: BLE001 - the store is gone; the lease will expire
+                            pass
+                    raise ConfigError(f"lost the study storage {mask_url(self.target)} and could not reach it "
+                                      f"again for {spent:.0f} s: {_one_line(exc, self.target)}",
+                                      field="--storage", value=mask_url(self.target), rule="storage") from None
+                wait = min(delay, MAX_BACKOFF_S, max(0.1, self.sweep.storage_retry_seconds - spent))
+                log.warning("%s: storage error, retrying in %.0f s: %s", self.label, wait,
+                            _one_line(exc, self.target))
+                time.sleep(wait)
+                spent += wait
+                delay *= 2
+
+    def _loop(self) -> list[str]:
+        while True:
+            if self._parent_gone():
+                log.warning("%s: the sweep command that started this worker is gone; stopping", self.label)
+                return self.ran
+            states = read_states(self.storage, self.board, self.sweep)
             todo = [sc for sc in self.sweep.scenarios if states[sc.study_name].done is None]
             if not todo:
                 return self.ran
             claimed = None
             for sc in todo:
-                st = states[sc.study_name]
-                gen = 0 if st.gen is None else st.gen + 1
-                if st.gen is not None and not self._stale(sc.study_name, st):
+                c = states[sc.study_name].claim
+                mine = self._mine.get(sc.study_name)
+                if mine is not None and c is not None and c.gen == mine[0]:
+                    claimed = (sc, mine[0], mine[1])   # resume our own claim (after a storage error)
+                    break
+                if c is not None and not self._stale(sc.study_name, c):
                     continue
-                sid = self._try_claim(sc, gen)
-                if sid is not None:
-                    claimed = (sc, gen, sid)
+                gen = 0 if c is None else c.gen + 1
+                owner = {"host": HOST, "pid": os.getpid(), "worker": self.worker_id}
+                token = self.board.claim(sc.study_name, gen, owner)
+                if token is not None:
+                    self._mine[sc.study_name] = (gen, token)
+                    claimed = (sc, gen, token)
                     break
             if claimed is None:
                 time.sleep(self.poll_s)
                 continue
-            sc, gen, sid = claimed
-            beat = _Heartbeat(self.storage, self.target, sid, max(0.2, self.sweep.lease_seconds / 4))
+            sc, gen, token = claimed
+            beat = _Heartbeat(self.board, self.target, sc.study_name, gen, token,
+                              max(0.2, self.sweep.lease_seconds / 4))
             beat.start()
             try:
                 log.info("%s: %s scenario %s (study %s)", self.label, "took over" if gen else "claimed",
                          sc.name, sc.study_name)
-                self._run_scenario(sc, gen, sid)
-                self.ran.append(sc.name)
+                if self._run_scenario(sc, gen):
+                    self.ran.append(sc.name)
+                self._mine.pop(sc.study_name, None)
             finally:
                 beat.halt.set()
                 beat.join(timeout=5)
 
-    def _recover(self, sc: Scenario) -> tuple[int, int]:
-        """Fail the RUNNING trials of the scenario's dead owner and re-queue them; returns
-        (failed, finished budget trials).
+    def _recover(self, sc: Scenario) -> int:
+        """Fail the RUNNING trials of the scenario's previous owner (dead, or this worker before a
+        storage error) and re-queue them; returns how many were failed.
 
         On an RDB storage with heartbeats Optuna does it: :func:`optuna.storages.fail_stale_trials`
         fails every trial whose heartbeat is older than the grace period and its retry callback
-        (:class:`autotune.tuner.runner.RetryStaleTrial`) enqueues the same parameters again; this
+        (:class:`autotune.tuner.storage.RetryStaleTrial`) enqueues the same parameters again; this
         waits at most ``grace_period + 2·heartbeat_interval`` s for the dead trials to go stale. Trials
         still RUNNING then (journal files have no heartbeats; a trial killed before its first beat)
-        are failed here and re-queued by the same callback. Retried trials carry
-        ``system_attrs['failed_trial']`` (the original's number); the final ``local-polish`` trial
-        is not retried (it is outside the budget).
+        are failed here and re-queued by the same callback. The final ``local-polish`` trial is not
+        re-queued (the search derives it again).
         """
         import warnings
 
         import optuna
         from optuna.trial import TrialState
 
-        from autotune.tuner.runner import MAX_RETRY, RetryStaleTrial
+        from autotune.tuner.storage import MAX_RETRY, RetryStaleTrial
 
         sid = self.storage.get_study_id_from_name(sc.study_name)
         running = {t._trial_id: t for t in self.storage.get_all_trials(sid, deepcopy=False)
                    if t.state == TrialState.RUNNING}
-        if running:
-            study = optuna.load_study(study_name=sc.study_name, storage=self.storage)
-            interval = (self.storage.get_heartbeat_interval()
-                        if isinstance(self.storage, optuna.storages.RDBStorage) else None)
-            if interval:
-                grace = self.storage.grace_period or 2 * interval
-                deadline = time.monotonic() + grace + 2 * interval
-                while running:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                        optuna.storages.fail_stale_trials(study)
-                    running = {i: t for i, t in running.items()
-                               if self.storage.get_trial(i).state == TrialState.RUNNING}
-                    if not running or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.25)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                retry = RetryStaleTrial(max_retry=MAX_RETRY)
-            for tid, t in running.items():
+        if not running:
+            return 0
+        study = optuna.load_study(study_name=sc.study_name, storage=self.storage)
+        interval = (self.storage.get_heartbeat_interval()
+                    if isinstance(self.storage, optuna.storages.RDBStorage) else None)
+        failed = 0
+        if interval:
+            grace = self.storage.grace_period or 2 * interval
+            deadline = time.monotonic() + grace + 2 * interval
+            while running:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    optuna.storages.fail_stale_trials(study)
+                still = {i: t for i, t in running.items()
+                         if self.storage.get_trial(i).state == TrialState.RUNNING}
+                failed += len(running) - len(still)
+                running = still
+                if not running or time.monotonic() > deadline:
+                    break
+                time.sleep(0.25)
+        retry = RetryStaleTrial(max_retry=MAX_RETRY)
+        for tid, t in running.items():
+            try:
                 self.storage.set_trial_user_attr(tid, "failed_reason", "worker died")
                 self.storage.set_trial_state_values(tid, TrialState.FAIL)
-                retry(study, t)
-        trials = self.storage.get_all_trials(sid, deepcopy=False)
-        failed = sum(1 for t in trials if t.state == TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # it finished meanwhile (a slow worker, not a dead one)
+            retry(study, t)
+            failed += 1
         if failed:
             log.info("%s: %s: %d trial(s) of a dead worker marked FAIL and re-queued", self.label, sc.name,
                      failed)
-        return failed, finished_budget_trials(trials)
+        return failed
 
-    def _run_scenario(self, sc: Scenario, gen: int, claim_sid: int) -> None:
+    def _fail_waiting(self, sc: Scenario, reason: str) -> int:
+        """Fail the scenario's WAITING trials (a time limit left them): a finished scenario is never
+        resumed, so nothing may stay queued. Returns how many."""
+        from optuna.trial import TrialState
+
+        sid = self.storage.get_study_id_from_name(sc.study_name)
+        n = 0
+        for t in self.storage.get_all_trials(sid, deepcopy=False, states=(TrialState.WAITING,)):
+            self.storage.set_trial_user_attr(t._trial_id, "failed_reason", reason)
+            if self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                n += 1
+        return n
+
+    def _record(self, sc: Scenario, record: dict[str, Any]) -> None:
+        sid = self.storage.get_study_id_from_name(sc.study_name)
+        self.storage.set_study_user_attr(sid, RESULT_ATTR, record)
+
+    def _run_scenario(self, sc: Scenario, gen: int) -> bool:
+        """Run (or resume) one scenario and store its record; False when another worker took it
+        over meanwhile (nothing recorded)."""
         from optuna.exceptions import UpdateFinishedTrialError
 
         from autotune.api import search
+        from autotune.sweep.summary import result_record
 
-        _, finished = self._recover(sc)
         t0 = time.monotonic()
-        result = None
-        status, error = "done", None
+        worker = f"{HOST}:{os.getpid()}"
+        if gen >= MAX_CLAIMS:
+            msg = (f"claimed {gen} times and never finished (its workers died or lost the store each "
+                   f"time); given up so that the sweep can end")
+            log.warning("%s: scenario %s: %s", self.label, sc.name, msg)
+            if self.board.is_current(sc.study_name, gen):
+                self._record(sc, result_record(sc, None, status="failed", error=msg, seconds=0.0, worker=worker))
+            return True
+        self._recover(sc)
+        result, status, error = None, "done", None
         try:
-            kwargs = _gap_kwargs(search, sc.target_gap)
-            result = search(sc.config, sc.profile, space=sc.space, trials=max(0, sc.trials - finished),
-                            timeout=sc.timeout, seed=sc.seed, storage=self.storage,
-                            study_name=sc.study_name, device=sc.device, hbm_margin=sc.hbm_margin, **kwargs)
+            kwargs = _gap_kwargs(sc.target_gap)
+            result = search(sc.config, sc.profile, space=sc.space, trials=sc.trials, timeout=sc.timeout,
+                            safety_net=False, seed=sc.seed, storage=self.storage, study_name=sc.study_name,
+                            device=sc.device, hbm_margin=sc.hbm_margin, **kwargs)
             if result.best is None:
                 status = "infeasible"
+            elif result.timed_out:
+                status = "timed_out"
         except AutotuneError as exc:
             status, error = "invalid", redact(str(exc), self.target)
         except UpdateFinishedTrialError:
@@ -277,20 +373,26 @@ class Worker:
             # running trial. Its retry is the new owner's; nothing of ours is recorded.
             log.warning("%s: scenario %s was taken over while a trial ran; leaving it to the new owner",
                         self.label, sc.name)
-            return
-        if not self._still_mine(sc, gen):
+            return False
+        except Exception as exc:  # noqa: BLE001 - storage errors are retried by run(); the rest is recorded
+            if is_storage_error(exc):
+                raise
+            status, error = "failed", _one_line(exc, self.target)
+            log.error("%s: scenario %s failed: %s", self.label, sc.name, error)
+        if not self.board.is_current(sc.study_name, gen):
             log.warning("%s: scenario %s was taken over by another worker; not recording", self.label, sc.name)
-            return
-        from autotune.sweep.summary import result_record
-
-        record = result_record(sc, result, status=status, error=error,
-                               seconds=time.monotonic() - t0, worker=f"{HOST}:{os.getpid()}")
-        sid = self.storage.get_study_id_from_name(sc.study_name)
-        self.storage.set_study_user_attr(sid, RESULT_ATTR, record)
+            return False
+        left = self._fail_waiting(sc, "not run: the scenario's time limit ended it")
+        if left:
+            log.info("%s: %s: %d queued trial(s) not run (time limit) marked FAIL", self.label, sc.name, left)
+        record = result_record(sc, result, status=status, error=error, seconds=time.monotonic() - t0,
+                               worker=worker)
+        self._record(sc, record)
         log.info("%s: %s %s in %.1f s", self.label, sc.name, status, time.monotonic() - t0)
+        return True
 
 
-def _gap_kwargs(search: Any, target_gap: float | None) -> dict[str, Any]:
+def _gap_kwargs(target_gap: float | None) -> dict[str, Any]:
     """``gap=`` for :func:`autotune.api.search`: the scenario's target gap; ``0`` means "use the whole
     trial budget" (``gap=None``: no certified-gap stop); None keeps the search's default."""
     if target_gap is None:
@@ -299,19 +401,29 @@ def _gap_kwargs(search: Any, target_gap: float | None) -> dict[str, Any]:
 
 
 def prepare(sweep: Sweep, target: str, *, fresh: bool = False) -> None:
-    """Create every scenario study once, before workers start (concurrent creation of a fresh
-    schema crashes workers); with ``fresh`` delete the sweep's studies and claims first."""
+    """Open the store, create every scenario study and the claims board once, before workers start
+    (concurrent creation of a fresh schema crashes workers); remove claim studies of the old
+    protocol; with ``fresh`` delete the sweep's studies and forget their claims first.
+
+    Raises:
+        ConfigError: the storage cannot be opened (password masked).
+    """
     from optuna.exceptions import DuplicatedStudyError
     from optuna.study import StudyDirection
 
     storage = open_storage(target)
+    board = open_claims(storage, target)
     names = {s.study_name: s._study_id for s in storage.get_all_studies()}
+    ours = [sc.study_name for sc in sweep.scenarios]
+    for name, sid in list(names.items()):
+        if any(name.startswith(n + LEGACY_CLAIM_SEP) for n in ours):
+            storage.delete_study(sid)
+            del names[name]
     if fresh:
-        for sc in sweep.scenarios:
-            for name, sid in names.items():
-                if name == sc.study_name or name.startswith(sc.study_name + CLAIM_SEP):
-                    storage.delete_study(sid)
-        names = {}
+        for n in ours:
+            if n in names:
+                storage.delete_study(names.pop(n))
+        board.reset(ours)
     for sc in sweep.scenarios:
         if sc.study_name in names:
             continue
@@ -322,28 +434,41 @@ def prepare(sweep: Sweep, target: str, *, fresh: bool = False) -> None:
             pass
 
 
-def run_worker(sweep_path: str, target: str, label: str = "worker") -> list[str]:
-    """Entry point of one worker process (loky-picklable): load the sweep and work."""
+def run_worker(sweep_path: str, target: str, label: str = "worker", parent_pid: int | None = None) -> list[str]:
+    """Entry point of one worker process: load the sweep and work (see :class:`Worker`).
+
+    Raises:
+        ConfigError: bad sweep file, or the storage is unreachable (password masked).
+        RuntimeError: an unexpected error outside a scenario (message masked).
+    """
     from autotune.sweep.spec import load_sweep
 
-    _setup_logging()
+    _setup_logging(target)
     try:
-        return Worker(load_sweep(sweep_path), target, label=label).run()
+        return Worker(load_sweep(sweep_path), target, label=label, parent_pid=parent_pid).run()
     except ConfigError as exc:
         raise ConfigError(redact(exc.message, target), field=exc.field, value=exc.value, rule=exc.rule) from None
     except Exception as exc:  # noqa: BLE001 - keep the password out of whatever surfaces
-        from autotune.sweep.run import _is_storage_error
-
-        msg = redact(f"{type(exc).__name__}: {exc}", target)
-        if _is_storage_error(exc):
-            raise ConfigError(msg, field="--storage", value=None, rule="storage") from None
+        msg = _one_line(exc, target)
+        if is_storage_error(exc):
+            raise ConfigError(msg, field="--storage", value=mask_url(target), rule="storage") from None
         raise RuntimeError(msg) from None
 
 
-def _setup_logging() -> None:
+def _setup_logging(target: str | None = None) -> None:
+    """One ``autotune sweep:`` line per event on stderr; a background thread's uncaught error (e.g.
+    Optuna's trial heartbeat when the database is gone) is one masked warning line, not a traceback."""
     if not log.handlers:
         h = logging.StreamHandler()
         h.setFormatter(logging.Formatter("autotune sweep: %(message)s"))
         log.addHandler(h)
         log.setLevel(logging.INFO if os.environ.get("AUTOTUNE_SWEEP_QUIET") is None else logging.WARNING)
         log.propagate = False
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "thread"
+        log.warning("%s stopped: %s", name, _one_line(args.exc_value or args.exc_type(), target))
+
+    threading.excepthook = hook

@@ -33,7 +33,12 @@ class SearchOutcome:
             equal to the optimum when the space was enumerated (``exact``).
         certified_gap: (best - lower_bound) / lower_bound, a fraction (None when nothing fits).
         exact: True when the exact oracle enumerated the whole space.
-        timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the study.
+        timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the search;
+            ``certified_gap`` is then the gap at that moment.
+        stopped_by: why the search ended: ``"gap"`` (the certified-gap target was reached),
+            ``"trials"`` (the trial budget was used), ``"timeout"`` (the ``timeout`` wall clock) or
+            ``"safety_net"`` (the :data:`SAFETY_TIMEOUT_S` wall clock of a search without one).
+        time_limit_s: the wall-clock limit that applied (s; None when the search had none).
         settings: YAML path -> value of the free space knobs the answer changed (written to
             ``recompute_config`` / ``parallel_config`` / ``runner_config`` / ``parallel.pipeline_config``).
         pareto: with ``objective="time,memory"``, the front of step time vs worst-stage peak among
@@ -64,9 +69,25 @@ class SearchOutcome:
     certified_gap: float | None = None
     exact: bool = False
     timed_out: bool = False
+    stopped_by: str = "trials"
+    time_limit_s: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     pareto: list[dict[str, Any]] | None = None
     pareto_exact: bool = False
     subproblems: int = 1
     hbm_margin_mib: float = 0.0
     user_config_error: dict[str, Any] | None = None
+
+    def stop_text(self) -> str:
+        """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
+        300 s safety net (a wall clock: …); certified gap then 14.16 %``. Every output form prints it
+        (text, report, notebook view, sweep report)."""
+        gap = "n/a (nothing fits)" if self.certified_gap is None else f"{self.certified_gap:.2%}"
+        if self.timed_out:
+            which = (f"its {self.time_limit_s:g} s timeout" if self.stopped_by == "timeout"
+                     else f"the {self.time_limit_s:g} s safety net")
+            return (f"CUT SHORT by {which} (a wall clock: the answer may depend on the machine's speed "
+                    f"and load); certified gap then {gap}")
+        if self.stopped_by == "gap":
+            return f"stopped at the certified-gap target after {self.trials} trials; certified gap {gap}"
+        return f"stopped after the trial budget ({self.trials} trials); certified gap {gap}"

@@ -7,6 +7,11 @@ constant liar) then proposes candidates through the valid-by-construction parame
 ``trial.set_constraint("hbm_excess_mib", peak - budget)`` and a trial whose static memory alone
 exceeds the budget is pruned before it is simulated. At the end, a local search from the best trial
 runs and its answer is recorded as one more trial, so the study's history holds the final answer.
+
+The trial budget belongs to the study: it counts finished (COMPLETE or PRUNED) trials, so resuming
+a study (``--storage``, a sweep's takeover) runs only what is missing, a layout the study already
+holds is never enqueued twice, and nothing is left WAITING unless a time limit cut the run.
+Opening storages lives in :mod:`autotune.tuner.storage` (imported here, never the reverse).
 """
 
 from __future__ import annotations
@@ -20,69 +25,19 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
+from autotune.errors import ConfigError
 from autotune.extras import require_storage
 from autotune.tuner.heuristic import local_search
 from autotune.tuner.params import decode, encode, representable
 from autotune.tuner.problem import Candidate, Problem
+from autotune.tuner.storage import (GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, MAX_RETRY, POLISH_ORIGIN,  # noqa: F401
+                                    RetryStaleTrial, is_url, make_rdb_storage, normalize_url)
+from autotune.tuner.storage import open_storage as open_target
 
 CONSTRAINT_KEY = "hbm_excess_mib"
 
-
-#: Seconds between the heartbeats a running trial writes to an RDB storage (Optuna's own thread).
-HEARTBEAT_INTERVAL_S = 1
-#: A RUNNING trial whose last heartbeat is older than this (s) is failed by Optuna and retried.
-GRACE_PERIOD_S = 3
-#: How many times one trial is retried after its worker died (then it stays FAIL).
-MAX_RETRY = 3
-#: ``origin`` user attribute of the search's final local-search trial: never retried (the next run
-#: derives it again from the study's best trial).
-POLISH_ORIGIN = "local-polish"
-
-
-class RetryStaleTrial(optuna.storages.RetryHeartbeatStaleTrialCallback):
-    """Optuna's retry of a heartbeat-stale trial (re-queued WAITING with the same parameters and
-    user attributes; ``system_attrs['failed_trial']`` names the original), except the final
-    ``local-polish`` trial, which is not part of the trial budget."""
-
-    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.user_attrs.get("origin") == POLISH_ORIGIN:
-            return
-        super().__call__(study, trial)
-
-
 #: TPE's expected-improvement candidates per trial (see run_study).
 N_EI_CANDIDATES = 8
-
-
-def make_rdb_storage(url: str, *, heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
-                     grace_period: int | None = GRACE_PERIOD_S, max_retry: int | None = MAX_RETRY,
-                     engine_kwargs: dict[str, Any] | None = None) -> Any:
-    """``optuna.storages.RDBStorage`` for a SQLAlchemy URL, with heartbeats on server databases.
-
-    On PostgreSQL / MySQL URLs a running trial writes a heartbeat every ``heartbeat_interval`` s
-    (Optuna's thread); a trial silent for ``grace_period`` s (its worker died) is failed by Optuna
-    at the next ``optimize`` of the study, or by :func:`optuna.storages.fail_stale_trials`, and
-    re-queued by :class:`RetryStaleTrial` (at most ``max_retry`` times). SQLite URLs get no
-    heartbeat (a single host; a dead process leaves its trial RUNNING, as Optuna does).
-    ``heartbeat_interval=None`` turns heartbeats off.
-
-    Optuna 5 deprecates ``failed_trial_callback=RetryFailedTrialCallback(...)`` (warning, removal
-    in 6.0); the same retry is passed as ``heartbeat_stale_trial_callback``.
-
-    Raises:
-        whatever SQLAlchemy / the driver raises for a bad URL or an unreachable server (callers
-        mask the password before showing it).
-    """
-    import warnings
-
-    kwargs: dict[str, Any] = {"engine_kwargs": {"pool_pre_ping": True, **(engine_kwargs or {})}}
-    with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5: no warning per open
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if heartbeat_interval is not None and not url.startswith("sqlite"):
-            kwargs.update(heartbeat_interval=int(heartbeat_interval),
-                          grace_period=int(grace_period) if grace_period is not None else None,
-                          heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=max_retry))
-        return optuna.storages.RDBStorage(url, **kwargs)
 
 
 def open_storage(storage: Any) -> Any:
@@ -91,24 +46,20 @@ def open_storage(storage: Any) -> Any:
     Args:
         storage: ``None`` -> in memory; an Optuna storage object (``BaseStorage``, e.g. one
             ``RDBStorage`` shared by many studies so the database is connected once) -> itself; a
-            string with ``://`` -> :func:`make_rdb_storage` (heartbeats and retry of dead workers'
-            trials on PostgreSQL); any other string or path -> a journal file
+            string with ``://`` -> :func:`~autotune.tuner.storage.make_rdb_storage` (heartbeats and
+            retry of dead workers' trials on PostgreSQL); any other string or path -> a journal file
             (``JournalStorage(JournalFileBackend(path))``, parent folders created).
 
     Raises:
-        ConfigError: ``storage`` is neither of these (rule ``storage``).
+        ConfigError: ``storage`` is neither of these, or cannot be opened (rule ``storage``, the
+            password masked).
     """
-    from autotune.errors import ConfigError
-
     if storage is None or isinstance(storage, optuna.storages.BaseStorage):
         return storage
     if not isinstance(storage, (str, Path)):
         raise ConfigError(f"expected None, a journal file path, a database URL or an Optuna storage "
                           f"object, got {type(storage).__name__}", field="storage",
                           value=type(storage).__name__, rule="storage")
-    from autotune.tuner.storage import is_url, normalize_url
-    from autotune.tuner.storage import open_storage as open_target
-
     require_storage(str(storage))  # names the extra instead of a driver ImportError
     target = str(storage)
     return open_target(normalize_url(target) if is_url(target) else target)
@@ -120,7 +71,8 @@ def _layout_attr(c: Candidate) -> str:
 
 
 def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate | None:
-    """The exact layout a finished trial evaluated (None when it has none recorded)."""
+    """The exact layout a trial evaluated, or will evaluate when it is WAITING (None when it has
+    none recorded)."""
     raw = trial.user_attrs.get("layout")
     if raw is None:
         return None
@@ -131,9 +83,53 @@ def candidate_from_trial(trial: optuna.trial.FrozenTrial) -> Candidate | None:
                      origin=trial.user_attrs.get("origin", "tpe"))
 
 
+#: Trial states that count against the trial budget (evaluated: a pruned trial's static memory
+#: was computed).
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+#: Trial states whose layout the study already holds: never enqueued again (a FAIL trial either has
+#: its retry WAITING, or was given up after MAX_RETRY tries).
+HELD = FINISHED + (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
+
+
+def finished_trials(trials: list[optuna.trial.FrozenTrial]) -> int:
+    """Trials that count against the trial budget: COMPLETE or PRUNED (the final local-polish
+    trial included; a trial failed by a dead worker is not counted, its retry is)."""
+    return sum(1 for t in trials if t.state in FINISHED)
+
+
+def trial_key(problem: Problem, trial: optuna.trial.FrozenTrial) -> tuple | None:
+    """:meth:`Candidate.key` of the layout a trial holds: from its ``layout`` attribute (set when
+    it is enqueued or evaluated), else decoded from its parameters when all are present (a retried
+    trial whose worker died before recording the layout); None when neither is there."""
+    c = candidate_from_trial(trial)
+    if c is not None:
+        return c.key()
+    from autotune.tuner.params import param_names
+
+    names = ["pp_interleave_num", *param_names(problem)]
+    if not all(n in trial.params for n in names):
+        return None
+    try:
+        return decode(problem, trial.params).key()
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class StudyOutcome:
-    """What :func:`run_study` returns: the study, the best candidate, trial count and seconds."""
+    """What :func:`run_study` returns.
+
+    Attributes:
+        study: the Optuna study; best / closest: the best feasible candidate / the least memory
+            excess; trials: finished trials in the study (COMPLETE + PRUNED, earlier runs of a
+            resumed study included; never more than the budget unless earlier runs had a larger
+            one); ran: of those, finished by this call; seconds: wall time of this call (s).
+        timed_out: the wall-clock ``timeout`` ended the study before its budget or gap target.
+        stopped_by: why it ended: ``"gap"`` (a trial reached ``stop_at_ms``), ``"trials"`` (the
+            budget is used), ``"timeout"`` (the wall clock; ``timed_out``).
+        waiting: WAITING trials left in the study (only after a time limit or a budget smaller
+            than the queue; a resumed run runs them first).
+    """
 
     study: optuna.Study
     best: Candidate | None
@@ -141,34 +137,59 @@ class StudyOutcome:
     trials: int
     seconds: float
     timed_out: bool = False
+    ran: int = 0
+    stopped_by: str = "trials"
+    waiting: int = 0
 
 
 def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
               timeout: float | None = None, seed: int | None = 0, storage: Any = None,
-              study_name: str | None = None, progress: bool = False, local_polish: bool = True,
+              study_name: str | None = None, progress: bool | str = False, local_polish: bool = True,
               on_trial: Callable[[int, float | None], None] | None = None,
               stop_at_ms: float | None = None, polish_deadline: float | None = None,
               bound_ms: float | None = None, progress_every_s: float = 30.0) -> StudyOutcome:
-    """Run (or resume) the study and return the best memory-feasible candidate.
+    """Run (or resume) the study up to ``n_trials`` finished trials and return the best
+    memory-feasible candidate.
+
+    The budget is the study's, not this call's: a resumed study that already holds k finished
+    trials runs at most ``n_trials - k`` more (resume means resume). Order of work:
+
+    1. trials already WAITING in the study (a dead worker's re-queued trial, seeds a time limit
+       left) run first, oldest first;
+    2. the seeds the study does not hold yet (by layout, whatever the state: evaluated, WAITING or
+       RUNNING) are enqueued, at most as many as the budget has room for (the best ranked when
+       there are more: feasible first, then by step time);
+    3. TPE proposes the rest;
+    4. a local search from the best trial; its answer is the last trial when it is faster (one
+       budget slot is kept for it when ``local_polish`` and ``n_trials >= 2``; when it finds
+       nothing faster, TPE uses that slot).
+
+    The gap stop (``stop_at_ms``) ends TPE's proposals, never the queue: the study stops once a
+    feasible trial reaches it and no trial is left WAITING, so a retried trial always runs.
 
     Args:
         problem: the tuning problem.
-        seeds: candidates enqueued first (deduplicated; unrepresentable ones are recorded directly).
-        n_trials: trials to run in this call (enqueued ones included).
-        timeout: wall-clock limit in seconds for the TPE phase.
+        seeds: candidates to enqueue (deduplicated against the study).
+        n_trials: the study's trial budget (finished trials, the polish trial included), >= 0.
+        timeout: wall-clock limit in seconds for this call's trials; when it fires the outcome says
+            ``timed_out`` and WAITING trials may remain.
         seed: sampler seed (same seed and inputs -> same answer when no timeout cuts the run).
         storage: None (memory), a journal file path, a database URL or an Optuna storage object
             (see :func:`open_storage`); an existing study of the same name is resumed.
         study_name: defaults to ``autotune``.
         progress: False; True or "bar": a tqdm bar (stderr) with the best value and the certified
             gap; "lines": one line on stderr every ``progress_every_s`` seconds (logs, non-TTY).
-        on_trial: called after each trial with (trials done, best step so far).
+        on_trial: called after each trial with (finished trials in the study, best step so far).
         stop_at_ms: stop the study once a feasible trial reaches this step time (ms) — the
             certified-gap stop: ``bound × (1 + gap)``.
         polish_deadline: time.monotonic() limit for the final local search.
         bound_ms: the lower bound (ms), shown as the certified gap in the progress output.
+
+    Raises:
+        ConfigError: ``storage`` cannot be opened (password masked).
     """
     t0 = time.monotonic()
+    TS = optuna.trial.TrialState
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # n_ei_candidates 8 (default 24): multivariate TPE over ~100 parameters spends most of a
     # trial sampling candidates (15 of 20 s for 200 trials on TeleChat2 vpp1-4, measured); the
@@ -178,18 +199,25 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     study = optuna.create_study(storage=open_storage(storage), sampler=sampler,
                                 study_name=study_name or "autotune", direction="minimize",
                                 load_if_exists=True)
-    done_keys = set()
-    for t in study.get_trials(deepcopy=False):
-        c = candidate_from_trial(t)
-        if c is not None:
-            done_keys.add(c.key())
-    queued = 0
+    existing = study.get_trials(deepcopy=False)
+    finished_before = finished_trials(existing)
+    waiting_before = sum(1 for t in existing if t.state == TS.WAITING)
+    held = {k for t in existing if t.state in HELD and (k := trial_key(problem, t)) is not None}
+    reserve = 1 if local_polish and n_trials >= 2 else 0
+    # trials this call may finish before the polish slot (WAITING ones included)
+    todo = max(0, n_trials - reserve - finished_before)
+    room = max(0, todo - waiting_before)
+    fresh: list[Candidate] = []
     for c in seeds:
-        if c.key() in done_keys or not representable(problem, c):
+        if c.key() in held or not representable(problem, c):
             continue
-        done_keys.add(c.key())
-        study.enqueue_trial(encode(problem, c), user_attrs={"origin": c.origin})
-        queued += 1
+        held.add(c.key())
+        fresh.append(c)
+    if len(fresh) > room:  # keep the best ranked, in their given order
+        keep = {id(c) for c in sorted(fresh, key=lambda c: c.rank())[:room]}
+        fresh = [c for c in fresh if id(c) in keep]
+    for c in fresh:
+        study.enqueue_trial(encode(problem, c), user_attrs={"origin": c.origin, "layout": _layout_attr(c)})
 
     def objective(trial: optuna.Trial) -> float:
         V = trial.suggest_categorical("pp_interleave_num", problem.vpp_candidates)
@@ -220,7 +248,8 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     if progress and progress != "lines":
         from autotune.tuner.progress_bar import tqdm_class
 
-        bar = tqdm_class()(total=n_trials, desc="search", unit="trial", leave=False, dynamic_ncols=True)
+        bar = tqdm_class()(total=n_trials, initial=min(finished_before, n_trials), desc="search", unit="trial",
+                           leave=False, dynamic_ncols=True)
     last_line = [time.monotonic()]
 
     def status(best: float | None) -> str:
@@ -231,12 +260,16 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
             txt += f", certified gap {max(0.0, best - bound_ms) / bound_ms:.2%}"
         return txt
 
-    feas_best: list[float] = [min((t.values[0] for t in study.get_trials(
-        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if t.values and _fits(t)),
-        default=float("inf"))]
+    feas_best: list[float] = [min((t.values[0] for t in existing if t.state == TS.COMPLETE
+                                   and t.values and _fits(t)), default=float("inf"))]
+    count = {"finished": finished_before, "ran": 0, "calls": 0, "gap": False}
 
     def cb(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.state == optuna.trial.TrialState.COMPLETE and trial.values and _fits(trial):
+        count["calls"] += 1
+        if trial.state in FINISHED:
+            count["finished"] += 1
+            count["ran"] += 1
+        if trial.state == TS.COMPLETE and trial.values and _fits(trial):
             feas_best[0] = min(feas_best[0], float(trial.values[0]))
         best = feas_best[0] if np.isfinite(feas_best[0]) else None
         if bar is not None:
@@ -246,37 +279,44 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
             import sys
 
             last_line[0] = time.monotonic()
-            print(f"search: {len(study.trials)}/{n_trials} trials, {status(best)}, "
+            print(f"search: {count['finished']}/{n_trials} trials, {status(best)}, "
                   f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         if on_trial is not None:
-            on_trial(len(study.trials), best)
-        if (stop_at_ms is not None and trial.state == optuna.trial.TrialState.COMPLETE
-                and trial.values and trial.values[0] <= stop_at_ms
-                and all(float(c) <= 0 for c in (trial.constraints.values()
-                                                 if isinstance(trial.constraints, dict)
-                                                 else (trial.constraints or [])))):
-            study.stop()
+            on_trial(count["finished"], best)
+        if stop_at_ms is not None and best is not None and best <= stop_at_ms:
+            count["gap"] = True
+        if count["gap"] and not study.get_trials(deepcopy=False, states=(TS.WAITING,)):
+            study.stop()  # the gap target is met and the queue is empty
 
-    t_opt = time.monotonic()
-    n_before = len(study.trials)
-    study.optimize(objective, n_trials=max(n_trials, queued), timeout=timeout, callbacks=[cb],
-                   catch=())
-    timed_out = (timeout is not None and time.monotonic() - t_opt >= timeout
-                 and len(study.trials) - n_before < max(n_trials, queued))
+    met = stop_at_ms is not None and feas_best[0] <= stop_at_ms
+    timed_out = False
+    if todo > 0 and not (met and not waiting_before):
+        study.optimize(objective, n_trials=todo, timeout=timeout, callbacks=[cb], catch=())
+        # optimize ends early only by the gap stop or by the clock (catch=(): errors propagate)
+        timed_out = timeout is not None and not count["gap"] and count["calls"] < todo
+    count["gap"] = count["gap"] or met
+    waiting = len(study.get_trials(deepcopy=False, states=(TS.WAITING,)))
+    best, closest = best_and_closest(study)
+    done = count["gap"] or (stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms)
+    if reserve and not timed_out and not waiting and not done and count["finished"] < n_trials:
+        polished = None
+        if best is not None:
+            from autotune.tuner.solve import LOCAL_ITERS
+
+            polished = local_search(problem, problem.score([best])[0], max_iters=LOCAL_ITERS,
+                                    deadline=polish_deadline)
+        if polished is not None and polished.step_ms < best.step_ms - 1e-9 and representable(problem, polished):
+            study.enqueue_trial(encode(problem, polished),
+                                user_attrs={"origin": POLISH_ORIGIN, "layout": _layout_attr(polished)})
+        # the polish trial, or (nothing faster found) one more TPE proposal in its slot
+        study.optimize(objective, n_trials=1, callbacks=[cb], catch=())
+        best, closest = best_and_closest(study)
+        done = stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms
     if bar is not None:
         bar.close()
-    best, closest = best_and_closest(study)
-    done = stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms
-    if local_polish and best is not None and not done:
-        from autotune.tuner.solve import LOCAL_ITERS
-
-        polished = local_search(problem, problem.score([best])[0], max_iters=LOCAL_ITERS,
-                                deadline=polish_deadline)
-        if polished.step_ms < best.step_ms - 1e-9 and representable(problem, polished):
-            study.enqueue_trial(encode(problem, polished), user_attrs={"origin": POLISH_ORIGIN})
-            study.optimize(objective, n_trials=1)
-            best, closest = best_and_closest(study)
-    return StudyOutcome(study, best, closest, len(study.trials), time.monotonic() - t0, timed_out)
+    stopped_by = "timeout" if timed_out else ("gap" if done else "trials")
+    return StudyOutcome(study, best, closest, count["finished"], time.monotonic() - t0, timed_out,
+                        ran=count["ran"], stopped_by=stopped_by, waiting=waiting)
 
 
 def _fits(trial: optuna.trial.FrozenTrial) -> bool:

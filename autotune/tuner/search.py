@@ -31,7 +31,7 @@ from autotune.tuner.inputs import DEFAULT_DEVICE, as_config, config_schedule
 from autotune.tuner.outcome import SAFETY_TIMEOUT_S, SearchOutcome
 from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
-from autotune.tuner.runner import candidate_from_trial, run_study
+from autotune.tuner.runner import candidate_from_trial, open_storage, run_study
 from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds
 from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search_space
 
@@ -58,6 +58,8 @@ class StudiesOutcome:
     study: Any = None
     trials: int = 0
     timed_out: bool = False
+    gap_met: bool = False
+    time_limit_s: float | None = None
     pareto_pool: list[tuple[Variant, Candidate]] = field(default_factory=list)
     pareto_exact: bool = True
 
@@ -174,20 +176,24 @@ def _front_of(pr: Prepared, outcome: Any, sp: SearchSpace) -> list[tuple[Variant
 
 def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, trials: int,
                 timeout: float | None, t0: float, seed: int | None, storage: Any, study_name: str | None,
-                progress: bool | str, gap: float | None) -> StudiesOutcome:
-    """Run the sub-problems' studies in order of their lower bound (module docstring, step 3)."""
+                progress: bool | str, gap: float | None, safety_net: bool = True) -> StudiesOutcome:
+    """Run the sub-problems' studies in order of their lower bound (module docstring, step 3).
+
+    Without ``timeout`` the studies get :data:`SAFETY_TIMEOUT_S` counted from ``t0`` (the bound
+    phase runs without a deadline then, so a long one leaves the trials the 1 s minimum), or no
+    wall clock at all with ``safety_net=False``."""
     bounds = [pr.bs.bound_ms for pr in prepared]
     lb = min(bounds)
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
-    limit = SAFETY_TIMEOUT_S if timeout is None else timeout
-    out = StudiesOutcome()
+    limit = (SAFETY_TIMEOUT_S if safety_net else None) if timeout is None else timeout
+    out = StudiesOutcome(time_limit_s=limit)
     for i in sorted(range(len(prepared)), key=lambda i: (bounds[i], i)):
         pr = prepared[i]
         best = out.best
         if not pareto and best is not None and (bounds[i] >= best[1].step_ms - 1e-9
                                                 or (stop_at is not None and best[1].step_ms <= stop_at)):
             continue  # cannot beat the best found, or the gap target is met
-        remaining = max(1.0, limit - (time.monotonic() - t0))
+        remaining = None if limit is None else max(1.0, limit - (time.monotonic() - t0))
         name = study_name if len(prepared) == 1 else f"{study_name or 'autotune'}-{i}"
         outcome = run_study(pr.problem, seeds=pr.bs.seeds, n_trials=trials, timeout=remaining, seed=seed,
                             storage=storage, study_name=name, progress=progress, stop_at_ms=stop_at,
@@ -195,6 +201,7 @@ def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, tria
                             bound_ms=lb if np.isfinite(lb) and lb > 0 else None)
         out.trials += outcome.trials
         out.timed_out = out.timed_out or outcome.timed_out
+        out.gap_met = out.gap_met or outcome.stopped_by == "gap"
         if out.study is None:
             out.study = outcome.study
         if outcome.best is not None and (best is None or outcome.best.step_ms < best[1].step_ms - 1e-9):
@@ -241,7 +248,7 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
                study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
                overrides: dict[str, float] | None = None, progress: bool | str = False,
                gap: float | None = 0.005, objective: str = "time",
-               hbm_margin: float | str | None = None) -> SearchOutcome:
+               hbm_margin: float | str | None = None, safety_net: bool = True) -> SearchOutcome:
     """The search of :func:`autotune.search` (same arguments and errors; module docstring)."""
     t0 = time.monotonic()
     objective = check_arguments(gap, objective)
@@ -251,18 +258,30 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
                           field="context.max_device_memory", value=None, rule="missing_key")
     cfg, margin_mib = apply_margin(cfg, hbm_margin, field="hbm_margin")
     sp = space if isinstance(space, SearchSpace) else load_search_space(space)
+    storage = open_storage(storage)  # a bad URL or path fails now, not after the bound phase
     if sp.pipeline_scheduler == "keep":
         config_schedule(cfg)
     subs = subproblems(cfg, sp, expand_space(cfg, sp, profile, device=device, overrides=overrides))
     user, user_error = user_layout(cfg)
     baselines, prepared = prepare(cfg, subs, user, timeout, t0)
+    # an explicit timeout whose bound-phase share ran out may have cut a local search short
+    cut_in_bounds = timeout is not None and time.monotonic() > t0 + timeout * 0.5
     if baselines["user"] is None and user_error is None and user is not None:
         user_error = outside_space_error(user, prepared)
     lb = min(pr.bs.bound_ms for pr in prepared)
     pareto = objective == "time,memory"
     st = run_studies(prepared, sp, pareto=pareto, trials=trials, timeout=timeout, t0=t0, seed=seed,
-                     storage=storage, study_name=study_name, progress=progress, gap=gap)
+                     storage=storage, study_name=study_name, progress=progress, gap=gap,
+                     safety_net=safety_net)
     best, closest = st.best, st.closest
+    timed_out = st.timed_out or cut_in_bounds
+    stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
+    if timed_out:
+        stopped_by = "timeout" if timeout is not None else "safety_net"
+    elif st.gap_met or (stop_at is not None and best is not None and best[1].step_ms <= stop_at):
+        stopped_by = "gap"
+    else:
+        stopped_by = "trials"
     cert = None
     if best is not None and np.isfinite(lb) and lb > 0:
         cert = max(0.0, (best[1].step_ms - lb) / lb)
@@ -280,7 +299,8 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
                          config=var.cfg, profile=var.profile, study=st.study,
                          select_patterns=sel_p, comm_patterns=comm_p,
                          lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
-                         exact=all(pr.bs.exact for pr in prepared), timed_out=st.timed_out,
+                         exact=all(pr.bs.exact for pr in prepared), timed_out=timed_out,
+                         stopped_by=stopped_by, time_limit_s=st.time_limit_s,
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error)

@@ -24,8 +24,11 @@ def test_dry_run_prints_space_size() -> None:
 def test_json_has_bound_and_gap() -> None:
     r = CliRunner().invoke(search_cmd, [EX, "--format", "json", "--timeout", "3", "--trials", "5"])
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     for k in ("best", "baselines", "trials", "seconds", "lower_bound_ms", "certified_gap"):
         assert k in d
+    # the bound phase alone takes longer than 3 s here: the JSON says the clock cut the search
+    assert d["timed_out"] is True and d["stopped_by"] == "timeout" and d["time_limit_s"] == 3
+    assert "CUT SHORT by its 3 s timeout" in r.stderr
     assert 0 < d["lower_bound_ms"] <= d["best"]["step_time_ms"]
     assert abs(d["certified_gap"] - (d["best"]["step_time_ms"] - d["lower_bound_ms"]) / d["lower_bound_ms"]) < 1e-9

@@ -1,6 +1,7 @@
 """Many workers on one store (journal file and the machine's real PostgreSQL): every scenario done
 exactly once with its trial budget, a SIGKILLed worker's scenario taken over without losing a
-finished trial, and re-runs that do only what is missing."""
+finished trial, re-queueing nothing twice and leaving nothing WAITING, and re-runs that do only
+what is missing. Claims live beside the studies: the store lists only the scenario studies."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 
 import pytest
 
-from tests.sweep.sweep_helpers import budget_count, cli, kill, snapshot, start_worker, wait_for, write_sweep
+from tests.sweep.sweep_helpers import (budget_count, check_clean, cli, kill, snapshot, start_worker, study_names,
+                                       wait_for, write_sweep)
 
 
 pytestmark = pytest.mark.slow  # end to end: real worker processes on a journal and on PostgreSQL
@@ -27,18 +29,21 @@ def test_four_workers_each_scenario_once(store, tmp_path):
         codes = [p.wait(timeout=180) for p in procs]
         assert codes == [0, 0, 0, 0], [(tmp_path / f"w{i}.log").read_text() for i in range(4)]
         outs = [tmp_path / f"out{i}" for i in range(4)]
-    else:  # one command, four local processes (joblib), journal file
+    else:  # one command, four local processes, journal file
         res = cli("sweep", str(sweep), "--storage", store, "--workers", "4", "--out", str(tmp_path / "out0"))
         assert res.returncode == 0, res.stderr
         assert _worked_on(res.stdout) == 6
         outs = [tmp_path / "out0"]
     snap = snapshot(store, sweep)
     assert len(snap) == 6
+    # the store holds the six scenario studies and nothing else (no claim pseudo-studies)
+    assert study_names(store) == sorted(s["study"] for s in snap.values())
     for name, s in snap.items():
-        assert s["claims"] == [s["study"] + ".claim.0"], name   # claimed once, never taken over
+        assert s["gen"] == 0, name                                  # claimed once, never taken over
         assert s["done"]["row"]["status"] == "done"
         assert budget_count(s["trials"]) == s["budget"] == 12, (name, s["trials"])
         assert all(t[1] != "FAIL" for t in s["trials"])
+    check_clean(snap)
     summaries = {(o / "summary.csv").read_text() for o in outs}
     assert len(summaries) == 1                                  # every host writes the same summary
     text = summaries.pop()
@@ -48,6 +53,8 @@ def test_four_workers_each_scenario_once(store, tmp_path):
 
 
 def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
+    """Three "hosts"; one is SIGKILLed while a trial runs and seeds are still queued. The taker runs
+    the re-queued trial, enqueues none of the queued seeds again, and uses the budget exactly."""
     sweep = write_sweep(tmp_path / "sweep.yaml", trials=14, mbs=(4, 8), memories=("1GB", "0.6GB"))
     procs = [start_worker(str(sweep), "--storage", store, "--out", str(tmp_path / f"out{i}"), delay=0.4,
                           log=tmp_path / f"w{i}.log") for i in range(3)]
@@ -57,7 +64,7 @@ def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
         for name, s in snapshot(store, sweep).items():
             if s["claim"].get("pid") == victim.pid and s["done"] is None:
                 running = [t for t in s["trials"] if t[1] == "RUNNING"]
-                if running and sum(t[1] == "COMPLETE" for t in s["trials"]) >= 3:
+                if running and sum(t[1] == "COMPLETE" for t in s["trials"]) >= 1:
                     return name
         return None
 
@@ -65,10 +72,11 @@ def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
     kill(victim)
     before = snapshot(store, sweep)
     killed_running = [t for t in before[name]["trials"] if t[1] == "RUNNING"]
+    queued_before = [t for t in before[name]["trials"] if t[1] == "WAITING"]
     completed_before = {(n, t[0]): t[2] for n, s in before.items() for t in s["trials"] if t[1] == "COMPLETE"}
     assert killed_running, "the worker was killed while a trial ran"
-    for p in procs[1:]:
-        assert p.wait(timeout=180) == 0, (tmp_path / "w1.log").read_text()
+    for i, p in enumerate(procs[1:], start=1):
+        assert p.wait(timeout=180) == 0, (tmp_path / f"w{i}.log").read_text()
 
     after = snapshot(store, sweep)
     # the sweep completed and the summary is complete
@@ -78,17 +86,22 @@ def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
     for (n, number), value in completed_before.items():
         t = next(t for t in after[n]["trials"] if t[0] == number)
         assert t[1] == "COMPLETE" and t[2] == value
-    # the killed trial is failed, and retried
+    # the killed trial is failed, and its retry ran
     by_number = {t[0]: t for t in after[name]["trials"]}
     for t in killed_running:
         assert by_number[t[0]][1] == "FAIL"
         retries = [r for r in after[name]["trials"] if r[4] == t[0]]
         if t[3] != "local-polish":
-            assert retries and retries[0][1] in ("COMPLETE", "PRUNED")
-    # taken over once, budget kept
-    assert len(after[name]["claims"]) == 2
+            assert len(retries) == 1 and retries[0][1] in ("COMPLETE", "PRUNED")
+    # the seeds that were queued ran once, in their own trials (not enqueued again)
+    for t in queued_before:
+        assert by_number[t[0]][1] in ("COMPLETE", "PRUNED"), t
+    # taken over once, budget kept, nothing WAITING, nothing evaluated twice
+    assert after[name]["gen"] == 1
     for n, s in after.items():
         assert budget_count(s["trials"]) == s["budget"], (n, s["trials"])
+    check_clean(after)
+    assert study_names(store) == sorted(s["study"] for s in after.values())
 
     # re-run after completion: no new work, same summary
     res = cli("sweep", str(sweep), "--storage", store, "--out", str(tmp_path / "out1"))
@@ -117,9 +130,10 @@ def test_rerun_after_kill_finishes_only_what_is_missing(tmp_path, pg_url):
     assert _worked_on(res.stdout) == 4 - len(done)
     after = snapshot(pg_url, sweep)
     for n in done:  # finished scenarios untouched
-        assert after[n]["trials"] == before[n]["trials"] and after[n]["claims"] == before[n]["claims"]
+        assert after[n]["trials"] == before[n]["trials"] and after[n]["gen"] == before[n]["gen"]
     for n, s in after.items():
         assert s["done"] is not None and budget_count(s["trials"]) == s["budget"]
+    check_clean(after)
     assert len((tmp_path / "out" / "summary.csv").read_text().strip().splitlines()) == 5
     data = json.loads((tmp_path / "out" / done[0] / "result.json").read_text())
     assert data["row"]["scenario"] == done[0]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import csv
 import io
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.sweep import run_sweep
-from tests.sweep.sweep_helpers import snapshot, write_sweep
+from tests.sweep.sweep_helpers import DATA, snapshot, write_sweep
 
 
 def _rows(path):
@@ -64,4 +65,74 @@ def test_rerun_same_summary_baseline_and_fresh(tmp_path):
     d = run_sweep(sweep, out_dir=tmp_path / "night1", fresh=True)
     assert sorted(d.ran) == sorted(before) and (tmp_path / "night1" / "summary.md").read_text() == first
     after = snapshot(store, sweep)
-    assert all(len(s["claims"]) == 1 for s in after.values())
+    assert all(s["gen"] == 0 for s in after.values())  # the claims were forgotten with the studies
+
+
+@pytest.mark.slow  # a sweep command with slowed trials
+def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
+    """An explicit scenario timeout that fires: the row says timed_out with the gap then, in
+    summary.csv/md, result.json, report.txt and the command's output; the seeds it left queued are
+    failed, so nothing stays WAITING."""
+    import json
+
+    from tests.sweep.sweep_helpers import check_clean, start_worker
+
+    sweep = write_sweep(tmp_path / "s.yaml", trials=12, mbs=(4,), memories=("1GB",),
+                        extra="  - name: slow\n    config: %s\n    timeout: 1.2\n" % (DATA / "tiny.yaml"))
+    log = tmp_path / "host.log"
+    host = start_worker(str(sweep), "--out", str(tmp_path / "out"), "--report", delay=0.8, log=log)
+    assert host.wait(timeout=180) == 0, log.read_text()
+    out = tmp_path / "out"
+    rows = {r["scenario"]: r for r in _rows(out / "summary.csv")}
+    cut, whole = rows["slow"], rows["tiny-mb4-hbm1GB"]
+    assert whole["status"] == "done" and whole["stopped_by"] == "trials" and whole["trials"] == "12"
+    assert cut["status"] == "timed_out" and cut["stopped_by"] == "timeout" and cut["fits"] == "yes"
+    assert cut["certified_gap_pct"] != "" and 0 < int(cut["trials"]) < 12
+    md = (out / "summary.md").read_text()
+    assert "## Cut short by a time limit" in md and f"- slow: certified gap then {cut['certified_gap_pct']} %" in md
+    res = json.loads((out / "slow" / "result.json").read_text())
+    assert res["row"]["status"] == "timed_out"
+    assert res["result"]["timed_out"] is True and res["result"]["stopped_by"] == "timeout"
+    assert res["result"]["time_limit_s"] == 1.2
+    assert "CUT SHORT by its 1.2 s timeout" in (out / "slow" / "report.txt").read_text()
+    assert "stopped after the trial budget (12 trials)" in (out / "tiny-mb4-hbm1GB" / "report.txt").read_text()
+    assert f"cut short by its timeout: slow (certified gap then {cut['certified_gap_pct']} %)" in log.read_text()
+    snap = snapshot(str(out / "sweep.journal"), sweep)
+    check_clean(snap)
+    not_run = [t for t in snap["slow"]["trials"] if t[1] == "FAIL"]
+    assert not_run and all(t[3] != "tpe" for t in not_run)     # queued seeds the clock left behind
+
+
+@pytest.mark.slow  # three searches with slowed trials
+def test_search_cut_by_the_safety_net_says_so_in_every_form(tmp_path, monkeypatch):
+    import json
+    import time as _time
+
+    import optuna.study._optimize as opt
+
+    import autotune.tuner.search as search_policy
+    from autotune.commands.tune import search_cmd
+
+    orig = opt._tell_with_warning
+
+    def slow_tell(*a, **k):
+        _time.sleep(0.3)
+        return orig(*a, **k)
+
+    monkeypatch.setattr(opt, "_tell_with_warning", slow_tell)
+    monkeypatch.setattr(search_policy, "SAFETY_TIMEOUT_S", 1.0)
+    args = [str(DATA / "small.yaml"), "--profile", str(DATA / "small_profile.yaml"), "--space",
+            str(DATA / "small_space.yaml"), "--hbm", "0.6GB", "--trials", "40", "--gap", "0"]
+    text = CliRunner().invoke(search_cmd, args + ["--report", str(tmp_path / "rep")])
+    assert text.exit_code == 0, text.output
+    assert "CUT SHORT by the 1 s safety net" in text.stdout and "certified gap then" in text.stdout
+    assert "warning: CUT SHORT by the 1 s safety net" in text.stderr
+    assert "CUT SHORT by the 1 s safety net" in (tmp_path / "rep" / "report.html").read_text()
+    js = CliRunner().invoke(search_cmd, args + ["--format", "json"])
+    d = json.loads(js.stdout)
+    assert d["timed_out"] is True and d["stopped_by"] == "safety_net" and d["time_limit_s"] == 1.0
+    assert d["certified_gap"] is not None and d["trials"] < 40
+    # without the cut: the stop reason is the gap target or the budget, never "timed_out"
+    monkeypatch.setattr(opt, "_tell_with_warning", orig)
+    d = json.loads(CliRunner().invoke(search_cmd, args[:-2] + ["--format", "json"]).stdout)
+    assert d["timed_out"] is False and d["stopped_by"] == "gap"

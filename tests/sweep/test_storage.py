@@ -17,18 +17,73 @@ from tests.sweep.sweep_helpers import DATA
 SPACE = SearchSpace(pp_interleave_num=[1, 2], recompute_kinds=["full"])
 
 
-def test_search_accepts_a_storage_object_and_gap_none_runs_the_budget(pg_url) -> None:
+def test_search_accepts_a_storage_object_and_resume_means_resume(pg_url) -> None:
+    """The trial budget is the study's: a re-run with the same budget adds nothing ("366/200 trials"
+    before), a larger one adds only the difference, a smaller one none; gap=None uses all of it."""
     storage = make_rdb_storage(pg_url)
     assert open_storage(storage) is storage and storage.get_heartbeat_interval() == 1
-    a = autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE, trials=9, seed=0,
-                        storage=storage, study_name="s1", gap=None)
-    assert a.trials >= 9
-    b = autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE, trials=5, seed=0,
-                        storage=storage, study_name="s1", gap=None)
-    assert b.trials >= a.trials + 5  # resumed the same study through the same object
-    assert b.best.step_time_ms <= a.best.step_time_ms + 1e-9
+    run = lambda n: autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE,  # noqa: E731
+                                    trials=n, seed=0, storage=storage, study_name="s1", gap=None)
+    a = run(9)
+    assert a.trials == 9 and a.stopped_by == "trials" and not a.timed_out
+    assert len(a.study.trials) == 9                      # nothing enqueued and left WAITING
+    b = run(9)
+    assert b.trials == 9 and len(b.study.trials) == 9    # resumed: the budget was already used
+    c = run(5)
+    assert c.trials == 9 and len(c.study.trials) == 9    # a smaller budget runs nothing
+    d = run(14)
+    assert d.trials == 14 and len(d.study.trials) == 14  # only the 5 missing trials ran
+    assert d.best.step_time_ms <= a.best.step_time_ms + 1e-9
+    layouts = [t.user_attrs["layout"] for t in d.study.trials if t.user_attrs.get("origin") != "tpe"]
+    assert len(layouts) == len(set(layouts))             # no seed was enqueued twice
     # a URL gives the same kind of storage (heartbeats on PostgreSQL)
     assert open_storage(pg_url).get_heartbeat_interval() == 1
+
+
+def test_trials_caps_the_study(tmp_path) -> None:
+    """--trials N means at most N finished trials, seeds and the final polish trial included (the
+    solver has more seeds than that here: the best ranked ones are kept)."""
+    for n in (1, 2, 3):
+        r = autotune.search(DATA / "small.yaml", DATA / "small_profile.yaml", space=DATA / "small_space.yaml",
+                            trials=n, seed=0, gap=None)
+        assert r.trials == n and len(r.study.trials) == n, n
+    one = autotune.search(DATA / "small.yaml", DATA / "small_profile.yaml", space=DATA / "small_space.yaml",
+                          trials=1, seed=0, gap=None)
+    many = autotune.search(DATA / "small.yaml", DATA / "small_profile.yaml", space=DATA / "small_space.yaml",
+                           trials=30, seed=0, gap=None)
+    # the one trial is the solver's best seed, which the longer search does not beat by much here
+    assert one.best is not None and one.best.step_time_ms >= many.best.step_time_ms - 1e-9
+
+
+def test_gap_stop_runs_the_queue_first(tmp_path) -> None:
+    """A WAITING trial (a dead worker's retry) runs even when the gap target is already met, and no
+    seed the study holds is enqueued again; the journal ends with nothing WAITING."""
+    import optuna
+
+    from autotune.tuner.runner import run_study
+    from autotune.tuner.solve import bound_and_seeds
+    from tests.search.test_exact_bounds import syn2_problem
+
+    problem = syn2_problem(150)
+    bs = bound_and_seeds(problem, [])
+    journal = str(tmp_path / "s.journal")
+    first = run_study(problem, seeds=bs.seeds, n_trials=4, seed=0, storage=journal, study_name="g")
+    st = first.study
+    held = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # a "dead worker's" trial: re-queue the first trial's parameters as Optuna's retry does
+    st.add_trial(optuna.create_trial(state=optuna.trial.TrialState.WAITING, params=held[0].params,
+                                     distributions=held[0].distributions, user_attrs=held[0].user_attrs,
+                                     system_attrs={"failed_trial": held[0].number}))
+    again = run_study(problem, seeds=bs.seeds, n_trials=10, seed=0, storage=journal, study_name="g",
+                      stop_at_ms=1e9)           # the gap target is met by every feasible trial
+    states = [t.state.name for t in again.study.trials]
+    assert "WAITING" not in states
+    retry = [t for t in again.study.trials if t.system_attrs.get("failed_trial") == held[0].number]
+    assert retry and retry[0].state == optuna.trial.TrialState.COMPLETE
+    assert again.ran == 1 and again.stopped_by == "gap"   # the retry ran, nothing else was queued
+    keys = [t.user_attrs["layout"] for t in again.study.trials if t.user_attrs.get("origin") != "tpe"
+            and "failed_trial" not in t.system_attrs]
+    assert len(keys) == len(set(keys))
 
 
 def test_gap_negative_is_an_error() -> None:
@@ -58,3 +113,23 @@ def test_dead_trial_is_failed_and_retried_by_optuna(pg_url) -> None:
     assert len(waiting) == 1  # the polish trial is not retried
     assert waiting[0].system_attrs["failed_trial"] == 0 and waiting[0].params == {"x": x}
     assert waiting[0].user_attrs["origin"] == "tpe"
+
+
+def test_bad_storage_fails_before_the_bound_phase(monkeypatch, tmp_path) -> None:
+    """The storage is opened first: a bad URL is reported before any bound or seed is computed."""
+    import autotune.tuner.solve as solve
+
+    def never(*a, **k):
+        raise AssertionError("the bound phase ran before the storage was checked")
+
+    monkeypatch.setattr(solve, "bound_and_seeds", never)
+    with pytest.raises(autotune.errors.ConfigError) as e:
+        autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE, trials=3,
+                        storage="postgresql+psycopg://u:pw@127.0.0.1:1/nodb")
+    assert e.value.rule == "storage" and "u:***@127.0.0.1:1/nodb" in str(e.value) and "pw@" not in str(e.value)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(autotune.errors.ConfigError) as e:
+        autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE, trials=3,
+                        storage=str(blocker / "sub" / "s.journal"))
+    assert e.value.rule == "storage"
