@@ -3,7 +3,13 @@
     .venv/bin/python benchmarks/search_quality.py [--seeds 0,1,2] [--only NAME]
 
 Enumerable problems: the exact oracle gives the optimum, "ratio" = found / optimum.
-Large problems: "gap" = certified gap (found - bound) / bound.
+Large problems: "gap" = certified gap (found - bound) / bound. "cpu s" = user + sys CPU seconds of
+this process for the search (time.process_time), next to its wall seconds.
+
+The "corpus" problems are real MindFormers configs (r1.3.0 Llama-2-70B and Qwen1.5-72B
+pretraining): their layer profiles are frozen in benchmarks/data/corpus_*_profile.yaml (what
+`autotune profile` derives from the corpus file); pipeline_stage, micro_batch_num and the budget
+are the config's, written out here (the corpus YAML itself is not part of autotune).
 """
 
 from __future__ import annotations
@@ -54,6 +60,31 @@ FROZEN = {"examples/telechat2_115b/train.yaml": ROOT / "benchmarks/data/telechat
           "examples/real_configs/01_deepseek3_671b.yaml": ROOT / "benchmarks/data/deepseek3_671b_profile.yaml"}
 
 
+BUDGET_LESS_MEM = 62_000.0
+
+#: Real configs of the corpus (tests/corpus/mindformers/, not committed): frozen profile, then the
+#: config's pipeline_stage, micro_batch_num and max_device_memory in MiB.
+CORPUS = {"llama2_70b": (ROOT / "benchmarks/data/corpus_llama2_70b_profile.yaml", 8, 128, 57344.0),
+          "qwen1_5_72b": (ROOT / "benchmarks/data/corpus_qwen1_5_72b_profile.yaml", 8, 64, 58368.0)}
+
+
+def corpus(name: str, V: list[int] | None = None) -> Problem:
+    """A corpus config's problem (:data:`CORPUS`) as the search builds it with the default space."""
+    path, P, m, hbm = CORPUS[name]
+    prof = load_profile(path)
+    vs = runnable_vpp(prof.num_layers, P, m, "1f1b", V or [1, 2, 3, 4])
+    return Problem(ProfileArrays.from_profile(prof), P=P, m=m, hbm_mib=hbm, vpp_candidates=vs)
+
+
+def balancer_demo(*, P: int, V: int, m: int, hbm: float, kinds: tuple[str, ...],
+                  schedule: str = "1f1b") -> Problem:
+    """The 96-layer TeleChat2 (115B) frozen profile on the shapes of the old MindFormers balancer's
+    demos (175B-class, issue 17): pp ``P`` vpp ``V``, ``m`` micro-batches, budget ``hbm`` MiB."""
+    prof = load_profile(FROZEN["examples/telechat2_115b/train.yaml"])
+    return Problem(ProfileArrays.from_profile(prof), P=P, m=m, hbm_mib=hbm, vpp_candidates=[V],
+                   kinds=kinds, schedule=schedule)
+
+
 def example(path: str, *, P: int | None = None, V: list[int] | None = None, N: int | None = None,
             budget_scale: float = 1.0, m: int | None = None) -> Problem:
     cfg = as_config(ROOT / path)
@@ -84,20 +115,27 @@ def problems() -> dict[str, tuple[Problem, bool]]:
         "llama3.1 80L pp8 loose": (example("examples/llama3_1_70b/train.yaml", V=[1], budget_scale=1.5), False),
         "48L pp5 vpp2": (example("examples/telechat2_115b/train.yaml", P=5, V=[2], N=48, m=10), False),
         "62L pp16 dense+MoE+MTP": (example("examples/real_configs/01_deepseek3_671b.yaml", V=[1]), False),
+        "96L pp16 vpp3 m16 sel+comm": (balancer_demo(P=16, V=3, m=16, hbm=62_000.0,
+                                                     kinds=("select", "comm")), False),
+        "96L pp16 vpp2 m32 less-mem": (balancer_demo(P=16, V=2, m=32, hbm=BUDGET_LESS_MEM,
+                                                     kinds=("full", "select", "comm"),
+                                                     schedule="1f1b_less_memory"), False),
+        "corpus llama2-70b pp8 m128": (corpus("llama2_70b"), False),
+        "corpus qwen1.5-72b pp8 m64": (corpus("qwen1_5_72b"), False),
     }
     return d
 
 
-def run(problem: Problem, seed: int, gap: float = 0.005) -> tuple[float, float, int, float, bool]:
-    """(found ms, bound ms, trials, wall s, exact) for one search as api.search runs it by default
+def run(problem: Problem, seed: int, gap: float = 0.005) -> tuple[float, float, int, float, bool, float]:
+    """(found ms, bound ms, trials, wall s, exact, CPU s) for one search as api.search runs it by default
     (no clock budget: 200 trials, fixed local-search work, stop at the certified gap)."""
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     bs = bound_and_seeds(problem, [])
     stop = bs.bound_ms * (1 + gap) if np.isfinite(bs.bound_ms) else None
     out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=SAFETY_TIMEOUT_S, seed=seed,
                     stop_at_ms=stop, bound_ms=bs.bound_ms)
     found = out.best.step_ms if out.best else float("inf")
-    return found, bs.bound_ms, out.trials, time.monotonic() - t0, bs.exact
+    return found, bs.bound_ms, out.trials, time.monotonic() - t0, bs.exact, time.process_time() - c0
 
 
 def main() -> None:
@@ -107,20 +145,20 @@ def main() -> None:
     a = ap.parse_args()
     seeds = [int(s) for s in a.seeds.split(",")]
     print(f"{'problem':28s} {'seed':>4s} {'found ms':>11s} {'opt/bound ms':>13s} {'ratio':>7s} {'gap':>7s} "
-          f"{'wall s':>6s} {'trials':>6s}")
+          f"{'wall s':>6s} {'cpu s':>6s} {'trials':>6s}")
     for name, (pr, _enum) in problems().items():
         if a.only and a.only not in name:
             continue
         for s in seeds:
             try:
-                found, bound, trials, wall, exact = run(pr, s)
+                found, bound, trials, wall, exact, cpu = run(pr, s)
             except Exception as exc:  # report and continue
                 print(f"{name:28s} {s:4d} error: {exc}")
                 continue
             ratio = found / bound if bound > 0 else float("nan")
             kind = "opt" if exact else "bnd"
             print(f"{name:28s} {s:4d} {found:11.1f} {bound:11.1f}{kind[0]:>2s} {ratio:7.3f} {ratio - 1:7.2%} "
-                  f"{wall:6.1f} {trials:6d}", flush=True)
+                  f"{wall:6.1f} {cpu:6.1f} {trials:6d}", flush=True)
 
 
 if __name__ == "__main__":

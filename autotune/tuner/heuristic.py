@@ -7,6 +7,9 @@
   descent goes on.
 - :func:`polish_recompute`: coordinate descent on the recompute with the split fixed
   (:class:`~autotune.tuner.moves.RecomputeTrades`), by simulation.
+- :func:`finish_one_opt`: steepest descent over the 1-opt neighbourhood
+  (:class:`~autotune.tuner.moves.OneOptMoves`) to the end: no single layer move and no ±1 on one
+  recompute count gives a faster layout that fits (:func:`improving_moves` is the check).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import numpy as np
 
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
-from autotune.tuner.moves import GivenSplits, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
-from autotune.tuner.problem import Candidate, Problem
+from autotune.tuner.moves import (GivenSplits, LayoutBatch, PairMoves, RecomputeTrades, Scan,
+                                   SingleLayerMoves, one_opt_moves, scan)
+from autotune.tuner.params import representable
+from autotune.tuner.problem import Candidate, Problem, fits, improves
 
 #: When no single-layer move improves, :func:`local_search` scores the pair moves (two single
 #: moves at once) among this many best single moves: a work cap of at most
@@ -194,4 +199,67 @@ def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
                     gained |= apply(((p, opts[p][:pair_top]), (q, opts[q][:pair_top])))
         if not gained:
             break
+    return best
+
+
+#: :func:`finish_one_opt` stops after this many improving moves (a safety cap; each move lowers the
+#: step time, so the descent ends on its own; TeleChat2 and the pp 16 problems take < 30).
+ONE_OPT_MAX_MOVES = 500
+
+
+def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.ndarray]:
+    """The moves of the 1-opt neighbourhood (:func:`~autotune.tuner.moves.one_opt_moves`) that fit
+    the budget (:func:`~autotune.tuner.problem.fits`) and are faster than ``cand`` (scored;
+    :func:`~autotune.tuner.problem.improves`): (their layouts, their step ms [K]). The memory of
+    every move is computed first (no simulation); only the fitting ones are simulated."""
+    moves = one_opt_moves(problem, cand)
+    V = cand.V
+    keep_l, keep_t = [], []
+    for lo in range(0, len(moves.layers), 20_000):
+        b = LayoutBatch(*(a[lo:lo + 20_000] for a in moves))
+        costs = problem.costs(V, *b)
+        mem = problem.score_costs(V, costs, memory_only=True)
+        ok = fits(mem.peak_mib.max(axis=1), problem.hbm_mib)
+        if not ok.any():
+            continue
+        sub = LayoutBatch(*(a[ok] for a in b))
+        s = problem.evaluate(V, *sub)
+        good = fits(s.peak_mib.max(axis=1), problem.hbm_mib) & improves(s.step_ms, cand.step_ms)
+        keep_l.append(LayoutBatch(*(a[good] for a in sub)))
+        keep_t.append(s.step_ms[good])
+    if not keep_l:
+        z = np.zeros((0, V, problem.P), dtype=np.int64)
+        return LayoutBatch(z, z, z, z), np.zeros(0)
+    return (LayoutBatch(*(np.concatenate([b[i] for b in keep_l]) for i in range(4))),
+            np.concatenate(keep_t))
+
+
+def finish_one_opt(problem: Problem, cand: Candidate, *, deadline: float | None = None,
+                   max_moves: int = ONE_OPT_MAX_MOVES) -> Candidate:
+    """Steepest descent from ``cand`` over the 1-opt neighbourhood (:func:`improving_moves`): the
+    fastest improving move that fits and that a trial can write (:func:`~autotune.tuner.params.
+    representable`) is taken until there is none, so the answer is 1-opt (issue 17). A start that
+    does not fit is returned as it is (the descent keeps the budget). ``deadline``
+    (time.monotonic()) or ``max_moves`` may stop it early (then the answer is only better).
+    Returns a scored Candidate (``cand`` itself when no move improves)."""
+    best = cand
+    if not np.isfinite(best.step_ms):
+        problem.score([best])
+    if not fits(best.peak_mib, problem.hbm_mib):
+        return best
+    for _ in range(max_moves):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        lay, step = improving_moves(problem, best)
+        nxt = None
+        for i in np.argsort(step, kind="stable"):
+            c = Candidate(best.V, lay.layers[i].copy(), lay.rec[i].copy(), lay.sel[i].copy(),
+                          lay.com[i].copy(), origin=best.origin if best.origin.endswith("+1opt")
+                          else f"{best.origin}+1opt")
+            if representable(problem, c):
+                nxt = problem.score([c])[0]
+                break
+        if nxt is None:
+            break
+        best = nxt
     return best

@@ -7,7 +7,10 @@ step away from ``base`` in batches (:class:`LayoutBatch`); :func:`scan` simulate
 - :class:`PairMoves`: two single moves at once, among the best-ranked single moves of a scan;
 - :class:`GivenSplits`: given layer splits (e.g. one pair move to descend from);
 - :class:`RecomputeTrades`: the split kept, one or two stages' recompute replaced by other
-  fitting combinations of their chunks' options.
+  fitting combinations of their chunks' options;
+- :class:`OneOptMoves`: the 1-opt neighbourhood (:func:`one_opt_moves`): one layer moved between
+  two mini-stages with every recompute count kept (clipped to the layers left), or one recompute
+  count (full, select or comm) changed by ±1 on one mini-stage.
 
 The split moves re-fit the recompute of the stages they touch with a
 :class:`~autotune.tuner.fit.RecomputeFit` (each distinct touched column once per problem:
@@ -90,6 +93,37 @@ def pair_moves(problem: Problem, base: Candidate, singles: np.ndarray, order: np
     return comb[np.sort(first)]
 
 
+def one_opt_moves(problem: Problem, cand: Candidate) -> LayoutBatch:
+    """Every layout one move away from ``cand`` (int [B, V, P] tables), in this order:
+
+    1. one layer from mini-stage a to mini-stage b (every valid pair, :func:`single_moves`' order),
+       the recompute counts of every mini-stage kept, those of a clipped to its layers left
+       (a count is "the first r layers": MindFormers' recompute / select_recompute /
+       select_comm_recompute);
+    2. one recompute count of one mini-stage changed by ±1 (full, select, comm; only the kinds in
+       ``problem.kinds``), kept within [0, layers].
+
+    The moves a finishing descent must exhaust for the answer to be 1-opt (issue 17)."""
+    V, P = cand.V, problem.P
+    splits = single_moves(problem, cand)
+    B = len(splits)
+    tabs = [np.minimum(np.broadcast_to(t, (B, V, P)), splits) for t in (cand.rec, cand.sel, cand.com)]
+    parts = [LayoutBatch(splits, *tabs)]
+    base = (cand.rec, cand.sel, cand.com)
+    for k, kind in enumerate(("full", "select", "comm")):
+        if kind not in problem.kinds:
+            continue
+        for d in (-1, 1):
+            t = base[k][None] + d * np.eye(V * P, dtype=np.int64).reshape(V * P, V, P)
+            ok = ((t >= 0) & (t <= cand.layers[None])).all(axis=(1, 2))
+            t = t[ok]
+            n = len(t)
+            tabs = [np.broadcast_to(x, (n, V, P)).copy() for x in base]
+            tabs[k] = t
+            parts.append(LayoutBatch(np.broadcast_to(cand.layers, (n, V, P)).copy(), *tabs))
+    return LayoutBatch(*(np.concatenate([b[i] for b in parts]).reshape(-1, V, P) for i in range(4)))
+
+
 @dataclass(frozen=True)
 class GivenSplits:
     """These layer splits int [B, V, P] of ``base``'s V, touched stages re-fitted."""
@@ -154,6 +188,20 @@ class RecomputeTrades:
             for a in range(3):
                 arr[a][:, :, p] = c[g, :, a]
         yield LayoutBatch(np.broadcast_to(base.layers, (S, V, P)), *arr)
+
+
+@dataclass(frozen=True)
+class OneOptMoves:
+    """The 1-opt neighbourhood of ``base`` (:func:`one_opt_moves`; ``fit`` / ``memo`` unused: no
+    stage is re-fitted), in batches of :data:`MOVE_CHUNK`."""
+
+    name: str = "one-opt"
+
+    def batches(self, problem: Problem, base: Candidate, fit: RecomputeFit,
+                memo: dict | None) -> Iterator[LayoutBatch]:
+        allm = one_opt_moves(problem, base)
+        for lo in range(0, len(allm.layers), MOVE_CHUNK):
+            yield LayoutBatch(*(a[lo:lo + MOVE_CHUNK] for a in allm))
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,23 @@ class Problem:
         return cands
 
 
+#: Relative tolerance of :func:`improves` (a relative one, so that scaling every time by one
+#: constant changes no decision; an absolute 1e-9 ms does not scale).
+REL_TOL = 1e-9
+
+
+def fits(peak_mib: np.ndarray | float, hbm_mib: float) -> np.ndarray | bool:
+    """True where a peak (MiB) fits the budget (MiB): peak <= budget, as ``excess_mib <= 0`` and the
+    study's memory constraint (no tolerance: a tolerance would let a local search reach layouts the
+    study calls infeasible)."""
+    return np.asarray(peak_mib) <= hbm_mib
+
+
+def improves(step_ms: np.ndarray | float, than_ms: float) -> np.ndarray | bool:
+    """True where a step time (ms) is faster than ``than_ms`` by more than :data:`REL_TOL` of it."""
+    return np.asarray(step_ms) < than_ms * (1.0 - REL_TOL)
+
+
 def even_layers(N: int, P: int, V: int) -> np.ndarray:
     """The even split [V, P]: base = N // (P·V) everywhere, the remainder one each to the mini-stages
     after the first, in layer order (the first mini-stage also holds the embedding)."""

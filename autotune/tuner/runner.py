@@ -27,9 +27,9 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.extras import require_storage
-from autotune.tuner.heuristic import local_search
+from autotune.tuner.heuristic import finish_one_opt, local_search
 from autotune.tuner.params import decode, encode, representable
-from autotune.tuner.problem import Candidate, Problem
+from autotune.tuner.problem import Candidate, Problem, improves
 from autotune.tuner.storage import (GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, MAX_RETRY, POLISH_ORIGIN,  # noqa: F401
                                     RetryStaleTrial, is_url, make_rdb_storage, normalize_url)
 from autotune.tuner.storage import open_storage as open_target
@@ -298,20 +298,25 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     waiting = len(study.get_trials(deepcopy=False, states=(TS.WAITING,)))
     best, closest = best_and_closest(study)
     done = count["gap"] or (stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms)
-    if reserve and not timed_out and not waiting and not done and count["finished"] < n_trials:
+    if reserve and not timed_out and not waiting and count["finished"] < n_trials:
         polished = None
         if best is not None:
             from autotune.tuner.solve import LOCAL_ITERS
 
-            polished = local_search(problem, problem.score([best])[0], max_iters=LOCAL_ITERS,
-                                    deadline=polish_deadline)
-        if polished is not None and polished.step_ms < best.step_ms - 1e-9 and representable(problem, polished):
+            polished = problem.score([best])[0]
+            if not done:  # the gap target met: only the 1-opt finish (every answer is 1-opt)
+                polished = local_search(problem, polished, max_iters=LOCAL_ITERS, deadline=polish_deadline)
+            polished = finish_one_opt(problem, polished, deadline=polish_deadline)
+        better = (polished is not None and improves(polished.step_ms, best.step_ms)
+                  and representable(problem, polished))
+        if better:
             study.enqueue_trial(encode(problem, polished),
                                 user_attrs={"origin": POLISH_ORIGIN, "layout": _layout_attr(polished)})
-        # the polish trial, or (nothing faster found) one more TPE proposal in its slot
-        study.optimize(objective, n_trials=1, callbacks=[cb], catch=())
-        best, closest = best_and_closest(study)
-        done = stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms
+        if better or not done:
+            # the polish trial, or (nothing faster found) one more TPE proposal in its slot
+            study.optimize(objective, n_trials=1, callbacks=[cb], catch=())
+            best, closest = best_and_closest(study)
+            done = stop_at_ms is not None and best is not None and best.step_ms <= stop_at_ms
     if bar is not None:
         bar.close()
     stopped_by = "timeout" if timed_out else ("gap" if done else "trials")

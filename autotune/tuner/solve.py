@@ -9,7 +9,10 @@ is small, else a short pipeline
 - improve: local moves (:mod:`autotune.tuner.heuristic`) from the most promising starts of the V's
   that can still hold the optimum;
 - polish: the integer program picks the recompute of each such V's best layout;
-- tighten: the later bound passes against the incumbent (their relaxed splits become seeds).
+- tighten: the later bound passes against the incumbent (their relaxed splits become seeds);
+- finish: the best layout found gets the 1-opt descent (:func:`~autotune.tuner.heuristic.
+  finish_one_opt`), before the later bound passes (a better incumbent prunes them) and again
+  after them when their seeds hold a faster layout.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from autotune.tuner.bounds import REGISTRY, BoundContext, tighten
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import edge_weighted_fit, fitted
-from autotune.tuner.heuristic import local_search, polish_recompute
-from autotune.tuner.problem import Candidate, Problem, count_splits, even_layers
+from autotune.tuner.heuristic import finish_one_opt, local_search, polish_recompute
+from autotune.tuner.problem import Candidate, Problem, count_splits, even_layers, fits
 
 #: Spaces with at most this many layer splits (all V) are enumerated exactly (branch and bound:
 #: 20,128 splits of the 16-layer pp4 vpp1-2 benchmark take about 2 s).
@@ -121,6 +124,21 @@ def polish(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float],
     return out
 
 
+def finish(problem: Problem, cands: list[Candidate], *, deadline: float | None = None) -> list[Candidate]:
+    """The 1-opt descent (:func:`~autotune.tuner.heuristic.finish_one_opt`) from the fastest fitting
+    candidate of ``cands`` (scored here) unless it is a 1-opt answer already; [] when none fits
+    or the descent finds nothing faster, else [its answer]."""
+    problem.score([c for c in cands if not np.isfinite(c.step_ms)])
+    feas = [c for c in cands if fits(c.peak_mib, problem.hbm_mib)]
+    if not feas:
+        return []
+    c0 = min(feas, key=lambda c: c.step_ms)
+    if c0.origin.endswith("+1opt"):
+        return []
+    c1 = finish_one_opt(problem, c0, deadline=deadline)
+    return [c1] if c1 is not c0 else []
+
+
 def _exact(problem: Problem, deadline: float | None, notes: list[str]) -> ExactResult | None:
     """The exact enumeration, or None when it is skipped (too many splits, or over its work
     budget: a note says why)."""
@@ -161,6 +179,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     out += starts + relaxed
     out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=deadline)
     out += polish(problem, out, dict(b.per_v_ms), deadline=deadline)
+    out += finish(problem, out, deadline=deadline)
     per_v = b.per_v_ms
     ub2 = _incumbent(out)
     for p in later:
@@ -169,4 +188,5 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         per_v = t.per_v_ms
         for V, split in t.splits.items():
             out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
+    out += finish(problem, out, deadline=deadline)
     return BoundAndSeeds(out, min(per_v.values()), notes=notes)

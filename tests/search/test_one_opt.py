@@ -1,0 +1,143 @@
+"""The 1-opt finish (issue 17): no single move improves the answer — one layer moved between two
+mini-stages (recompute counts kept, clipped to the layers left), or one recompute count (full,
+select or comm) of one mini-stage changed by ±1 — while it still fits the HBM budget.
+
+The neighbourhood is enumerated here with plain loops, independently of
+:func:`autotune.tuner.moves.one_opt_moves`, and scored with the cost model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autotune.cost.inputs import ProfileArrays
+from autotune.profile.schema import ModelProfile
+from autotune.tuner.heuristic import finish_one_opt
+from autotune.tuner.moves import one_opt_moves
+from autotune.tuner.params import representable
+from autotune.tuner.problem import Candidate, Problem, even_layers
+from tests.search.test_exact_bounds import _random_problem
+
+
+def _neighbours(problem: Problem, c: Candidate) -> list[tuple[np.ndarray, ...]]:
+    """Every (layers, rec, sel, com) one move away from ``c`` (module docstring)."""
+    V, P = c.V, problem.P
+    lo, hi = problem.bounds(V)
+    cells = [(v, p) for v in range(V) for p in range(P)]
+    out = []
+    for a in cells:
+        for b in cells:
+            if a == b:
+                continue
+            L = c.layers.copy()
+            L[a] -= 1
+            L[b] += 1
+            if L[a] < lo[a] or L[b] > hi[b]:
+                continue
+            out.append((L, np.minimum(c.rec, L), np.minimum(c.sel, L), np.minimum(c.com, L)))
+    for k, kind in enumerate(("full", "select", "comm")):
+        if kind not in problem.kinds:
+            continue
+        for a in cells:
+            for d in (-1, 1):
+                t = [c.rec.copy(), c.sel.copy(), c.com.copy()]
+                t[k][a] += d
+                if 0 <= t[k][a] <= c.layers[a]:
+                    out.append((c.layers.copy(), *t))
+    return out
+
+
+def improving(problem: Problem, c: Candidate) -> list[Candidate]:
+    """The neighbours of ``c`` (scored) that fit, are faster by more than 1e-9 of its step time and
+    that a trial can write."""
+    if not np.isfinite(c.step_ms):
+        problem.score([c])
+    nb = problem.score([Candidate(c.V, *x) for x in _neighbours(problem, c)])
+    return [x for x in nb if x.peak_mib <= problem.hbm_mib and x.step_ms < c.step_ms * (1 - 1e-9)
+            and representable(problem, x)]
+
+
+def _two_stage() -> Problem:
+    prof = ModelProfile(kinds={"L": {"fwd_ms": 1, "bwd_ms": 2, "act_mib": 10, "static_mib": 5,
+                                     "full": {"act_mib": 1, "extra_ms": 1},
+                                     "select": {"act_mib": 7, "extra_ms": 0.1},
+                                     "comm": {"act_mib": 8, "extra_ms": 0.2}}},
+                        layer_kinds=[("L", 4)], head={"static_mib": 20}, tail={"static_mib": 30})
+    return Problem(ProfileArrays.from_profile(prof), P=2, m=4, hbm_mib=1000.0)
+
+
+def test_neighbourhood_by_hand():
+    """pp2, 4 layers [2, 2], full [0, 1], select [1, 0], comm [0, 0]: 2 layer moves (0 -> 1,
+    1 -> 0), full 0 -> 1 on stage 0 and 1 -> 0 / 2 on stage 1 (3), select 1 -> 0 / 2 and 0 -> 1
+    (3), comm 0 -> 1 twice (2): 10 moves, the same set as the loops above."""
+    pr = _two_stage()
+    c = Candidate(1, np.array([[2, 2]]), np.array([[0, 1]]), np.array([[1, 0]]), np.array([[0, 0]]))
+    b = one_opt_moves(pr, c)
+    assert len(b.layers) == 10
+    got = {tuple(np.concatenate([x[i].ravel() for x in b])) for i in range(10)}
+    want = {tuple(np.concatenate([x.ravel() for x in t])) for t in _neighbours(pr, c)}
+    assert got == want
+    assert (tuple([1, 3, 0, 1, 1, 0, 0, 0])) in got  # layer 0 -> 1: select clipped to 1 layer
+
+
+def test_finish_leaves_needless_recompute():
+    """Loose budget: the even split with every layer fully recomputed is not 1-opt (dropping one
+    full recompute saves 1 ms of replay per micro-batch); the finish drops all of it: 4 layers,
+    the same split, no recompute."""
+    pr = _two_stage()
+    L = np.array([[2, 2]])
+    z = np.zeros_like(L)
+    start = pr.score([Candidate(1, L, L.copy(), z, z)])[0]
+    assert improving(pr, start)
+    end = finish_one_opt(pr, start)
+    plain = pr.score([Candidate(1, L, z, z, z)])[0]
+    assert end.step_ms < start.step_ms
+    assert end.step_ms <= plain.step_ms + 1e-9
+    assert improving(pr, end) == []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 10), P=st.integers(2, 3), V=st.integers(1, 2),
+       tight=st.floats(0.6, 1.2))
+def test_finish_is_one_opt(seed, N, P, V, tight):
+    """From the even split with full recompute (or none when full is not allowed), on random
+    two-kind problems: the finish's answer fits whenever the start does, is no slower, and no
+    move of the enumerated neighbourhood improves it."""
+    if P * V > N:
+        return
+    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight)
+    L = even_layers(N, P, V)
+    z = np.zeros_like(L)
+    start = pr.score([Candidate(V, L, L.copy(), z, z)])[0]
+    end = finish_one_opt(pr, start)
+    if start.peak_mib > pr.hbm_mib:
+        assert end is start
+        return
+    assert end.peak_mib <= pr.hbm_mib
+    assert end.step_ms <= start.step_ms
+    assert improving(pr, end) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [
+    "telechat2 96L pp8 vpp3", "telechat2 96L pp8 vpp1-4", "llama3.1 80L pp8 tight", "llama3.1 80L pp8 loose",
+    "48L pp5 vpp2", "62L pp16 dense+MoE+MTP", "96L pp16 vpp3 m16 sel+comm", "96L pp16 vpp2 m32 less-mem",
+    "corpus llama2-70b pp8 m128", "corpus qwen1.5-72b pp8 m64"])
+def test_benchmark_answers_are_one_opt(name):
+    """Every large problem of benchmarks/search_quality.py, searched as the benchmark searches it
+    (solver pipeline, then the study with the gap stop): the answer is 1-opt."""
+    from benchmarks.search_quality import problems
+    from autotune.tuner.outcome import SAFETY_TIMEOUT_S
+    from autotune.tuner.runner import run_study
+    from autotune.tuner.solve import bound_and_seeds
+
+    pr, _ = problems()[name]
+    bs = bound_and_seeds(pr, [])
+    out = run_study(pr, seeds=bs.seeds, n_trials=200, timeout=SAFETY_TIMEOUT_S, seed=0,
+                    stop_at_ms=bs.bound_ms * 1.005, bound_ms=bs.bound_ms)
+    assert out.best is not None
+    best = pr.score([out.best])[0]
+    assert best.peak_mib <= pr.hbm_mib
+    assert improving(pr, best) == []
