@@ -1,0 +1,103 @@
+"""Scale invariance of the search (issue 17): multiplying every time of the profile (layers, head,
+tail, recompute replay, p2p) by one constant gives the same layout, and so does multiplying every
+memory (activations, static, workspaces, recompute deltas) and the HBM budget by one constant.
+Checked on the solver pipeline (:func:`autotune.tuner.solve.bound_and_seeds`: its seeds and its
+best layout) with the exact enumeration off, and on the exact enumeration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autotune.cost.inputs import ProfileArrays
+from autotune.profile.schema import ModelProfile
+from autotune.tuner import solve
+from autotune.tuner.fit import fitted
+from autotune.tuner.problem import Problem, even_layers
+
+SCALES = [1 / 3, 0.5, 3.0, 7.0, 1e-3, 1e3]
+
+
+def _problem(seed: int, N: int, P: int, V: int, m: int, tight: float, *, ts: float = 1.0,
+             ms: float = 1.0, schedule: str = "1f1b") -> Problem:
+    """A random two-kind problem (full / select / comm) with every time × ``ts`` and every memory
+    and the budget × ``ms``; the budget is ``tight`` × the even split's fitted peak at scale 1."""
+    rng = np.random.default_rng(seed)
+    kd = {}
+    for k in ("a", "b"):
+        f = float(rng.uniform(0.5, 2.0))
+        act = float(rng.uniform(5, 20))
+        stat = float(rng.uniform(1, 10))
+        kd[k] = {"fwd_ms": f * ts, "bwd_ms": 2 * f * ts, "act_mib": act * ms, "static_mib": stat * ms,
+                 "full": {"act_mib": act * 0.1 * ms, "extra_ms": f * ts, "workspace_mib": act * ms},
+                 "select": {"act_mib": act * 0.7 * ms, "extra_ms": 0.1 * f * ts},
+                 "comm": {"act_mib": act * 0.8 * ms, "extra_ms": 0.2 * f * ts}}
+    cut = int(rng.integers(0, N + 1))
+    runs = [(k, n) for k, n in (("a", cut), ("b", N - cut)) if n > 0]
+    p2p = float(rng.uniform(0, 0.3))
+
+    def prof(ts: float, ms: float) -> ProfileArrays:
+        return ProfileArrays.from_profile(ModelProfile(
+            kinds=kd, layer_kinds=runs, head={"static_mib": 10.0 * ms, "fwd_ms": 0.5 * ts, "bwd_ms": 1.0 * ts},
+            tail={"static_mib": 15.0 * ms, "fwd_ms": 1.0 * ts, "bwd_ms": 2.0 * ts, "act_mib": 5.0 * ms},
+            p2p_ms=p2p * ts))
+
+    loose = Problem(prof(ts, ms), P=P, m=m, vpp_candidates=[V], schedule=schedule)
+    peak = fitted(loose, V, even_layers(N, P, V)[None], "x")[0].peak_mib
+    return Problem(prof(ts, ms), P=P, m=m, hbm_mib=peak * tight, vpp_candidates=[V], schedule=schedule)
+
+
+def _answer(problem: Problem) -> tuple:
+    """The solver pipeline's fastest fitting layout (layers, rec, sel, com) and its step ms."""
+    bs = solve.bound_and_seeds(problem, [])
+    feas = [c for c in bs.seeds if c.excess_mib <= 0]
+    if not feas:
+        return None, None
+    c = min(feas, key=lambda c: c.step_ms)
+    return (c.V, c.layers.tolist(), c.rec.tolist(), c.sel.tolist(), c.com.tolist()), c.step_ms
+
+
+@pytest.fixture
+def no_exact(monkeypatch):
+    monkeypatch.setattr(solve, "EXACT_MAX_SPLITS", 0)
+
+
+_draw = dict(seed=st.integers(0, 10_000), N=st.integers(8, 16), P=st.integers(2, 4), V=st.integers(1, 2),
+             m=st.sampled_from([4, 8]), tight=st.floats(0.7, 1.1), scale=st.sampled_from(SCALES))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(**_draw)
+def test_time_scale_gives_same_layout(no_exact, seed, N, P, V, m, tight, scale):
+    if P * V > N or m % P:
+        return
+    a, ta = _answer(_problem(seed, N, P, V, m, tight))
+    b, tb = _answer(_problem(seed, N, P, V, m, tight, ts=scale))
+    assert a == b
+    if a is not None:
+        assert tb == pytest.approx(ta * scale, rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(**_draw)
+def test_memory_scale_gives_same_layout(no_exact, seed, N, P, V, m, tight, scale):
+    if P * V > N or m % P:
+        return
+    a, ta = _answer(_problem(seed, N, P, V, m, tight))
+    b, tb = _answer(_problem(seed, N, P, V, m, tight, ms=scale))
+    assert a == b
+    if a is not None:
+        assert tb == pytest.approx(ta, rel=1e-12)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), tight=st.floats(0.7, 1.1),
+       ts=st.sampled_from(SCALES), ms=st.sampled_from(SCALES))
+def test_exact_enumeration_is_scale_invariant(seed, N, P, tight, ts, ms):
+    a, _ = _answer(_problem(seed, N, P, 1, 2 * P, tight))
+    b, _ = _answer(_problem(seed, N, P, 1, 2 * P, tight, ts=ts, ms=ms))
+    assert a == b
