@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from autotune.cost.inputs import ProfileArrays
 from autotune.profile.schema import ModelProfile
 from autotune.tuner.heuristic import finish_one_opt
-from autotune.tuner.moves import one_opt_moves
+from autotune.tuner.moves import OneOptMoves, one_opt_moves, scan
 from autotune.tuner.params import representable
 from autotune.tuner.problem import Candidate, Problem, even_layers
 from tests.search.test_exact_bounds import _random_problem
@@ -80,6 +80,8 @@ def test_neighbourhood_by_hand():
     want = {tuple(np.concatenate([x.ravel() for x in t])) for t in _neighbours(pr, c)}
     assert got == want
     assert (tuple([1, 3, 0, 1, 1, 0, 0, 0])) in got  # layer 0 -> 1: select clipped to 1 layer
+    sc = scan(pr, c, OneOptMoves())  # the Neighbourhood interface: the same 10, simulated
+    assert len(sc.step_ms) == 10 and np.isfinite(sc.step_ms).all()
 
 
 def test_finish_leaves_needless_recompute():
