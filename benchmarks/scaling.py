@@ -1,0 +1,182 @@
+"""Scaling benchmark (issue 17): CPU seconds, certified gap and peak RSS of the search on generated
+problems over pipeline_stage P, pp_interleave_num V, micro_batch_num m and num_layers L.
+
+    .venv/bin/python benchmarks/scaling.py --quick        # 8 problems, a few minutes
+    .venv/bin/python benchmarks/scaling.py                # the full grid (~40 problems)
+    .venv/bin/python benchmarks/scaling.py --only P16     # problems whose name contains P16
+
+Problems: the frozen layer profiles of ``benchmarks/data`` (TeleChat2's dense layer, DeepSeek-V3's
+dense + MoE layers with its MTP tail) stretched or cut to L layers (``ModelProfile.with_num_layers``),
+one V per problem (``vpp_candidates=[V]``), recompute kinds full / select / comm. Budgets are set
+from the problem itself so that every one is feasible: with ``peak_full`` / ``peak_none`` the worst
+stage's peak of the even split with full / no recompute,
+
+- ``tight``: peak_full + 0.35 · (peak_none − peak_full) (recompute must be chosen per stage);
+- ``loose``: 1.05 · peak_none (no recompute needed).
+
+Each problem runs in a fresh child process (so its peak RSS is its own) the way
+``autotune search`` runs one sub-problem by default: :func:`bound_and_seeds` then the Optuna study
+(200 trials, stop at the 0.5 % certified gap, the 300 s safety net). CPU s = user + sys of the
+search (``time.process_time`` around it, imports and problem building excluded); wall s likewise;
+RSS = the child's peak resident set (its own ``ru_maxrss``). The last lines fit
+log(CPU s) = a + b_P·log P + b_V·log V + b_m·log m + b_L·log L by least squares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROFILES = {"dense": ROOT / "benchmarks/data/telechat2_115b_profile.yaml",
+            "moe": ROOT / "benchmarks/data/deepseek3_671b_profile.yaml"}
+
+
+def name_of(P: int, V: int, m: int, L: int, model: str, budget: str) -> str:
+    return f"P{P} V{V} m{m} L{L} {model} {budget}"
+
+
+def grid(quick: bool) -> list[tuple[int, int, int, int, str, str]]:
+    """(P, V, m, L, model, budget) of the problems: one factor at a time around a base point
+    (P 16, V 2, m 64, L 128, dense, tight) plus the corners of the issue's targets."""
+    base = dict(P=16, V=2, m=64, L=128, model="dense", budget="tight")
+    if quick:
+        rows = [dict(base, P=4, L=32, m=16), dict(base, P=8, L=64, m=32), dict(base),
+                dict(base, V=1), dict(base, V=4), dict(base, model="moe"), dict(base, budget="loose"),
+                dict(base, P=32, V=4, m=256, L=256)]
+    else:
+        rows = [dict(base, P=p) for p in (4, 8, 16, 32, 64)]
+        rows += [dict(base, V=v) for v in (1, 3, 4)]
+        rows += [dict(base, m=m) for m in (16, 32, 128, 256, 512)]
+        rows += [dict(base, L=n) for n in (32, 64, 256)]
+        rows += [dict(base, model=mo, budget=bu) for mo in ("dense", "moe") for bu in ("tight", "loose")
+                 if (mo, bu) != ("dense", "tight")]
+        rows += [dict(base, P=p, V=v, m=m, L=n, model=mo) for mo in ("dense", "moe")
+                 for p, v, m, n in ((8, 4, 128, 256), (32, 4, 256, 256), (32, 2, 32, 64), (64, 2, 512, 256),
+                                    (64, 1, 128, 128), (4, 3, 8, 32))]
+    seen, out = set(), []
+    for r in rows:
+        t = (r["P"], r["V"], r["m"], r["L"], r["model"], r["budget"])
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def build(P: int, V: int, m: int, L: int, model: str, budget: str):
+    """The :class:`Problem` of one grid point (module docstring)."""
+    from autotune.cost.inputs import ProfileArrays
+    from autotune.profile.schema import load_profile
+    from autotune.tuner.problem import Problem, even_layers
+
+    prof = load_profile(PROFILES[model]).with_num_layers(L)
+    pa = ProfileArrays.from_profile(prof)
+    probe = Problem(pa, P=P, m=m, vpp_candidates=[V])
+    even = even_layers(L, P, V)[None]
+    z = np.zeros_like(even)
+    full = probe.evaluate(V, even, even, z, z, memory_only=True).peak_mib.max()
+    none = probe.evaluate(V, even, z, z, z, memory_only=True).peak_mib.max()
+    cap = full + 0.35 * (none - full) if budget == "tight" else 1.05 * none
+    return Problem(pa, P=P, m=m, hbm_mib=float(cap), vpp_candidates=[V])
+
+
+def run_one(spec: tuple, timeout: float | None) -> dict:
+    """Search one problem in this process: the measurements of the module docstring."""
+    from autotune.tuner.outcome import SAFETY_TIMEOUT_S
+    from autotune.tuner.runner import run_study
+    from autotune.tuner.solve import bound_and_seeds
+
+    problem = build(*spec)
+    c0, t0 = time.process_time(), time.monotonic()
+    deadline = None if timeout is None else t0 + timeout * 0.5
+    bs = bound_and_seeds(problem, [], deadline=deadline)
+    c_bound = time.process_time() - c0
+    stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
+    left = max(1.0, (SAFETY_TIMEOUT_S if timeout is None else timeout) - (time.monotonic() - t0))
+    out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,
+                    bound_ms=bs.bound_ms)
+    found = out.best.step_ms if out.best else float("inf")
+    gap = (found - bs.bound_ms) / bs.bound_ms if np.isfinite(found) and bs.bound_ms > 0 else float("nan")
+    return {"found_ms": found, "bound_ms": bs.bound_ms, "gap": gap, "cpu_s": time.process_time() - c0,
+            "bound_cpu_s": c_bound, "wall_s": time.monotonic() - t0, "trials": out.trials,
+            "exact": bs.exact, "timed_out": bool(out.timed_out), "hbm_mib": problem.hbm_mib}
+
+
+def child(spec: tuple, timeout: float | None) -> dict:
+    """Run one problem in a fresh interpreter; its measurements plus the peak RSS (MiB)."""
+    cmd = [sys.executable, __file__, "--child", json.dumps(list(spec))]
+    if timeout is not None:
+        cmd += ["--timeout", str(timeout)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        return {"error": (err.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def fit(rows: list[tuple[tuple, dict]]) -> str:
+    """log-log least squares of CPU s on P, V, m, L (rows without error)."""
+    X, y = [], []
+    for spec, r in rows:
+        if "cpu_s" in r and r["cpu_s"] > 0:
+            P, V, m, L = spec[:4]
+            X.append([1.0, np.log(P), np.log(V), np.log(m), np.log(L)])
+            y.append(np.log(r["cpu_s"]))
+    if len(y) < 6:
+        return "fit: too few rows"
+    coef, *_ = np.linalg.lstsq(np.array(X), np.array(y), rcond=None)
+    return (f"fit: CPU s ~ {np.exp(coef[0]):.3g} · P^{coef[1]:.2f} · V^{coef[2]:.2f} · m^{coef[3]:.2f} · "
+            f"L^{coef[4]:.2f}  ({len(y)} problems)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="8 problems (a few minutes)")
+    ap.add_argument("--only", default=None, help="problems whose name contains this")
+    ap.add_argument("--timeout", type=float, default=None, help="--timeout of each search (s)")
+    ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        r = run_one(tuple(json.loads(a.child)), a.timeout)
+        import resource
+        r["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(r))
+        return
+    print(f"{'problem':34s} {'CPU s':>7s} {'bound':>6s} {'wall s':>7s} {'gap':>7s} {'RSS MiB':>8s} "
+          f"{'found ms':>11s} {'bound ms':>11s} {'trials':>6s}", flush=True)
+    rows = []
+    for spec in grid(a.quick):
+        nm = name_of(*spec)
+        if a.only and a.only not in nm:
+            continue
+        r = child(spec, a.timeout)
+        rows.append((spec, r))
+        if "error" in r:
+            print(f"{nm:34s} error: {r['error']}", flush=True)
+            continue
+        flag = " (timed out)" if r["timed_out"] else (" exact" if r["exact"] else "")
+        print(f"{nm:34s} {r['cpu_s']:7.1f} {r['bound_cpu_s']:6.1f} {r['wall_s']:7.1f} {r['gap']:7.2%} "
+              f"{r['rss_mib']:8.0f} {r['found_ms']:11.1f} {r['bound_ms']:11.1f} {r['trials']:6d}{flag}",
+              flush=True)
+    gaps = [r["gap"] for _, r in rows if "gap" in r and np.isfinite(r["gap"])]
+    cpus = [r["cpu_s"] for _, r in rows if "cpu_s" in r]
+    if gaps:
+        print(f"median gap {np.median(gaps):.2%}, worst {max(gaps):.2%}; CPU s median {np.median(cpus):.1f}, "
+              f"worst {max(cpus):.1f}")
+    print(fit(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps([{"problem": name_of(*s), **r} for s, r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()
