@@ -413,6 +413,74 @@ def _stage_rows(problem: Problem, V: int) -> list[tuple[np.ndarray, np.ndarray]]
     return out
 
 
+def _option_costs(problem: Problem, layers: np.ndarray, starts: np.ndarray, groups: list, opts: list,
+                  pos: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """(act, ws, replay, static delta vs option 0) [O] of every option of every group (key, b, v,
+    p, k) of :func:`_frontiers`, options concatenated in group order.
+
+    A mini-stage's costs depend only on its first layer, its layer count, its recompute counts and
+    whether it holds the head or the tail, so each is priced on a three-column stand-in layout
+    (V = 1: the layers before it, it, the layers after it; ``pos`` puts the head / tail on the
+    mini-stage when the real one holds them) instead of the whole [V, P] layout: O·3 cells
+    instead of O·V·P. The static delta of an option is its own mini-stage's (the stage's other
+    mini-stages keep their layers). Falls back to the whole layout for P·V = 1."""
+    V, P = layers.shape[1:]
+    tot = sum(g[4] for g in groups)
+    N = problem.N
+    if V * P == 1:
+        L = np.empty((tot, V, P), dtype=np.int64)
+        R, S, C = (np.zeros((tot, V, P), dtype=np.int64) for _ in range(3))
+        at = 0
+        for (_, b, v, p, k), o in zip(groups, opts):
+            L[at:at + k] = layers[b]
+            R[at:at + k, v, p], S[at:at + k, v, p], C[at:at + k, v, p] = o.T
+            at += k
+        c = stage_costs(problem.pa, L, R, S, C, pos=pos)
+        st = c.static_mib[:, 0]
+        first = np.repeat(np.cumsum([0] + [g[4] for g in groups])[:-1], [g[4] for g in groups])
+        return c.act_mib[:, 0, 0], c.ws_mib[:, 0, 0], c.recompute_ms[:, 0, 0], st - st[first]
+    if pos is None:
+        hv, hp, tv, tp = 0, 0, V - 1, P - 1
+    else:
+        hv, hp = (int(x) for x in np.argwhere(np.asarray(pos) == 0)[0])
+        tv, tp = (int(x) for x in np.argwhere(np.asarray(pos) == V * P - 1)[0])
+    # stand-in column 1 is the mini-stage; the head sits on position 0, the tail on position 2
+    cat_pos = {"mid": None, "head": np.array([[1, 0, 2]]), "tail": np.array([[0, 2, 1]])}
+    cats = []
+    for _key, _b, v, p, _k in groups:
+        cats.append("head" if (v, p) == (hv, hp) else "tail" if (v, p) == (tv, tp) else "mid")
+    act, ws, rep, sd = (np.empty(tot) for _ in range(4))
+    offs = np.cumsum([0] + [g[4] for g in groups])
+    for cat, cp in cat_pos.items():
+        sel_g = [i for i, c in enumerate(cats) if c == cat]
+        if not sel_g:
+            continue
+        n_o = sum(groups[i][4] for i in sel_g)
+        L = np.zeros((n_o, 1, 3), dtype=np.int64)
+        R, S, C = (np.zeros((n_o, 1, 3), dtype=np.int64) for _ in range(3))
+        rows, firsts = [], []
+        at = 0
+        for i in sel_g:
+            _, b, v, p, k = groups[i]
+            s0, n = int(starts[b, v, p]), int(layers[b, v, p])
+            if cat == "head":
+                L[at:at + k, 0] = (0, n, N - n)
+            elif cat == "tail":
+                L[at:at + k, 0] = (s0, n, 0)
+            else:
+                L[at:at + k, 0] = (s0, n, N - s0 - n)
+            R[at:at + k, 0, 1], S[at:at + k, 0, 1], C[at:at + k, 0, 1] = opts[i].T
+            rows.append(np.arange(offs[i], offs[i] + k))
+            firsts.append(np.full(k, at))
+            at += k
+        c = stage_costs(problem.pa, L, R, S, C, pos=cp)
+        idx, f0 = np.concatenate(rows), np.concatenate(firsts)
+        act[idx], ws[idx], rep[idx] = c.act_mib[:, 0, 1], c.ws_mib[:, 0, 1], c.recompute_ms[:, 0, 1]
+        st = c.static_mib[:, 1]
+        sd[idx] = st - st[f0]  # option 0 of each group: no recompute
+    return act, ws, rep, sd
+
+
 def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, int]],
                memo: dict, pos: np.ndarray | None) -> None:
     """Fill ``memo`` with the undominated recompute options of mini-stages: for each (row b of
@@ -442,22 +510,12 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
         opts.append(o)
     if not groups:
         return
-    tot = sum(g[4] for g in groups)
-    L = np.empty((tot, V, P), dtype=np.int64)
-    R, S, C = (np.zeros((tot, V, P), dtype=np.int64) for _ in range(3))
-    at = 0
-    for (_, b, v, p, k), o in zip(groups, opts):
-        L[at:at + k] = layers[b]
-        R[at:at + k, v, p], S[at:at + k, v, p], C[at:at + k, v, p] = o.T
-        at += k
-    costs = stage_costs(problem.pa, L, R, S, C, pos=pos)
+    act_all, ws_all, rep_all, sd_all = _option_costs(problem, layers, starts, groups, opts, pos)
     at = 0
     for (key, _, v, p, k), o in zip(groups, opts):
         sl = slice(at, at + k)
         at += k
-        act, ws = costs.act_mib[sl, v, p], costs.ws_mib[sl, v, p]
-        rep = costs.recompute_ms[sl, v, p]
-        sd = costs.static_mib[sl, p] - costs.static_mib[at - k, p]  # option 0: no recompute
+        act, ws, rep, sd = act_all[sl], ws_all[sl], rep_all[sl], sd_all[sl]
         nu, om = rows[p]
         c = act[:, None] * nu[None, :, v] + ws[:, None] * om[None, :, v] + sd[:, None]
         # cheap pre-filter on (act, ws, static delta, replay), which implies row dominance ...
