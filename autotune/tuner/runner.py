@@ -38,6 +38,13 @@ CONSTRAINT_KEY = "hbm_excess_mib"
 
 #: TPE's expected-improvement candidates per trial (see run_study).
 N_EI_CANDIDATES = 8
+#: Work cap of TPE's proposals per :func:`run_study` call: at most this many (proposal ×
+#: parameter) units, i.e. ``TPE_PARAM_TRIALS // parameters`` proposals besides the queued seeds.
+#: Multivariate TPE costs ~(trials so far × parameters) per proposal, so 200 proposals over the
+#: 512 parameters of pp 32 × vpp 4 took ~4× the CPU of 200 over TeleChat2's 128; the cap keeps
+#: the trial budget of every problem with <= 128 parameters (the shipped examples) and shrinks it
+#: above (512 parameters: 50 proposals, 1,024: 25). Deterministic (no clock).
+TPE_PARAM_TRIALS = 25_600
 
 
 def open_storage(storage: Any) -> Any:
@@ -170,7 +177,9 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     Args:
         problem: the tuning problem.
         seeds: candidates to enqueue (deduplicated against the study).
-        n_trials: the study's trial budget (finished trials, the polish trial included), >= 0.
+        n_trials: the study's trial budget (finished trials, the polish trial included), >= 0;
+            TPE proposes at most ``TPE_PARAM_TRIALS // parameters`` of them per call (a work cap
+            that only bites above 128 parameters, i.e. 4·V·P > 128).
         timeout: wall-clock limit in seconds for this call's trials; when it fires the outcome says
             ``timed_out`` and WAITING trials may remain.
         seed: sampler seed (same seed and inputs -> same answer when no timeout cuts the run).
@@ -290,6 +299,11 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
 
     met = stop_at_ms is not None and feas_best[0] <= stop_at_ms
     timed_out = False
+    # the queued trials run first, then at most tpe_cap proposals (TPE_PARAM_TRIALS)
+    from autotune.tuner.params import param_names
+
+    tpe_cap = max(10, TPE_PARAM_TRIALS // max(1, len(param_names(problem))))
+    todo = min(todo, waiting_before + len(fresh) + tpe_cap)
     if todo > 0 and not (met and not waiting_before):
         study.optimize(objective, n_trials=todo, timeout=timeout, callbacks=[cb], catch=())
         # optimize ends early only by the gap stop or by the clock (catch=(): errors propagate)
