@@ -24,6 +24,7 @@ from typing import Iterator, NamedTuple, Protocol
 
 import numpy as np
 
+from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, refit_touched
 from autotune.tuner.problem import Candidate, Problem
 
@@ -50,8 +51,37 @@ class Neighbourhood(Protocol):
         """The neighbours of ``base`` in batches; ``fit`` / ``memo`` re-fit touched stages."""
 
 
-def single_moves(problem: Problem, cand: Candidate) -> np.ndarray:
-    """All valid splits [B, V, P] one layer away from ``cand`` (a -> b for every pair)."""
+#: Simulated ops (moves × the schedule's ops) one single-move scan may spend. Above it the moves
+#: take a layer only from the chunks of the busiest stages (:func:`move_sources`), as many stages
+#: as fit the cap (at least one): the full neighbourhood of pp 32 × vpp 4 with 256 micro-batches
+#: is 16,256 moves × 65,536 ops (~7 s per scan), the busiest stage's 508 moves ~0.2 s. Every
+#: problem of ``benchmarks/search_quality.py`` (<= 2.1 M ops per full scan) is under it.
+SCAN_OPS = 4e7
+
+
+def move_sources(problem: Problem, cand: Candidate) -> np.ndarray | None:
+    """bool [V·P] (layer order): the mini-stages a single move may take a layer from, or None
+    (all) when the full neighbourhood fits :data:`SCAN_OPS`. Otherwise the chunks of the stages
+    with the most forward + backward work per micro-batch (replay included, ``cand``'s own
+    recompute), as many stages as the cap allows, at least one: a move that shortens the step
+    of a long schedule mostly unloads its bottleneck stage. Deterministic (ties: lower stage)."""
+    V, P = cand.V, problem.P
+    n = V * P
+    ops = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num).num_ops
+    if n * (n - 1) * ops <= SCAN_OPS:
+        return None
+    c = problem.costs(V, cand.layers[None], cand.rec[None], cand.sel[None], cand.com[None])
+    busy = (c.fwd_ms + c.bwd_ms)[0].sum(axis=0)  # P
+    k = max(1, int(SCAN_OPS // (V * (n - 1) * ops)))
+    top = np.argsort(-busy, kind="stable")[:k]
+    src = np.zeros((V, P), dtype=bool)
+    src[:, top] = True
+    return src.reshape(-1)
+
+
+def single_moves(problem: Problem, cand: Candidate, sources: np.ndarray | None = None) -> np.ndarray:
+    """All valid splits [B, V, P] one layer away from ``cand`` (a -> b for every pair; only the
+    ``a`` with ``sources[a]`` when given, bool [V·P] in layer order)."""
     V, P = cand.V, problem.P
     flat = cand.layers.reshape(-1)
     lo, hi = problem.bounds(V)
@@ -59,7 +89,7 @@ def single_moves(problem: Problem, cand: Candidate) -> np.ndarray:
     out = []
     n = V * P
     for a in range(n):
-        if flat[a] - 1 < lo[a]:
+        if flat[a] - 1 < lo[a] or (sources is not None and not sources[a]):
             continue
         for b in range(n):
             if a == b or flat[b] + 1 > hi[b]:
@@ -144,13 +174,14 @@ class GivenSplits:
 
 @dataclass(frozen=True)
 class SingleLayerMoves(GivenSplits):
-    """Every valid move of one layer between two mini-stages (:func:`single_moves`)."""
+    """Every valid move of one layer between two mini-stages (:func:`single_moves`); on long
+    schedules only from the busiest stages' chunks (:func:`move_sources`, a work cap)."""
 
     splits: np.ndarray | None = None
     name: str = "single"
 
     def split_moves(self, problem: Problem, base: Candidate) -> np.ndarray:
-        return single_moves(problem, base)
+        return single_moves(problem, base, move_sources(problem, base))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,61 @@
+"""Work caps that scale with problem size (issue 17): the single-move neighbourhood of a long
+schedule takes layers only from the busiest stages, and TPE's proposals shrink with the number
+of trial parameters. Both are checked against hand counts on small problems with the caps
+lowered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from autotune.cost.inputs import ProfileArrays
+from autotune.profile.schema import load_profile
+from autotune.tuner import moves as M
+from autotune.tuner import runner as R
+from autotune.tuner.fit import fitted
+from autotune.tuner.problem import Problem, even_layers
+
+FROZEN_TELECHAT2 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "telechat2_115b_profile.yaml"
+
+
+def _problem(P: int = 4, V: int = 2, m: int = 8, N: int = 24) -> Problem:
+    prof = load_profile(FROZEN_TELECHAT2).with_num_layers(N)
+    return Problem(ProfileArrays.from_profile(prof), P=P, m=m, hbm_mib=80_000.0, vpp_candidates=[V])
+
+
+def test_full_neighbourhood_under_the_cap() -> None:
+    pr = _problem()
+    c = fitted(pr, 2, even_layers(24, 4, 2)[None], "even")[0]
+    assert M.move_sources(pr, c) is None
+    assert len(M.single_moves(pr, c)) == 8 * 7  # every a -> b of 8 mini-stages with 3 layers each
+
+
+def test_busiest_stage_only_over_the_cap(monkeypatch) -> None:
+    pr = _problem()
+    lay = even_layers(24, 4, 2)
+    lay[0, 2] += 1  # stage 2 holds 7 layers, stage 3 five: stage 2 is the busiest
+    lay[1, 3] -= 1
+    c = fitted(pr, 2, lay[None], "uneven")[0]
+    ops = 2 * 4 * 2 * 8  # forwards and backwards of 8 mini-stages × 8 micro-batches
+    monkeypatch.setattr(M, "SCAN_OPS", 2 * 7 * ops)  # room for one stage's two chunks × 7 targets
+    src = M.move_sources(pr, c)
+    assert src.reshape(2, 4)[:, 2].all() and src.sum() == 2
+    moves = M.single_moves(pr, c, src)
+    assert len(moves) == 2 * 7
+    assert ((moves - lay[None])[:, :, 2].min(axis=1) == -1).all()  # from a chunk of stage 2 in every move
+    monkeypatch.setattr(M, "SCAN_OPS", 4 * 7 * ops)  # two stages: 2 and the next busiest
+    assert M.move_sources(pr, c).sum() == 4
+
+
+def test_tpe_proposals_capped_by_parameters(monkeypatch) -> None:
+    pr = _problem()
+    n_params = 4 * 2 * 4  # weights + full / select / comm per mini-stage
+    monkeypatch.setattr(R, "TPE_PARAM_TRIALS", 12 * n_params)
+    seed = fitted(pr, 2, even_layers(24, 4, 2)[None], "even")[0]
+    out = R.run_study(pr, seeds=[seed], n_trials=200, seed=0, local_polish=False)
+    assert out.trials == 1 + 12  # the seed, then 12 proposals
+    monkeypatch.setattr(R, "TPE_PARAM_TRIALS", 10**9)
+    out = R.run_study(pr, seeds=[seed], n_trials=30, seed=0, local_polish=False)
+    assert out.trials == 30
+    assert np.isfinite(out.best.step_ms)
