@@ -173,7 +173,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     ub = _incumbent(starts + out)
     first, *later = REGISTRY
-    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub), skip=first.skip)
+    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=deadline), skip=first.skip)
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
     out += starts + relaxed

@@ -16,6 +16,8 @@ value is skipped.
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping, Protocol, Sequence
 
@@ -114,6 +116,9 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
         per_v_ms: the bound per V so far (ms); V's missing start at -inf (no proof yet).
         ctx: shared context (``upper_ms``, ``layouts``, ``deadline``); ``lower_ms`` is set per V.
 
+    Past ``ctx.deadline`` a V that already holds a proof runs no further proof (the first proof
+    of a V without one always runs, so every V keeps a valid bound).
+
     Returns :class:`Tightened` (V's left without any proof are not in ``per_v_ms``).
     """
     per_v = {V: float(per_v_ms.get(V, -np.inf)) if per_v_ms else -np.inf for V in problem.vpp_candidates}
@@ -138,6 +143,8 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             if not proof.applies(problem, V):
                 continue
             lower = per_v[V] if np.isfinite(per_v[V]) else None
+            if lower is not None and ctx.deadline is not None and time.monotonic() > ctx.deadline:
+                continue  # past the deadline: a V that holds a proof keeps it (anytime)
             out = proof.bound(problem, V, replace(ctx, lower_ms=lower))
             if out is None:
                 continue
