@@ -36,6 +36,33 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+#: Seconds kept from ``--timeout`` for writing the outputs after the search (measured: < 0.2 s).
+OUTPUT_RESERVE_S = 0.2
+
+
+def _since_process_start() -> float:
+    """Wall seconds since this process started (Linux: ``/proc``), 0.0 where unknown: the
+    interpreter start and the imports (~1.5 s) count against ``--timeout``."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = float(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return max(0.0, up - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _search_timeout(timeout: float | None) -> float | None:
+    """The search's share of ``--timeout`` (s): the limit counts from the command's start, so the
+    time already spent and :data:`OUTPUT_RESERVE_S` are taken off (at least 10 % of it is left)."""
+    if timeout is None:
+        return None
+    return max(0.1 * timeout, timeout - _since_process_start() - OUTPUT_RESERVE_S)
+
+
 def _write(path: str, text: str, force: bool, option: str = "--out") -> None:
     check_out_file(path, force=force, option=option)
     write_text(path, text)
@@ -207,10 +234,13 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     _profile_warnings(profile)
     # a bar on a terminal; on a log (stderr not a TTY) one status line every few seconds
     progress = False if quiet else ("bar" if sys.stderr.isatty() else "lines")
-    result = search(_cfg(config, hf_config), profile, space=space, trials=trials, timeout=timeout, seed=seed,
+    result = search(_cfg(config, hf_config), profile, space=space, trials=trials, timeout=_search_timeout(timeout),
+                    seed=seed,
                     storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
                     overrides=_overrides(sets), progress=progress, gap=gap, objective=objective,
                     hbm_margin=hbm_margin)
+    if timeout is not None and result.time_limit_s is not None:
+        result.time_limit_s = timeout  # the user's limit, counted from the command's start
     m = result.hbm_margin_mib
     if out:
         write_text(out, result.to_yaml(full=True))

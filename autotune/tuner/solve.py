@@ -41,6 +41,11 @@ EXACT_MAX_WORK = 1_500_000
 #: fraction of the incumbent (the polish gained 1.0 % on TeleChat2 vpp3; a V further behind
 #: would not catch up).
 POLISH_WITHIN = 0.02
+#: With a deadline, the first bound pass stops its proofs at this fraction of the time left (each
+#: V keeps at least its first proof) and the local searches at the second, so that a short
+#: ``--timeout`` still improves the seeds; the later passes and the polish get the rest.
+FIRST_PASS_SHARE = 0.3
+IMPROVE_SHARE = 0.8
 #: Local searches run from this many of the best starts (a work cap, not a clock: deterministic).
 LOCAL_STARTS = 3
 #: Moves per local search.
@@ -91,7 +96,9 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
             ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
             ls = local_search(problem, ex if ex.rank() < c.rank() else c, max_iters=LOCAL_ITERS,
                               deadline=deadline, fit=fit)
-            out += [ls, polish_recompute(problem, ls)]
+            out.append(ls)
+            if deadline is None or time.monotonic() <= deadline:
+                out.append(polish_recompute(problem, ls))
         else:
             out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
         done += 1
@@ -161,7 +168,8 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     Args:
         problem: the tuning problem.
         seeds: caller's seeds (user config, baselines), kept first.
-        deadline: time.monotonic() limit for the local-search seeds and the integer program.
+        deadline: time.monotonic() limit of the whole pipeline (None: bounded by work only); the
+            first bound pass and the local searches stop at FIRST_PASS_SHARE / IMPROVE_SHARE of it.
     """
     out = list(seeds)
     notes: list[str] = []
@@ -169,15 +177,21 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     if ex is not None:
         return BoundAndSeeds(out + ([ex.best] if ex.best is not None else []),
                              ex.best.step_ms if ex.best is not None else float("inf"), True)
+    t_start = time.monotonic()
+
+    def share(f: float) -> float | None:  # the first fraction f of the time up to the deadline
+        return None if deadline is None else t_start + f * max(0.0, deadline - t_start)
+
     starts = propose(problem)
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     ub = _incumbent(starts + out)
     first, *later = REGISTRY
-    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=deadline), skip=first.skip)
+    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=share(FIRST_PASS_SHARE)),
+                skip=first.skip)
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
     out += starts + relaxed
-    out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=deadline)
+    out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=share(IMPROVE_SHARE))
     out += polish(problem, out, dict(b.per_v_ms), deadline=deadline)
     out += finish(problem, out, deadline=deadline)
     per_v = b.per_v_ms

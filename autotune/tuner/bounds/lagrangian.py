@@ -37,6 +37,7 @@ The bound of a problem is the minimum over its pp_interleave_num candidates
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -318,11 +319,13 @@ class _Relaxation:
 
 def lagrangian_bound(problem: Problem, V: int, *, upper_ms: float | None, iters: int = 300, tol: float = 1e-4,
                      layouts: list | tuple = (), gen_every: int = 10,
-                     patience: int = 5) -> tuple[float, np.ndarray, int]:
+                     patience: int = 5, deadline: float | None = None) -> tuple[float, np.ndarray, int]:
     """(bound ms, relaxed split int [V, P], iterations) of the Lagrangian for one V > 1 (module
     docstring, steps 3 and 4): a projected subgradient ascent with Polyak steps towards
     ``upper_ms``, the critical path of every layout in ``layouts`` (with this V) and of the
-    relaxed minimiser every ``gen_every`` iterations joining the path family."""
+    relaxed minimiser every ``gen_every`` iterations joining the path family. Past ``deadline``
+    (``time.monotonic()``) the ascent stops after the current iteration: every iterate's value is
+    a valid bound, so the best one so far is returned (anytime)."""
     lag = _Relaxation(problem, V)
     P = problem.P
     for c in layouts:
@@ -351,6 +354,8 @@ def lagrangian_bound(problem: Problem, V: int, *, upper_ms: float | None, iters:
         if delta is None:
             delta = max(abs(val) * 0.05, 1e-6)
         if upper_ms is not None and best >= upper_ms * (1 - tol):
+            break
+        if deadline is not None and time.monotonic() > deadline:
             break
         if gen_every and (it == 1 or it % gen_every == 0):
             fm, bm, wm = lag.last_fb
@@ -400,5 +405,6 @@ class Lagrangian:
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome:
         val, split, its = lagrangian_bound(problem, V, upper_ms=ctx.upper_ms, iters=self.iters, tol=self.tol,
                                            layouts=[c for c in ctx.layouts if c.V == V],
-                                           gen_every=self.gen_every, patience=self.patience)
+                                           gen_every=self.gen_every, patience=self.patience,
+                                           deadline=ctx.deadline)
         return BoundOutcome(val, split if self.propose else None, {"iterations": its})
