@@ -97,11 +97,13 @@ def test_bubble_fraction_zero_step_is_zero():
     assert got[0] == pytest.approx(0.5) and got[1] == 0.0 and np.isnan(got[2])
 
 
-@pytest.mark.parametrize("B", [1, 3, 1030])
-def test_batched_chunks_match_scalar(B):
-    # the batched path works in column chunks (BATCH_CHUNK); every candidate equals its scalar run
+@pytest.mark.parametrize("B, m", [(1, 8), (3, 8), (1030, 8), (300, 1024)])
+def test_batched_chunks_match_scalar(B, m):
+    # the batched path works in column chunks (BATCH_CHUNK; 256 for the 16,384 ops of m = 1024,
+    # SIM_TABLE_CELLS, so 300 candidates end with a narrower chunk of 44); every candidate equals
+    # its scalar run
     rng = np.random.default_rng(B)
-    P, V, m = 4, 2, 8
+    P, V = 4, 2
     f = rng.uniform(0.2, 3.0, (B, V, P))
     costs = StageCosts(f, 2 * f, f, np.zeros_like(f), np.zeros((B, P)), np.zeros_like(f))
     cs = compile_schedule("1f1b", P, V, m)
