@@ -8,6 +8,8 @@ comm-only [f + b, f + b + x), none after, full taking precedence (an s or c <= f
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from autotune.cost.inputs import BOTH, COMM, FULL, NONE, SELECT
@@ -29,12 +31,18 @@ def allowed_classes(kinds: tuple[str, ...] | list[str]) -> list[int]:
 
 
 def recompute_choices(n: int, kinds: tuple[str, ...] | list[str]) -> np.ndarray:
-    """Every distinct (full, select, comm) count triple of a mini-stage of ``n`` layers: int [O, 3].
+    """Every distinct (full, select, comm) count triple of a mini-stage of ``n`` layers: int [O, 3],
+    read-only (one array per (n, kinds), built once: the fits ask for it thousands of times).
 
     Ordered by class ranges (module docstring): (0, 0, 0) first, then by f, b, x, select-only before
     comm-only. A count is used only when its kind is allowed (b needs select and comm) and an
     unused key stays 0, so no two triples recompute the same layers the same way. O grows as n³.
     """
+    return _choices(int(n), tuple(kinds))
+
+
+@lru_cache(maxsize=4096)
+def _choices(n: int, kinds: tuple[str, ...]) -> np.ndarray:
     full, s_ok, c_ok = "full" in kinds, "select" in kinds, "comm" in kinds
     out = [(0, 0, 0)]
     seen = {(0, 0, 0)}
@@ -51,4 +59,6 @@ def recompute_choices(n: int, kinds: tuple[str, ...] | list[str]) -> np.ndarray:
                     if t not in seen:
                         seen.add(t)
                         out.append(t)
-    return np.asarray(out, dtype=np.int64)
+    arr = np.asarray(out, dtype=np.int64)
+    arr.setflags(write=False)
+    return arr
