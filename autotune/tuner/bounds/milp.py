@@ -68,6 +68,11 @@ POLISH_WORK = 2e12
 NEIGHBOUR_OPS = 2_000_000
 #: Solves of the lazy loop (each adds the minimiser's and its neighbours' longest paths).
 MAX_SOLVES = 12
+#: The bound's program is skipped (no proof from it; the device DP's stands) when its first LP
+#: has more cells (variables × rows) than this: the node limit does not bound HiGHS's root work,
+#: and one solve of pp 16 × vpp 4 (64 mini-stages) took 44 s of CPU. TeleChat2 vpp4 (32
+#: mini-stages, the largest shipped problem) starts at ~69,000 cells. Deterministic.
+MAX_LP_CELLS = 150_000
 
 
 @dataclass
@@ -118,7 +123,7 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
         deadline: time.monotonic() safety limit.
 
     Returns None when the bound does not apply (V = 1, a schedule that splits B/W, non-default
-    pipeline positions) or scipy is missing.
+    pipeline positions), its program is over :data:`MAX_LP_CELLS`, or scipy is missing.
     """
     out = _milp(problem, V, layouts=layouts, lower_ms=lower_ms, upper_ms=upper_ms, node_work=node_work,
                 max_solves=max_solves, deadline=deadline)
@@ -377,6 +382,8 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             y[:, :, 0] = n  # no replay: the path is what matters, not its length here
             cp = critical_path(cs, *model.durations(n, y), p2p)
             model.add_path(cp.cf, cp.cb, cp.hops)
+    if fixed is None and model.nvar * (len(model.rows) + len(model.path_rows)) > MAX_LP_CELLS:
+        return None  # a work cap: too large a program for the node limit to bound (MAX_LP_CELLS)
     bounds = model.variable_bounds(lower_ms, upper_ms)
     has_upper = upper_ms is not None and np.isfinite(upper_ms)
     best = float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0
