@@ -59,3 +59,29 @@ def test_tpe_proposals_capped_by_parameters(monkeypatch) -> None:
     out = R.run_study(pr, seeds=[seed], n_trials=30, seed=0, local_polish=False)
     assert out.trials == 30
     assert np.isfinite(out.best.step_ms)
+
+
+def test_lagrangian_stops_at_the_deadline_with_a_bound() -> None:
+    import time
+
+    from autotune.tuner.bounds.lagrangian import lagrangian_bound
+
+    pr = _problem()
+    full, _, its = lagrangian_bound(pr, 2, upper_ms=None, iters=50)
+    cut, _, one = lagrangian_bound(pr, 2, upper_ms=None, iters=50, deadline=time.monotonic() - 1.0)
+    assert one == 1 and its > 1  # past the deadline: the first iterate only
+    assert 0 < cut <= full + 1e-9  # a weaker bound, never above the converged one
+
+
+def test_tighten_past_the_deadline_keeps_each_vs_first_proof() -> None:
+    import time
+
+    from autotune.tuner.bounds import BoundContext, Lagrangian, StageDP, tighten
+
+    pr = _problem()
+    late = tighten(pr, (Lagrangian(iters=20), StageDP()), ctx=BoundContext(deadline=time.monotonic() - 1.0))
+    both = tighten(pr, (Lagrangian(iters=20), StageDP()))
+    assert set(late.per_v_ms) == {2}  # the V still has a proof
+    assert late.per_v_ms[2] <= both.per_v_ms[2] + 1e-9
+    assert late.work == {"iterations": 1}  # the Lagrangian's first iterate; the stage DP did not run
+    assert "evaluations" in both.work
