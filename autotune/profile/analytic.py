@@ -448,6 +448,330 @@ def static_groups(cfg: TrainingConfig, A: dict[str, float], *, vocab_replicated:
             "embedding": group(vocab_copies, embedding_bytes, embedding_bytes)}
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """The sizes an analytic profile is built from (the module docstring's symbols, per device).
+
+    ``A``: the assumptions in force; ``fam``: the cell-name family (None: unknown); t, cp, ep: model,
+    context and expert parallel; ``sp``: sequence parallel; c: bytes of the compute dtype; b:
+    micro-batch size; s: sequence per context-parallel rank; h, a, g, hd: hidden, heads, kv heads,
+    head dim; ``vocab``: vocabulary size; ``sbh`` = s·b·h; ``sp_div``: t with sequence parallel,
+    else 1; ``mlp_mats``: 3 (gated) or 2. Attention: ``attn_p`` parameters, ``qkv_act`` /
+    ``attn_out_act`` / ``core_kept`` / ``dropout_masks`` activation bytes, ``core_flops`` the
+    causal core's FLOPs, ``out_proj_p`` the output projection's parameters. Static memory:
+    ``groups`` (:func:`static_groups`), ``bpp`` / ``bpp_exp`` bytes per parameter (layer, routed
+    experts), ``d_os`` / ``d_os_exp`` their optimizer shard groups, ``ag_gbps`` the all-gather
+    bandwidth (GB/s); ``flops_per_ms`` the achieved FLOP/ms.
+    """
+
+    cfg: TrainingConfig
+    d: Any
+    dev: Device
+    A: dict[str, float]
+    fam: Any
+    t: int
+    cp: int
+    ep: int
+    sp: bool
+    c: float
+    b: float
+    s: float
+    h: int
+    a: int
+    g: int
+    hd: int
+    vocab: int
+    sbh: float
+    sp_div: int
+    mlp_mats: int
+    mla: bool
+    attn_p: float
+    qkv_act: float
+    attn_out_act: float
+    core_flops: float
+    core_kept: float
+    dropout_masks: float
+    norms_p: float
+    dense_mlp_p: float
+    vocab_replicated: bool
+    groups: dict[str, StaticGroup]
+    bpp: float
+    bpp_exp: float
+    d_os: int
+    d_os_exp: int
+    ag_gbps: float
+    out_proj_p: float
+    flops_per_ms: float
+
+
+def _assumptions(cfg: TrainingConfig, overrides: dict[str, float] | None) -> dict[str, float]:
+    """:data:`DEFAULT_ASSUMPTIONS` with the parameter dtype's bytes, ``runner_config.batch_size``
+    and the overrides (each checked against :data:`ASSUMPTION_RANGES`).
+
+    Raises:
+        ConfigError: an override key is unknown or out of range.
+    """
+    d = cfg.dims
+    A = dict(DEFAULT_ASSUMPTIONS)
+    A["weight_bytes"] = float(d.param_dtype_bytes)
+    A["grad_bytes"] = float(d.param_dtype_bytes)
+    mbs = get_path(cfg.raw, "runner_config.batch_size", None)
+    if isinstance(mbs, int) and not isinstance(mbs, bool) and mbs > 0:
+        A["micro_batch_size"] = mbs
+    for key, val in (overrides or {}).items():
+        if key not in A:
+            raise ConfigError(f"unknown assumption {key!r}; known: {', '.join(sorted(A))}",
+                              field=f"--set {key}", value=val, rule="assumption")
+        A[key] = _check_assumption(key, float(val))
+    return A
+
+
+def _model_warnings(cfg: TrainingConfig, fam: Any) -> list[dict[str, str]]:
+    """What the YAML sets that is not modelled (``W_MEMORY_KEY_IGNORED``) and an unknown cell-name
+    family (``W_FAMILY_UNKNOWN``)."""
+    warnings = [{"code": w.code, "field": w.field, "message": w.message}
+                for w in unread_memory_keys(cfg.raw)]
+    if fam is None:
+        warnings.append({"code": "W_FAMILY_UNKNOWN", "field": "model.arch.type", "message": (
+            f"model class {cfg.dims.family!r} is not in the cell-name registry (autotune.config.cells): its "
+            f"select_recompute / select_comm_recompute patterns are credited no saving")})
+    return warnings
+
+
+def _attention_terms(d: Any, *, c: float, s: float, b: float, h: int, a: int, g: int, hd: int,
+                     t: int) -> tuple[float, float, float, float]:
+    """(parameters, QKV activation bytes, attention-output bytes, causal core FLOPs) of one
+    attention block; MLA (``q_lora_rank`` / ``kv_lora_rank``) counts its LoRA projections."""
+    if d.q_lora_rank or d.kv_lora_rank:
+        qk_hd = d.qk_nope_head_dim + d.qk_rope_head_dim
+        vhd = d.v_head_dim or hd
+        attn_p = (h * d.q_lora_rank + d.q_lora_rank * a * qk_hd
+                  + h * (d.kv_lora_rank + d.qk_rope_head_dim)
+                  + d.kv_lora_rank * a * (d.qk_nope_head_dim + vhd) + a * vhd * h
+                  + d.q_lora_rank + d.kv_lora_rank)
+        qkv_act = c * s * b * (a * qk_hd * 2 + a * vhd) / t + c * s * b * (d.q_lora_rank + d.kv_lora_rank)
+        attn_out_act = c * s * b * a * vhd / t
+        core_flops = s * s * b * a * (qk_hd + vhd)  # causal: half of 2·s²·a·(qk+v)
+    else:
+        attn_p = h * a * hd + 2 * h * g * hd + a * hd * h
+        qkv_act = c * s * b * (a + 2 * g) * hd / t
+        attn_out_act = c * s * b * a * hd / t
+        core_flops = 2 * s * s * b * a * hd  # causal: half of 4·s²·a·d
+    return attn_p, qkv_act, attn_out_act, core_flops
+
+
+def _core_kept(d: Any, A: dict[str, float], *, c: float, s: float, b: float, a: int, t: int) -> float:
+    """Bytes the attention core keeps for backward: flash attention's softmax statistics, or
+    without it the s x s probabilities (softmax output in softmax_compute_type, its cast to the
+    compute dtype for the AV matmul unless the dtypes agree, the dropout mask (1 bit) and output)."""
+    if d.use_flash_attention:
+        return A["softmax_stat_bytes"] * s * b * a / t
+    per_elem = d.softmax_dtype_bytes + (c if d.softmax_dtype_bytes != c else 0)
+    if d.attention_dropout > 0:
+        per_elem += c + 1 / 8
+    return per_elem * a * s * d.seq_length * b / t   # scores span the whole sequence
+
+
+def _shape(cfg: TrainingConfig, dev: Device, A: dict[str, float], fam: Any,
+           overrides: dict[str, float] | None) -> _Shape:
+    """The sizes of :class:`_Shape` for ``cfg`` on ``dev`` under the assumptions ``A``."""
+    d = cfg.dims
+    t = cfg.model_parallel
+    sp = cfg.use_seq_parallel
+    c = d.compute_dtype_bytes
+    b = A["micro_batch_size"]
+    s = d.seq_length / cfg.context_parallel
+    h, a, g, hd = d.hidden_size, d.num_heads, d.n_kv_heads, d.head_dim
+    sbh = s * b * h
+    sp_div = t if sp else 1
+    mla = bool(d.q_lora_rank or d.kv_lora_rank)
+    attn_p, qkv_act, attn_out_act, core_flops = _attention_terms(d, c=c, s=s, b=b, h=h, a=a, g=g, hd=hd, t=t)
+    mlp_mats = 3 if d.gated_mlp else 2
+    vocab_replicated = cfg.use_legacy and (d.vocab_emb_dp or d.vocab_size % t != 0)
+    emb_bytes = float(d.embedding_dtype_bytes)
+    if "weight_bytes" in (overrides or {}) or d.embedding_dtype_bytes == d.param_dtype_bytes:
+        emb_bytes = A["weight_bytes"]      # --set weight_bytes applies to the table too
+    groups = static_groups(cfg, A, vocab_replicated=vocab_replicated, embedding_bytes=emb_bytes)
+    return _Shape(
+        cfg=cfg, d=d, dev=dev, A=A, fam=fam, t=t, cp=cfg.context_parallel, ep=max(1, cfg.expert_parallel),
+        sp=sp, c=c, b=b, s=s, h=h, a=a, g=g, hd=hd, vocab=d.vocab_size, sbh=sbh, sp_div=sp_div,
+        mlp_mats=mlp_mats, mla=mla, attn_p=attn_p, qkv_act=qkv_act, attn_out_act=attn_out_act,
+        core_flops=core_flops, core_kept=_core_kept(d, A, c=c, s=s, b=b, a=a, t=t),
+        dropout_masks=2 * sbh / 8 / sp_div if d.hidden_dropout > 0 else 0.0, norms_p=2 * h,
+        dense_mlp_p=mlp_mats * h * d.intermediate_size, vocab_replicated=vocab_replicated, groups=groups,
+        bpp=groups["layer"].per_param, bpp_exp=groups["expert"].per_param, d_os=groups["layer"].d_os,
+        d_os_exp=groups["expert"].d_os, ag_gbps=A["allgather_gbps"] if A["allgather_gbps"] > 0 else dev.p2p_gbps,
+        out_proj_p=a * ((d.v_head_dim or hd) if mla else hd) * h,
+        flops_per_ms=dev.peak_tflops * 1e12 * A["efficiency"] / 1e3)
+
+
+def _layer_activation(x: _Shape, f_eff: float, experts: int, tokens_routed: float) -> float:
+    """Activation bytes one layer keeps for backward (module docstring, "Activations")."""
+    c, s, b, h, t, d = x.c, x.s, x.b, x.h, x.t, x.d
+    norm_in = 2 * c * x.sbh / x.sp_div                        # two norm inputs
+    norm_out = 2 * c * x.sbh                                  # two gathered norm outputs
+    core = x.attn_out_act + x.core_kept
+    mlp_in_out = (2 if d.gated_mlp else 1) * c * s * b * f_eff / t   # gate, up (GELU: up)
+    act_mul = (2 if d.gated_mlp else 1) * c * s * b * f_eff / t      # SiLU and product (GELU out)
+    # MoE: the dispatched expert input and the expert output kept for the combine, each
+    # c·k·(capacity factor)·s·b·h, plus the fp32 router logits 4·s·b·E
+    moe_div = t if d.moe_tokens_split_tp else 1
+    moe_buf = (x.A["moe_buffer_copies"] * c * tokens_routed * s * b * h / moe_div
+               + 4 * s * b * experts) if experts else 0.0
+    return norm_in + norm_out + x.qkv_act + core + mlp_in_out + act_mul + moe_buf + x.dropout_masks
+
+
+def _pattern_savings(x: _Shape, bwd: float, f_routed: float, f_shared: float,
+                     experts: int) -> tuple[Any, Any, tuple[float, float], tuple[float, float]]:
+    """(select op table, comm op table, default select saving, default comm saving) of one layer;
+    (None, None, (0, 0), (0, 0)) for an unknown cell-name family."""
+    if x.fam is None:
+        return None, None, (0.0, 0.0), (0.0, 0.0)
+    core = x.attn_out_act + x.core_kept
+    sav = role_savings(c=x.c, s=x.s, b=x.b, h=x.h, t=x.t, qkv_bytes=x.qkv_act, core_bytes=core,
+                       core_ms=x.core_flops / x.t / x.flops_per_ms, qkv_params=x.attn_p - x.out_proj_p,
+                       out_proj_params=x.out_proj_p, heads=None if x.mla else (x.a, x.g),
+                       f_routed=f_routed, f_shared=f_shared, experts=experts,
+                       gated=x.d.gated_mlp, bwd_ms=bwd, select_frac=x.A["select_extra_frac"],
+                       flops_per_ms=x.flops_per_ms)
+    sel_ops, comm_ops = op_tables(x.fam, sav, comm_frac=x.A["comm_extra_frac"], bwd_ms=bwd)
+    return (sel_ops, comm_ops, default_saving(x.fam, sel_ops, "select_recompute"),
+            default_saving(x.fam, comm_ops, "select_comm_recompute"))
+
+
+def _layer_kind(x: _Shape, mlp_params_tp: float, mlp_params_ep: float, active_mlp: float, f_routed: float,
+                f_shared: float = 0.0, experts: int = 0, tokens_routed: float = 0.0) -> LayerKind:
+    """One layer kind: times (ms), activation and static memory (MiB) and its recompute options."""
+    t, cfg = x.t, x.cfg
+    static_b = ((x.attn_p + mlp_params_tp) / t * x.bpp + x.norms_p * x.bpp
+                + mlp_params_ep / (t * x.ep) * x.bpp_exp)
+    flops = 2 * x.s * x.b * (x.attn_p + active_mlp) + x.core_flops
+    fwd = flops / t / (x.dev.peak_tflops * 1e12 * x.A["efficiency"]) * 1e3
+    bwd = 2 * fwd
+    act = _layer_activation(x, f_routed + f_shared, experts, tokens_routed)
+    slice_div = t if (x.sp or cfg.recompute_slice_activation) else 1
+    act_full = x.c * x.sbh / slice_div
+    if not cfg.mp_comm_recompute and t > 1:
+        # mp_comm_recompute off: the outputs of the layer's two model-parallel collectives
+        # (attention and MLP output reduce) are kept instead of replayed: 2·c·s·b·h (/t with SP)
+        act_full += 2 * x.c * x.sbh / x.sp_div
+    gathered, ag_ms = gathered_weights(x.attn_p + mlp_params_tp, mlp_params_ep, t=t, ep=x.ep,
+                                       d_os=x.d_os, d_os_exp=x.d_os_exp, dtype_bytes=x.c,
+                                       allgather_gbps=x.ag_gbps)
+    static_b += gathered
+    full_extra, full_ws, full_delta = fwd, act, 0.0
+    if cfg.parallel_optimizer_comm_recompute and gathered > 0:
+        full_extra += ag_ms
+        full_ws += gathered
+        full_delta = -gathered
+    sel_ops, comm_ops, (sel_mib, sel_ms), (comm_mib, comm_ms) = _pattern_savings(x, bwd, f_routed, f_shared,
+                                                                                 experts)
+    act_mib = _mib(act)
+    gemm = 2 * x.s * x.b * (x.attn_p + active_mlp)
+    w_frac = gemm / (2 * (gemm + x.core_flops)) if gemm + x.core_flops > 0 else 0.5
+    return LayerKind(
+        fwd_ms=fwd, bwd_ms=bwd, act_mib=act_mib, static_mib=_mib(static_b), bwd_w_frac=w_frac,
+        select_ops=sel_ops, comm_ops=comm_ops,
+        full=RecomputeOption(act_mib=_mib(act_full), extra_ms=full_extra, workspace_mib=_mib(full_ws),
+                             static_delta_mib=_mib(full_delta)),
+        select=RecomputeOption(act_mib=max(0.0, act_mib - sel_mib), extra_ms=sel_ms),
+        comm=RecomputeOption(act_mib=max(0.0, act_mib - comm_mib), extra_ms=comm_ms),
+        both=RecomputeOption(act_mib=max(0.0, act_mib - sel_mib - comm_mib), extra_ms=sel_ms + comm_ms),
+    )
+
+
+def _layer_kinds(x: _Shape) -> tuple[dict[str, LayerKind], list[tuple[str, int]]]:
+    """The layer kinds (``dense``, ``moe``) and the model's runs of them, first layer first."""
+    d, h, mlp_mats = x.d, x.h, x.mlp_mats
+    kinds: dict[str, LayerKind] = {}
+    runs: list[tuple[str, int]] = []
+    n = x.cfg.num_layers
+    if not d.num_experts:
+        kinds["dense"] = _layer_kind(x, x.dense_mlp_p, 0.0, x.dense_mlp_p, d.intermediate_size)
+        runs.append(("dense", n))
+        return kinds, runs
+    cf = max(1.0, d.capacity_factor) if d.capacity_factor > 0 else 1.0
+    moe_shared = d.shared_expert_num * mlp_mats * h * d.moe_intermediate_size
+    moe_routed = d.num_experts * mlp_mats * h * d.moe_intermediate_size
+    active = (d.num_experts_per_tok + d.shared_expert_num) * mlp_mats * h * d.moe_intermediate_size
+    dense_n = min(d.first_k_dense_replace, n)
+    if dense_n:
+        kinds["dense"] = _layer_kind(x, x.dense_mlp_p, 0.0, x.dense_mlp_p, d.intermediate_size)
+        runs.append(("dense", dense_n))
+    kinds["moe"] = _layer_kind(x, moe_shared + h * d.num_experts, moe_routed, active + h * d.num_experts,
+                               cf * d.num_experts_per_tok * d.moe_intermediate_size,
+                               f_shared=d.shared_expert_num * d.moe_intermediate_size, experts=d.num_experts,
+                               tokens_routed=cf * d.num_experts_per_tok)
+    if n - dense_n:
+        runs.append(("moe", n - dense_n))
+    return kinds, runs
+
+
+def _end_parts(x: _Shape, kinds: dict[str, LayerKind], runs: list[tuple[str, int]]) -> tuple[EndPart, EndPart]:
+    """(head, tail): the embedding, and the final norm + LM head + loss with the MTP modules."""
+    d, c, s, b, h, t, V = x.d, x.c, x.s, x.b, x.h, x.t, x.vocab
+    v_div = 1 if x.vocab_replicated else t
+    emb_p = V * h / v_div
+    head = EndPart(static_mib=_mib(emb_p * x.groups["embedding"].per_param), act_mib=_mib(c * x.sbh / t))
+    tail_flops = 2 * s * b * h * V / v_div
+    tail_fwd = tail_flops / (x.dev.peak_tflops * 1e12 * x.A["efficiency"]) * 1e3
+    tail_static = emb_p * x.groups["vocab"].per_param + h * x.bpp
+    tail_act = 2 * c * x.sbh / x.sp_div + 8 * s * b * V / t
+    tail_ws = 8 * s * b * V / t + (c * s * b * V / v_div if x.vocab_replicated and t > 1 else 0.0)
+    tail_bwd = 2 * tail_fwd
+    mtp_w = 0.0
+    if d.mtp_num_layers:
+        last = kinds[runs[-1][0]]
+        tail_static += d.mtp_num_layers * (last.static_mib * BYTES_PER_MIB + 2 * h * h / t * x.bpp)
+        tail_fwd += d.mtp_num_layers * (last.fwd_ms + tail_fwd)
+        tail_bwd += d.mtp_num_layers * (last.bwd_ms + 2 * tail_fwd)
+        tail_act += d.mtp_num_layers * last.act_mib * BYTES_PER_MIB
+        mtp_w = d.mtp_num_layers * last.bwd_ms * (last.w_frac - 0.5)
+    # W of the tail: half of its GEMM backward (LM head, MTP projections), the MTP layers' own W
+    tail_w_frac = (0.5 * tail_bwd + mtp_w) / tail_bwd if tail_bwd > 0 else 0.5
+    tail = EndPart(fwd_ms=tail_fwd, bwd_ms=tail_bwd, static_mib=_mib(tail_static),
+                   act_mib=_mib(tail_act), workspace_mib=_mib(tail_ws), bwd_w_frac=tail_w_frac)
+    return head, tail
+
+
+def _assumption_record(x: _Shape) -> dict[str, Any]:
+    """Every number the profile used (its ``assumptions``): ``A`` plus the derived sizes."""
+    d, dev, fam = x.d, x.dev, x.fam
+    assumptions: dict[str, Any] = dict(x.A)
+    assumptions.update({
+        "device": dev.name, "device_peak_tflops": dev.peak_tflops, "device_p2p_gbps": dev.p2p_gbps,
+        "static_bytes_per_param": round(x.bpp, 4), "optimizer_shard_group": x.d_os,
+        "gradient_sharded": x.groups["layer"].grad_sharded,
+        "model_parallel": x.t, "context_parallel": x.cp, "expert_parallel": x.ep,
+        "sequence_parallel": x.sp, "compute_dtype_bytes": x.c,
+        "param_dtype_bytes": d.param_dtype_bytes, "embedding_dtype_bytes": d.embedding_dtype_bytes,
+        "use_flash_attention": d.use_flash_attention, "softmax_dtype_bytes": d.softmax_dtype_bytes,
+        "gated_mlp": d.gated_mlp, "moe_capacity_factor": d.capacity_factor,
+        "frozen_base_weights": d.frozen_base, "vocab_replicated_over_mp": x.vocab_replicated,
+        "cell_family": fam.name if fam is not None else None,
+        "optimizer_shard_group_experts": x.d_os_exp, "allgather_gbps_used": x.ag_gbps,
+        "parallel_optimizer_comm_recompute": x.cfg.parallel_optimizer_comm_recompute,
+    })
+    for note in d.notes:
+        assumptions.setdefault("notes", []).append(note)
+    return assumptions
+
+
+def _sources(x: _Shape) -> dict[str, str]:
+    """Where each formula of the profile comes from (its ``sources``)."""
+    return {"activation": "Korthikanti et al. 2022 (arXiv 2205.05198) §4, adapted (module docstring)",
+            "parameters": "Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2, generalized",
+            "static_bytes": "MindFormers AdamW fp32 states, parameter-dtype gradients, MindSpore "
+                            "optimizer parallel (static_groups; docs/profiles.md, Memory keys)",
+            "recompute_time": "SAPP defaults, cost-model reference §3.4",
+            "cell_names": x.fam.source if x.fam is not None else "unknown model class: no select saving",
+            "bwd_w_frac": "weight-gradient GEMMs / backward FLOPs (Qi et al. ICLR 2024 §2 B/W "
+                          "split; module docstring)",
+            "gathered_weights": "MindSpore optimizer parallel (reference §5.1) + ring all-gather "
+                                "(d-1)/d; held once per step (assumption, module docstring)",
+            "device": x.dev.source}
+
+
 def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", *,
                      overrides: dict[str, float] | None = None) -> ModelProfile:
     """Derive a :class:`ModelProfile` from a training config's dims and parallel sizes.
@@ -472,215 +796,16 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
         raise ConfigError("model dims are needed for an analytic profile (hidden_size, num_heads, "
                           "intermediate_size, seq_length, vocab_size)",
                           field="model.model_config.hidden_size", value=None, rule="missing_key")
-    A = dict(DEFAULT_ASSUMPTIONS)
-    A["weight_bytes"] = float(d.param_dtype_bytes)
-    A["grad_bytes"] = float(d.param_dtype_bytes)
-    mbs = get_path(cfg.raw, "runner_config.batch_size", None)
-    if isinstance(mbs, int) and not isinstance(mbs, bool) and mbs > 0:
-        A["micro_batch_size"] = mbs
-    for key, val in (overrides or {}).items():
-        if key not in A:
-            raise ConfigError(f"unknown assumption {key!r}; known: {', '.join(sorted(A))}",
-                              field=f"--set {key}", value=val, rule="assumption")
-        A[key] = _check_assumption(key, float(val))
+    A = _assumptions(cfg, overrides)
     mode = "legacy" if cfg.use_legacy else "mcore"
     fam = family_for(d.family, mode, moe=bool(d.num_experts), shared=bool(d.shared_expert_num),
                      concat=d.qkv_concat)
-    warnings = [{"code": w.code, "field": w.field, "message": w.message}
-                for w in unread_memory_keys(cfg.raw)]
-    if fam is None:
-        warnings.append({"code": "W_FAMILY_UNKNOWN", "field": "model.arch.type", "message": (
-            f"model class {d.family!r} is not in the cell-name registry (autotune.config.cells): its "
-            f"select_recompute / select_comm_recompute patterns are credited no saving")})
-    t = cfg.model_parallel
-    cp = cfg.context_parallel
-    ep = max(1, cfg.expert_parallel)
-    sp = cfg.use_seq_parallel
-    c = d.compute_dtype_bytes
-    b = A["micro_batch_size"]
-    s = d.seq_length / cp
-    h, a, g, hd = d.hidden_size, d.num_heads, d.n_kv_heads, d.head_dim
-    V = d.vocab_size
-    sbh = s * b * h
-    sp_div = t if sp else 1
-    mlp_mats = 3 if d.gated_mlp else 2
-
-    # ---- parameters (per layer, whole model) ----
-    mla = bool(d.q_lora_rank or d.kv_lora_rank)
-    if mla:
-        qk_hd = d.qk_nope_head_dim + d.qk_rope_head_dim
-        vhd = d.v_head_dim or hd
-        attn_p = (h * d.q_lora_rank + d.q_lora_rank * a * qk_hd
-                  + h * (d.kv_lora_rank + d.qk_rope_head_dim)
-                  + d.kv_lora_rank * a * (d.qk_nope_head_dim + vhd) + a * vhd * h
-                  + d.q_lora_rank + d.kv_lora_rank)
-        qkv_act = c * s * b * (a * qk_hd * 2 + a * vhd) / t + c * s * b * (d.q_lora_rank + d.kv_lora_rank)
-        attn_out_act = c * s * b * a * vhd / t
-        core_flops = s * s * b * a * (qk_hd + vhd)  # causal: half of 2·s²·a·(qk+v)
-    else:
-        attn_p = h * a * hd + 2 * h * g * hd + a * hd * h
-        qkv_act = c * s * b * (a + 2 * g) * hd / t
-        attn_out_act = c * s * b * a * hd / t
-        core_flops = 2 * s * s * b * a * hd  # causal: half of 4·s²·a·d
-    # attention core kept for backward: flash attention's softmax statistics, or without it the
-    # s x s probabilities (softmax output in softmax_compute_type, its cast to the compute dtype
-    # for the AV matmul unless the dtypes agree, the dropout mask (1 bit) and output)
-    if d.use_flash_attention:
-        core_kept = A["softmax_stat_bytes"] * s * b * a / t
-    else:
-        per_elem = d.softmax_dtype_bytes + (c if d.softmax_dtype_bytes != c else 0)
-        if d.attention_dropout > 0:
-            per_elem += c + 1 / 8
-        core_kept = per_elem * a * s * d.seq_length * b / t   # scores span the whole sequence
-    dropout_masks = 2 * sbh / 8 / sp_div if d.hidden_dropout > 0 else 0.0
-    norms_p = 2 * h
-    dense_mlp_p = mlp_mats * h * d.intermediate_size
-    vocab_replicated = cfg.use_legacy and (d.vocab_emb_dp or V % t != 0)
-    emb_bytes = float(d.embedding_dtype_bytes)
-    if "weight_bytes" in (overrides or {}) or d.embedding_dtype_bytes == d.param_dtype_bytes:
-        emb_bytes = A["weight_bytes"]      # --set weight_bytes applies to the table too
-    groups = static_groups(cfg, A, vocab_replicated=vocab_replicated, embedding_bytes=emb_bytes)
-    bpp, bpp_exp = groups["layer"].per_param, groups["expert"].per_param
-    d_os, d_os_exp = groups["layer"].d_os, groups["expert"].d_os
-
-    ag_gbps = A["allgather_gbps"] if A["allgather_gbps"] > 0 else dev.p2p_gbps
-    out_proj_p = a * ((d.v_head_dim or hd) if mla else hd) * h
-    flops_per_ms = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
-
-    def kind(mlp_params_tp: float, mlp_params_ep: float, active_mlp: float, f_routed: float,
-             f_shared: float = 0.0, experts: int = 0, tokens_routed: float = 0.0) -> LayerKind:
-        static_b = (attn_p + mlp_params_tp) / t * bpp + norms_p * bpp + mlp_params_ep / (t * ep) * bpp_exp
-        flops = 2 * s * b * (attn_p + active_mlp) + core_flops
-        fwd = flops / t / (dev.peak_tflops * 1e12 * A["efficiency"]) * 1e3
-        bwd = 2 * fwd
-        f_eff = f_routed + f_shared
-        norm_in = 2 * c * sbh / sp_div                        # two norm inputs
-        norm_out = 2 * c * sbh                                # two gathered norm outputs
-        core = attn_out_act + core_kept
-        mlp_in_out = (2 if d.gated_mlp else 1) * c * s * b * f_eff / t   # gate, up (GELU: up)
-        act_mul = (2 if d.gated_mlp else 1) * c * s * b * f_eff / t      # SiLU and product (GELU out)
-        # MoE: the dispatched expert input and the expert output kept for the combine, each
-        # c·k·(capacity factor)·s·b·h, plus the fp32 router logits 4·s·b·E
-        moe_div = t if d.moe_tokens_split_tp else 1
-        moe_buf = (A["moe_buffer_copies"] * c * tokens_routed * s * b * h / moe_div
-                   + 4 * s * b * experts) if experts else 0.0
-        act = norm_in + norm_out + qkv_act + core + mlp_in_out + act_mul + moe_buf + dropout_masks
-        slice_div = t if (sp or cfg.recompute_slice_activation) else 1
-        act_full = c * sbh / slice_div
-        if not cfg.mp_comm_recompute and t > 1:
-            # mp_comm_recompute off: the outputs of the layer's two model-parallel collectives
-            # (attention and MLP output reduce) are kept instead of replayed: 2·c·s·b·h (/t with SP)
-            act_full += 2 * c * sbh / sp_div
-        gathered, ag_ms = gathered_weights(attn_p + mlp_params_tp, mlp_params_ep, t=t, ep=ep,
-                                           d_os=d_os, d_os_exp=d_os_exp, dtype_bytes=c,
-                                           allgather_gbps=ag_gbps)
-        static_b += gathered
-        full_extra, full_ws, full_delta = fwd, act, 0.0
-        if cfg.parallel_optimizer_comm_recompute and gathered > 0:
-            full_extra += ag_ms
-            full_ws += gathered
-            full_delta = -gathered
-        sel_ops = comm_ops = None
-        sel_save = comm_save = (0.0, 0.0)
-        if fam is not None:
-            sav = role_savings(c=c, s=s, b=b, h=h, t=t, qkv_bytes=qkv_act, core_bytes=core,
-                               core_ms=core_flops / t / flops_per_ms, qkv_params=attn_p - out_proj_p,
-                               out_proj_params=out_proj_p, heads=None if mla else (a, g),
-                               f_routed=f_routed, f_shared=f_shared, experts=experts,
-                               gated=d.gated_mlp, bwd_ms=bwd, select_frac=A["select_extra_frac"],
-                               flops_per_ms=flops_per_ms)
-            sel_ops, comm_ops = op_tables(fam, sav, comm_frac=A["comm_extra_frac"], bwd_ms=bwd)
-            sel_save = default_saving(fam, sel_ops, "select_recompute")
-            comm_save = default_saving(fam, comm_ops, "select_comm_recompute")
-        sel_mib, sel_ms = sel_save
-        comm_mib, comm_ms = comm_save
-        act_mib = _mib(act)
-        gemm = 2 * s * b * (attn_p + active_mlp)
-        w_frac = gemm / (2 * (gemm + core_flops)) if gemm + core_flops > 0 else 0.5
-        return LayerKind(
-            fwd_ms=fwd, bwd_ms=bwd, act_mib=act_mib, static_mib=_mib(static_b), bwd_w_frac=w_frac,
-            select_ops=sel_ops, comm_ops=comm_ops,
-            full=RecomputeOption(act_mib=_mib(act_full), extra_ms=full_extra, workspace_mib=_mib(full_ws),
-                                 static_delta_mib=_mib(full_delta)),
-            select=RecomputeOption(act_mib=max(0.0, act_mib - sel_mib), extra_ms=sel_ms),
-            comm=RecomputeOption(act_mib=max(0.0, act_mib - comm_mib), extra_ms=comm_ms),
-            both=RecomputeOption(act_mib=max(0.0, act_mib - sel_mib - comm_mib), extra_ms=sel_ms + comm_ms),
-        )
-
-    kinds: dict[str, LayerKind] = {}
-    runs: list[tuple[str, int]] = []
-    n = cfg.num_layers
-    if d.num_experts:
-        cf = max(1.0, d.capacity_factor) if d.capacity_factor > 0 else 1.0
-        moe_shared = d.shared_expert_num * mlp_mats * h * d.moe_intermediate_size
-        moe_routed = d.num_experts * mlp_mats * h * d.moe_intermediate_size
-        active = (d.num_experts_per_tok + d.shared_expert_num) * mlp_mats * h * d.moe_intermediate_size
-        dense_n = min(d.first_k_dense_replace, n)
-        if dense_n:
-            kinds["dense"] = kind(dense_mlp_p, 0.0, dense_mlp_p, d.intermediate_size)
-            runs.append(("dense", dense_n))
-        kinds["moe"] = kind(moe_shared + h * d.num_experts, moe_routed, active + h * d.num_experts,
-                            cf * d.num_experts_per_tok * d.moe_intermediate_size,
-                            f_shared=d.shared_expert_num * d.moe_intermediate_size, experts=d.num_experts,
-                            tokens_routed=cf * d.num_experts_per_tok)
-        if n - dense_n:
-            runs.append(("moe", n - dense_n))
-    else:
-        kinds["dense"] = kind(dense_mlp_p, 0.0, dense_mlp_p, d.intermediate_size)
-        runs.append(("dense", n))
-
-    v_div = 1 if vocab_replicated else t
-    emb_p = V * h / v_div
-    head = EndPart(static_mib=_mib(emb_p * groups["embedding"].per_param), act_mib=_mib(c * sbh / t))
-    tail_flops = 2 * s * b * h * V / v_div
-    tail_fwd = tail_flops / (dev.peak_tflops * 1e12 * A["efficiency"]) * 1e3
-    tail_static = emb_p * groups["vocab"].per_param + h * bpp
-    tail_act = 2 * c * sbh / sp_div + 8 * s * b * V / t
-    tail_ws = 8 * s * b * V / t + (c * s * b * V / v_div if vocab_replicated and t > 1 else 0.0)
-    tail_bwd = 2 * tail_fwd
-    mtp_w = 0.0
-    if d.mtp_num_layers:
-        last = kinds[runs[-1][0]]
-        tail_static += d.mtp_num_layers * (last.static_mib * BYTES_PER_MIB + 2 * h * h / t * bpp)
-        tail_fwd += d.mtp_num_layers * (last.fwd_ms + tail_fwd)
-        tail_bwd += d.mtp_num_layers * (last.bwd_ms + 2 * tail_fwd)
-        tail_act += d.mtp_num_layers * last.act_mib * BYTES_PER_MIB
-        mtp_w = d.mtp_num_layers * last.bwd_ms * (last.w_frac - 0.5)
-    # W of the tail: half of its GEMM backward (LM head, MTP projections), the MTP layers' own W
-    tail_w_frac = (0.5 * tail_bwd + mtp_w) / tail_bwd if tail_bwd > 0 else 0.5
-    tail = EndPart(fwd_ms=tail_fwd, bwd_ms=tail_bwd, static_mib=_mib(tail_static),
-                   act_mib=_mib(tail_act), workspace_mib=_mib(tail_ws), bwd_w_frac=tail_w_frac)
-    p2p = c * sbh / sp_div / (dev.p2p_gbps * 1e9) * 1e3 + dev.p2p_latency_ms
-    assumptions: dict[str, Any] = dict(A)
-    assumptions.update({
-        "device": dev.name, "device_peak_tflops": dev.peak_tflops, "device_p2p_gbps": dev.p2p_gbps,
-        "static_bytes_per_param": round(bpp, 4), "optimizer_shard_group": d_os,
-        "gradient_sharded": groups["layer"].grad_sharded,
-        "model_parallel": t, "context_parallel": cp, "expert_parallel": ep,
-        "sequence_parallel": sp, "compute_dtype_bytes": c,
-        "param_dtype_bytes": d.param_dtype_bytes, "embedding_dtype_bytes": d.embedding_dtype_bytes,
-        "use_flash_attention": d.use_flash_attention, "softmax_dtype_bytes": d.softmax_dtype_bytes,
-        "gated_mlp": d.gated_mlp, "moe_capacity_factor": d.capacity_factor,
-        "frozen_base_weights": d.frozen_base, "vocab_replicated_over_mp": vocab_replicated,
-        "cell_family": fam.name if fam is not None else None,
-        "optimizer_shard_group_experts": d_os_exp, "allgather_gbps_used": ag_gbps,
-        "parallel_optimizer_comm_recompute": cfg.parallel_optimizer_comm_recompute,
-    })
-    for note in d.notes:
-        assumptions.setdefault("notes", []).append(note)
+    warnings = _model_warnings(cfg, fam)
+    x = _shape(cfg, dev, A, fam, overrides)
+    kinds, runs = _layer_kinds(x)
+    head, tail = _end_parts(x, kinds, runs)
+    p2p = x.c * x.sbh / x.sp_div / (dev.p2p_gbps * 1e9) * 1e3 + dev.p2p_latency_ms
     return ModelProfile(
         name=f"analytic:{cfg.source}", device=dev.name, kinds=kinds, layer_kinds=runs, head=head,
-        tail=tail, stage_const_mib=A["stage_const_mib"], p2p_ms=p2p, assumptions=assumptions,
-        model_warnings=warnings,
-        sources={"activation": "Korthikanti et al. 2022 (arXiv 2205.05198) §4, adapted (module docstring)",
-                 "parameters": "Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2, generalized",
-                 "static_bytes": "MindFormers AdamW fp32 states, parameter-dtype gradients, MindSpore "
-                                 "optimizer parallel (static_groups; docs/profiles.md, Memory keys)",
-                 "recompute_time": "SAPP defaults, cost-model reference §3.4",
-                 "cell_names": fam.source if fam is not None else "unknown model class: no select saving",
-                 "bwd_w_frac": "weight-gradient GEMMs / backward FLOPs (Qi et al. ICLR 2024 §2 B/W "
-                               "split; module docstring)",
-                 "gathered_weights": "MindSpore optimizer parallel (reference §5.1) + ring all-gather "
-                                     "(d-1)/d; held once per step (assumption, module docstring)",
-                 "device": dev.source},
-    )
+        tail=tail, stage_const_mib=A["stage_const_mib"], p2p_ms=p2p, assumptions=_assumption_record(x),
+        model_warnings=warnings, sources=_sources(x))
