@@ -12,13 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
+from autotune.api import load_config
 from autotune.commands._paths import check_out_dir, check_out_file
 from autotune.commands.tune import _device_opt, _overrides, _set_opt, _write
+from autotune.cost.dryrun_fit import fit_dryruns
+from autotune.cost.probe import design_probes
+from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
+from autotune.profile.analytic import analytic_profile
+from autotune.profile.dryrun import dryrun_from_config, dryrun_warnings, load_dryrun_file
+from autotune.profile.merge import import_warnings, left_out_fields, merge_profile, provenance_table
+from autotune.profile.sapp import load_sapp
+from autotune.profile.schema import ModelProfile
+from autotune.profile.trace import LayerMap, load_layer_map, measure_traces
 
 _RUNS_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -73,9 +84,6 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
     measurements (--from-trace, --from-dryrun, --from-sapp) where given."""
     check_out_file(out, force=force, option="--out")  # before any work: a clash must not waste a fit
     check_out_file(report_path, force=force, option="--report")
-    from autotune.api import load_config
-    from autotune.profile.analytic import analytic_profile
-
     if config and config_opt and config != config_opt:
         raise ConfigError("give the config once (CONFIG or --config)", field="--config",
                           value=config_opt, rule="cli")
@@ -94,99 +102,129 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
         assert base is not None
         _emit(base.to_yaml(), out, force)
         return
-
-    measured: list[tuple[dict[str, float], str]] = []
-    notes: list[str] = []
-    report: dict = {}
-    layer_kinds = list(base.layer_kinds) if base is not None else None
-
+    acc = _Measured(layer_kinds=list(base.layer_kinds) if base is not None else None)
     if sapp:
-        from autotune.profile.sapp import load_sapp
-
-        imp = load_sapp(sapp, time_semantics=sapp_time)
-        if base is not None:
-            base_kinds = base.kind_names()
-            if len(base_kinds) != len(imp.layer_kinds):
-                raise ConfigError(f"the SAPP file has {len(imp.layer_kinds)} BODY kinds "
-                                  f"({[k for k, _ in imp.layer_kinds]}), the config's profile "
-                                  f"{len(base_kinds)} ({base_kinds}); import it without CONFIG",
-                                  field="--from-sapp", value=sapp, rule="sapp")
-            imp = imp.renamed({s: b for (s, _), b in zip(imp.layer_kinds, base_kinds)})
-            n_sapp = sum(c for _, c in imp.layer_kinds)
-            if n_sapp != base.num_layers:
-                notes.append(f"sapp: the file describes {n_sapp} layers, the config "
-                             f"{base.num_layers}; the config's layer count is kept")
-        else:
-            layer_kinds = imp.layer_kinds
-        measured.append((imp.fields, f"sapp:{Path(sapp).name}"))
-        report["sapp"] = {"fields": imp.fields, "how": imp.how, "notes": imp.notes,
-                          "time_semantics": imp.semantics}
-        notes += [f"sapp: {n}" for n in imp.notes]
-
+        _add_sapp(acc, base, sapp, sapp_time)
     if dryruns:
-        from autotune.cost.dryrun_fit import fit_dryruns
-        from autotune.profile.dryrun import dryrun_from_config, dryrun_warnings, load_dryrun_file
-
-        if len(dryruns) == 1 and Path(dryruns[0]).suffix.lower() in _RUNS_SUFFIXES:
-            n_layers, runs = load_dryrun_file(dryruns[0], which=peak)
-        else:
-            if cfg is None:
-                raise ConfigError("per-stage dry-run logs need the config that produced them "
-                                  "(--config CONFIG), or pass one runs file", field="--config",
-                                  value=None, rule="cli")
-            run = dryrun_from_config(cfg, list(dryruns), which=peak)
-            n_layers, runs = run.layout.num_layers, [run]
-        if mbn is not None:
-            runs = [dataclasses.replace(r, micro_batch_num=mbn) for r in runs]
-        for w in dryrun_warnings(runs):
-            _say(f"warning: {w}")
-            notes.append(f"dryrun: {w}")
-        prior = base
-        if base is not None and base.num_layers != n_layers:
-            raise ConfigError(f"the dry runs place {n_layers} layers, the config has {base.num_layers}",
-                              field="--from-dryrun", value=n_layers, rule="profile_layers")
-        lk = layer_kinds if layer_kinds is not None and sum(c for _, c in layer_kinds) == n_layers \
-            else [("dense", n_layers)]
-        fit = fit_dryruns(runs, lk, prior=prior, fix=list(fix))
-        _say(fit.table())
-        if layer_kinds is None:
-            layer_kinds = lk
-        measured.append((fit.fields(), "dryrun:" + ",".join(Path(d).name for d in dryruns[:3])
-                         + ("…" if len(dryruns) > 3 else "")))
-        report["dryrun_fit"] = fit.to_dict()
-
+        _add_dryruns(acc, base, cfg, dryruns, peak=peak, mbn=mbn, fix=fix)
     if traces:
-        from autotune.profile.trace import LayerMap, load_layer_map, measure_traces
+        _add_traces(acc, traces, layer_map, warmup_steps)
+    prof = _merge(acc, base, device, strict)
+    if report_path:
+        _write(report_path, json.dumps(acc.report, indent=2, default=float), force)
+    _emit(prof.to_yaml(), out, force)
 
-        lm = load_layer_map(layer_map)
-        if lm.layer_kinds is None and layer_kinds is not None:
-            lm = LayerMap(lm.patterns, list(layer_kinds))
-        meas = measure_traces(list(traces), layer_map=lm, warmup_steps=warmup_steps)
-        _say(meas.table())
-        if layer_kinds is None:
-            n = max(i for i, _ in meas.per_layer_ms) + 1 if meas.per_layer_ms else 0
-            layer_kinds = lm.layer_kinds or ([("dense", n)] if n else None)
-        known = {k for k, _ in (layer_kinds or [])}
-        fields = {k: v for k, v in meas.fields().items()
-                  if not k.startswith("kinds.") or k.split(".")[1] in known}
-        measured.append((fields, "trace:" + ",".join(Path(t).name for t in traces[:3])
-                         + ("…" if len(traces) > 3 else "")))
-        report["trace"] = {f"{p}.{d}": dataclasses.asdict(t) for (p, d), t in meas.timings.items()}
-        report["trace_warnings"] = meas.warnings
-        notes += [f"trace: {w}" for w in meas.warnings]
 
-    from autotune.profile.merge import (import_warnings, left_out_fields, merge_profile,
-                                        provenance_table)
+@dataclass
+class _Measured:
+    """What the measured sources give, in overlay order: (fields, label) pairs, notes, the JSON
+    report and the decoder layer kinds (None until a source or CONFIG tells them)."""
 
+    layer_kinds: list[tuple[str, int]] | None
+    measured: list[tuple[dict[str, float], str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    report: dict = field(default_factory=dict)
+
+
+def _add_sapp(acc: _Measured, base: ModelProfile | None, sapp: str, sapp_time: str) -> None:
+    """--from-sapp: the balancer's file, its BODY kinds renamed to the config's.
+
+    Raises:
+        ConfigError: the file's BODY kinds do not match the config's profile in number.
+    """
+    imp = load_sapp(sapp, time_semantics=sapp_time)
+    if base is not None:
+        base_kinds = base.kind_names()
+        if len(base_kinds) != len(imp.layer_kinds):
+            raise ConfigError(f"the SAPP file has {len(imp.layer_kinds)} BODY kinds "
+                              f"({[k for k, _ in imp.layer_kinds]}), the config's profile "
+                              f"{len(base_kinds)} ({base_kinds}); import it without CONFIG",
+                              field="--from-sapp", value=sapp, rule="sapp")
+        imp = imp.renamed({s: b for (s, _), b in zip(imp.layer_kinds, base_kinds)})
+        n_sapp = sum(c for _, c in imp.layer_kinds)
+        if n_sapp != base.num_layers:
+            acc.notes.append(f"sapp: the file describes {n_sapp} layers, the config "
+                             f"{base.num_layers}; the config's layer count is kept")
+    else:
+        acc.layer_kinds = imp.layer_kinds
+    acc.measured.append((imp.fields, f"sapp:{Path(sapp).name}"))
+    acc.report["sapp"] = {"fields": imp.fields, "how": imp.how, "notes": imp.notes,
+                          "time_semantics": imp.semantics}
+    acc.notes += [f"sapp: {n}" for n in imp.notes]
+
+
+def _add_dryruns(acc: _Measured, base: ModelProfile | None, cfg: object, dryruns: tuple[str, ...], *,
+                 peak: str, mbn: int | None, fix: tuple[str, ...]) -> None:
+    """--from-dryrun: per-stage logs of CONFIG's layout or one runs file, fitted.
+
+    Raises:
+        ConfigError: per-stage logs without CONFIG, or dry runs placing another layer count.
+    """
+    if len(dryruns) == 1 and Path(dryruns[0]).suffix.lower() in _RUNS_SUFFIXES:
+        n_layers, runs = load_dryrun_file(dryruns[0], which=peak)
+    else:
+        if cfg is None:
+            raise ConfigError("per-stage dry-run logs need the config that produced them "
+                              "(--config CONFIG), or pass one runs file", field="--config",
+                              value=None, rule="cli")
+        run = dryrun_from_config(cfg, list(dryruns), which=peak)
+        n_layers, runs = run.layout.num_layers, [run]
+    if mbn is not None:
+        runs = [dataclasses.replace(r, micro_batch_num=mbn) for r in runs]
+    for w in dryrun_warnings(runs):
+        _say(f"warning: {w}")
+        acc.notes.append(f"dryrun: {w}")
+    if base is not None and base.num_layers != n_layers:
+        raise ConfigError(f"the dry runs place {n_layers} layers, the config has {base.num_layers}",
+                          field="--from-dryrun", value=n_layers, rule="profile_layers")
+    layer_kinds = acc.layer_kinds
+    lk = layer_kinds if layer_kinds is not None and sum(c for _, c in layer_kinds) == n_layers \
+        else [("dense", n_layers)]
+    fit = fit_dryruns(runs, lk, prior=base, fix=list(fix))
+    _say(fit.table())
     if layer_kinds is None:
+        acc.layer_kinds = lk
+    acc.measured.append((fit.fields(), "dryrun:" + ",".join(Path(d).name for d in dryruns[:3])
+                         + ("…" if len(dryruns) > 3 else "")))
+    acc.report["dryrun_fit"] = fit.to_dict()
+
+
+def _add_traces(acc: _Measured, traces: tuple[str, ...], layer_map: str | None, warmup_steps: int) -> None:
+    """--from-trace: per-layer times of the traces (fields of unknown kinds dropped)."""
+    lm = load_layer_map(layer_map)
+    if lm.layer_kinds is None and acc.layer_kinds is not None:
+        lm = LayerMap(lm.patterns, list(acc.layer_kinds))
+    meas = measure_traces(list(traces), layer_map=lm, warmup_steps=warmup_steps)
+    _say(meas.table())
+    if acc.layer_kinds is None:
+        n = max(i for i, _ in meas.per_layer_ms) + 1 if meas.per_layer_ms else 0
+        acc.layer_kinds = lm.layer_kinds or ([("dense", n)] if n else None)
+    known = {k for k, _ in (acc.layer_kinds or [])}
+    fields = {k: v for k, v in meas.fields().items()
+              if not k.startswith("kinds.") or k.split(".")[1] in known}
+    acc.measured.append((fields, "trace:" + ",".join(Path(t).name for t in traces[:3])
+                         + ("…" if len(traces) > 3 else "")))
+    acc.report["trace"] = {f"{p}.{d}": dataclasses.asdict(t) for (p, d), t in meas.timings.items()}
+    acc.report["trace_warnings"] = meas.warnings
+    acc.notes += [f"trace: {w}" for w in meas.warnings]
+
+
+def _merge(acc: _Measured, base: ModelProfile | None, device: str, strict: bool) -> ModelProfile:
+    """The measured fields over the analytic profile, with the provenance table, the left-out
+    warnings (an error with ``--strict``) and the notes; fills ``acc.report``.
+
+    Raises:
+        ConfigError: no layer count known, or ``--strict`` with fields left out or clamped.
+    """
+    if acc.layer_kinds is None:
         raise ConfigError("cannot tell the decoder layer count: give CONFIG or a --layer-map with "
                           "layer_kinds", field="CONFIG", value=None, rule="profile_layers")
-    prof, prov = merge_profile(base, measured, layer_kinds=layer_kinds)
+    prof, prov = merge_profile(base, acc.measured, layer_kinds=acc.layer_kinds)
     _say("field provenance:")
     _say(provenance_table(prov, prof))
-    left_out = import_warnings(prov, prof, measured=[label for _, label in measured],
+    left_out = import_warnings(prov, prof, measured=[label for _, label in acc.measured],
                                base_desc=f"the analytic profile for {device}")
-    for n in notes:
+    for n in acc.notes:
         if n.startswith("sapp: "):
             _say(f"note: {n[6:]}")
     for w in left_out:
@@ -196,13 +234,11 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
         raise ConfigError(f"--strict: the measured sources leave out or clamp {len(fields)} field(s): "
                           f"{', '.join(fields)}; measure them or drop --strict",
                           field=fields[0], value=None, rule="import_incomplete")
-    prof = prof.model_copy(update={"warnings": left_out + notes})
-    report["provenance"] = prov
-    report["warnings"] = left_out
-    report["notes"] = notes
-    if report_path:
-        _write(report_path, json.dumps(report, indent=2, default=float), force)
-    _emit(prof.to_yaml(), out, force)
+    prof = prof.model_copy(update={"warnings": left_out + acc.notes})
+    acc.report["provenance"] = prov
+    acc.report["warnings"] = left_out
+    acc.report["notes"] = acc.notes
+    return prof
 
 
 def _emit(text: str, out: str | None, force: bool) -> None:
@@ -228,9 +264,6 @@ def _emit(text: str, out: str | None, force: bool) -> None:
 def probe_cmd(pp: int, num_layers: int, kinds: str, mbn: int | None, seed: int, max_runs: int,
               out: str | None, force: bool) -> None:
     """Emit the fewest dry-run configs (seeded) that make the memory fit well-conditioned."""
-    from autotune.emit.yaml_block import dump_yaml
-    from autotune.cost.probe import design_probes
-
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
     plan = design_probes(pp, num_layers, kind_list, micro_batch_num=mbn, seed=seed, max_runs=max_runs)
     _say(f"{len(plan.probes)} probe dry run(s) identify {len(plan.unknowns)} unknowns "

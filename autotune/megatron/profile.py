@@ -78,7 +78,7 @@ def training_config(run: Any, *, hbm_mib: float | None = None, layers_vp: list[l
         raw={"runner_config": {"batch_size": run.mbs}})
 
 
-def _components(run: Any, moe: bool) -> dict[str, float]:
+def activation_components(run: Any, moe: bool) -> dict[str, float]:
     """Activation components of one layer (bytes per micro-batch per rank; module docstring)."""
     c = 4.0 if run.dtype == "fp32" else 2.0
     s = run.seq / run.cp
@@ -153,7 +153,7 @@ def module_replay_ms(run: Any, module: str, moe: bool, bwd_ms: float, flops_per_
 def selective_option(run: Any, modules: list[str] | tuple[str, ...], moe: bool, act_bytes: float,
                      bwd_ms: float, flops_per_ms: float, select_frac: float) -> tuple[float, float]:
     """(activation bytes kept, replay ms) of a layer kind under a module set (module docstring)."""
-    comp = _components(run, moe)
+    comp = activation_components(run, moe)
     freed = {x for mod in modules for x in FREES[mod] if x in comp}
     extra = 0.0
     for mod in modules:
@@ -206,7 +206,7 @@ def megatron_profile(run: Any, device: str = "h100", *, modules: list[str] | tup
         else:
             static = ((P.attention + P.dense_mlp) / tp + P.norms) * bpp
         static_of[name] = static
-        comp = _components(run, moe)
+        comp = activation_components(run, moe)
         act = sum(comp.values())
         if select_override is not None and name in select_override:
             sel_act_mib, sel_ms = select_override[name]
@@ -237,7 +237,7 @@ def megatron_profile(run: Any, device: str = "h100", *, modules: list[str] | tup
     if run.mtp:
         mk = "moe" if run.moe_pattern[-1] else "dense"
         tail_static += run.mtp * (static_of[mk] + (2 * run.hidden * run.hidden / tp) * bpp + 3 * run.norm_size * run.hidden * bpp)
-        tail_act += run.mtp * (sum(_components(run, mk == "moe").values()) + 2 * c * s * run.mbs * run.hidden / sp
+        tail_act += run.mtp * (sum(activation_components(run, mk == "moe").values()) + 2 * c * s * run.mbs * run.hidden / sp
                                + 8.0 * s * run.mbs * V / tp)
     tail = EndPart(fwd_ms=prof.tail.fwd_ms, bwd_ms=prof.tail.bwd_ms, static_mib=tail_static * mib,
                    act_mib=tail_act * mib, workspace_mib=prof.tail.workspace_mib, bwd_w_frac=prof.tail.bwd_w_frac)

@@ -47,6 +47,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.megatron.args import MegatronArgs, flag_name, parse_int_list_expr, read_args
+from autotune.megatron.layout import parse_layout_string
 
 #: Selective-recompute modules autotune models (the list of core_v0.14.0+; later releases add
 #: modules for other layer types: gdn_norm_out, gdp_*, mhc).
@@ -209,25 +210,9 @@ def build_run(source: str | Path | dict | list | MegatronArgs) -> MegatronRun:
     if isinstance(source, MegatronRun):
         return source
     a = read_args(source)
-    for key in sorted(a.unresolved):
-        if key in READ_KEYS:
-            names = ", ".join(a.unresolved[key])
-            raise _err(key, a.get(key), f"uses script variable(s) {names} that autotune cannot resolve "
-                       "(set them in the script, or pass a YAML of the arguments)", "R_MEGATRON_UNRESOLVED")
+    _check_resolved(a)
     n = _int(a, "num_layers")
-    h = _int(a, "hidden_size")
-    heads = _int(a, "num_attention_heads")
-    swiglu = _flag(a, "swiglu")
-    ffn = _int(a, "ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64 if swiglu else 4 * h)
-    gqa = _flag(a, "group_query_attention")
-    groups = _int(a, "num_query_groups", 1) if gqa else heads
-    if a.has("kv_channels"):
-        kvc = _int(a, "kv_channels")
-    else:
-        if h % heads:
-            raise _err("num_attention_heads", heads, f"must divide hidden_size {h} when --kv-channels is "
-                       "not given", "R_MEGATRON_DIVIDE")
-        kvc = h // heads
+    h, heads, swiglu, ffn, gqa, groups, kvc = _attention_dims(a)
     seq = _int(a, "seq_length")
     tp = _int(a, "tensor_model_parallel_size", 1)
     pp = _int(a, "pipeline_model_parallel_size", 1)
@@ -239,23 +224,7 @@ def build_run(source: str | Path | dict | list | MegatronArgs) -> MegatronRun:
     mult = div * tp
     padded = _int(a, "padded_vocab_size", int(math.ceil(vocab / mult) * mult))
     norm = str(a.get("normalization", "LayerNorm"))
-    experts = _int(a, "num_experts", 0, minimum=0)
-    if experts:
-        freq = parse_int_list_expr(a.get("moe_layer_freq", 1), field="--moe-layer-freq")
-        if isinstance(freq, int):
-            if freq < 1:
-                raise _err("moe_layer_freq", freq, "must be >= 1", "R_TYPE")
-            pattern = [1 if i % freq == 0 else 0 for i in range(n)]
-        else:
-            if len(freq) != n or any(x not in (0, 1) for x in freq):
-                raise _err("moe_layer_freq", a.get("moe_layer_freq"), f"a list must hold num_layers = {n} "
-                           f"entries of 0/1, got {len(freq)}", "R_MEGATRON_LAYOUT")
-            pattern = list(freq)
-        if experts % ep:
-            raise _err("expert_model_parallel_size", ep, f"must divide num_experts = {experts}",
-                       "R_MEGATRON_DIVIDE")
-    else:
-        pattern = [0] * n
+    experts, pattern = _moe_pattern(a, n, ep)
     mla = _flag(a, "multi_latent_attention")
     if heads % tp:
         raise _err("tensor_model_parallel_size", tp, f"must divide num_attention_heads = {heads}",
@@ -263,32 +232,7 @@ def build_run(source: str | Path | dict | list | MegatronArgs) -> MegatronRun:
     if gqa and groups % tp:
         raise _err("tensor_model_parallel_size", tp, f"must divide num_query_groups = {groups}",
                    "R_MEGATRON_DIVIDE")
-    # world / data parallel
-    mp = tp * pp * cp
-    if a.has("data_parallel_size"):
-        dp = _int(a, "data_parallel_size")
-        world = dp * mp
-    else:
-        if a.has("world_size"):
-            world = _int(a, "world_size")
-        elif a.launcher.get("nproc_per_node") is not None or a.has("nproc_per_node"):
-            nproc = a.launcher.get("nproc_per_node", a.get("nproc_per_node"))
-            nn = a.launcher.get("nnodes", a.get("nnodes", 1))
-            if not isinstance(nproc, int) or not isinstance(nn, int):
-                raise _err("nproc_per_node", nproc, "torchrun's --nproc_per_node/--nnodes must be integers "
-                           f"(got {nproc!r}, {nn!r}); give world_size instead", "R_TYPE")
-            world = nproc * nn
-        else:
-            raise _err("world_size", None, "the number of GPUs is unknown: add world_size (or "
-                       "data_parallel_size) to the arguments, or launch with torchrun --nproc_per_node/--nnodes",
-                       "R_MISSING")
-        if world % mp:
-            raise _err("world_size", world, f"must be a multiple of TP·PP·CP = {tp}·{pp}·{cp} = {mp}",
-                       "R_MEGATRON_WORLD")
-        dp = world // mp
-    if (world // (etp * ep * pp)) < 1 or world % (etp * ep * pp):
-        raise _err("expert_model_parallel_size", ep, f"world {world} is not a multiple of expert TP·EP·PP = "
-                   f"{etp}·{ep}·{pp}", "R_MEGATRON_WORLD")
+    dp, world = _world(a, tp, pp, cp, ep, etp)
     mbs = _int(a, "micro_batch_size", 1)
     gbs = _int(a, "global_batch_size", mbs * dp)
     if gbs % (mbs * dp):
@@ -319,14 +263,101 @@ def build_run(source: str | Path | dict | list | MegatronArgs) -> MegatronRun:
         vpp=vpp, layers_vp=table, layout_form=form, granularity=gran, method=method,
         recompute_num_layers=rnl, modules=modules, overlap_p2p=overlap,
         shared_overlap=_flag(a, "moe_shared_expert_overlap"))
-    bad = [x for x in run.modules if gran == "selective" and x not in run.applicable_modules()]
+    _check_modules(run, a)
+    return run
+
+
+def _check_resolved(a: MegatronArgs) -> None:
+    """Raises R_MEGATRON_UNRESOLVED for a flag autotune reads whose value uses a script variable it
+    cannot resolve (named)."""
+    for key in sorted(a.unresolved):
+        if key in READ_KEYS:
+            names = ", ".join(a.unresolved[key])
+            raise _err(key, a.get(key), f"uses script variable(s) {names} that autotune cannot resolve "
+                       "(set them in the script, or pass a YAML of the arguments)", "R_MEGATRON_UNRESOLVED")
+
+
+def _attention_dims(a: MegatronArgs) -> tuple[int, int, bool, int, bool, int, int]:
+    """(hidden, heads, swiglu, ffn, group_query_attention, query groups, kv channels), with
+    Megatron's defaults: ffn 4h (swiglu: 8h/3 rounded down to 64), kv channels hidden / heads."""
+    h = _int(a, "hidden_size")
+    heads = _int(a, "num_attention_heads")
+    swiglu = _flag(a, "swiglu")
+    ffn = _int(a, "ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64 if swiglu else 4 * h)
+    gqa = _flag(a, "group_query_attention")
+    groups = _int(a, "num_query_groups", 1) if gqa else heads
+    if a.has("kv_channels"):
+        kvc = _int(a, "kv_channels")
+    else:
+        if h % heads:
+            raise _err("num_attention_heads", heads, f"must divide hidden_size {h} when --kv-channels is "
+                       "not given", "R_MEGATRON_DIVIDE")
+        kvc = h // heads
+    return h, heads, swiglu, ffn, gqa, groups, kvc
+
+
+def _moe_pattern(a: MegatronArgs, n: int, ep: int) -> tuple[int, list[int]]:
+    """(num_experts, per-layer 0/1 MoE pattern from ``--moe-layer-freq``: an integer k = every k-th
+    layer from the first, or a list of n 0/1 entries)."""
+    experts = _int(a, "num_experts", 0, minimum=0)
+    if not experts:
+        return experts, [0] * n
+    freq = parse_int_list_expr(a.get("moe_layer_freq", 1), field="--moe-layer-freq")
+    if isinstance(freq, int):
+        if freq < 1:
+            raise _err("moe_layer_freq", freq, "must be >= 1", "R_TYPE")
+        pattern = [1 if i % freq == 0 else 0 for i in range(n)]
+    else:
+        if len(freq) != n or any(x not in (0, 1) for x in freq):
+            raise _err("moe_layer_freq", a.get("moe_layer_freq"), f"a list must hold num_layers = {n} "
+                       f"entries of 0/1, got {len(freq)}", "R_MEGATRON_LAYOUT")
+        pattern = list(freq)
+    if experts % ep:
+        raise _err("expert_model_parallel_size", ep, f"must divide num_experts = {experts}",
+                   "R_MEGATRON_DIVIDE")
+    return experts, pattern
+
+
+def _world(a: MegatronArgs, tp: int, pp: int, cp: int, ep: int, etp: int) -> tuple[int, int]:
+    """(data parallel, world size): from ``data_parallel_size``, ``world_size`` or torchrun's
+    ``--nproc_per_node`` × ``--nnodes``."""
+    mp = tp * pp * cp
+    if a.has("data_parallel_size"):
+        dp = _int(a, "data_parallel_size")
+        world = dp * mp
+    else:
+        if a.has("world_size"):
+            world = _int(a, "world_size")
+        elif a.launcher.get("nproc_per_node") is not None or a.has("nproc_per_node"):
+            nproc = a.launcher.get("nproc_per_node", a.get("nproc_per_node"))
+            nn = a.launcher.get("nnodes", a.get("nnodes", 1))
+            if not isinstance(nproc, int) or not isinstance(nn, int):
+                raise _err("nproc_per_node", nproc, "torchrun's --nproc_per_node/--nnodes must be integers "
+                           f"(got {nproc!r}, {nn!r}); give world_size instead", "R_TYPE")
+            world = nproc * nn
+        else:
+            raise _err("world_size", None, "the number of GPUs is unknown: add world_size (or "
+                       "data_parallel_size) to the arguments, or launch with torchrun --nproc_per_node/--nnodes",
+                       "R_MISSING")
+        if world % mp:
+            raise _err("world_size", world, f"must be a multiple of TP·PP·CP = {tp}·{pp}·{cp} = {mp}",
+                       "R_MEGATRON_WORLD")
+        dp = world // mp
+    if (world // (etp * ep * pp)) < 1 or world % (etp * ep * pp):
+        raise _err("expert_model_parallel_size", ep, f"world {world} is not a multiple of expert TP·EP·PP = "
+                   f"{etp}·{ep}·{pp}", "R_MEGATRON_WORLD")
+    return dp, world
+
+
+def _check_modules(run: MegatronRun, a: MegatronArgs) -> None:
+    """Raises R_MEGATRON_RECOMPUTE for a ``--recompute-modules`` entry the model cannot take."""
+    bad = [x for x in run.modules if run.granularity == "selective" and x not in run.applicable_modules()]
     if bad:
         need = {"moe_act": "--moe-grouped-gemm", "mla_up_proj": "--multi-latent-attention",
                 "shared_experts": "--moe-shared-expert-intermediate-size without --moe-shared-expert-overlap",
                 "mlp": "dense layers", "moe": "--num-experts"}
         raise _err("recompute_modules", a.get("recompute_modules"), f"{bad[0]} needs {need.get(bad[0], '?')} "
                    "(Megatron's TransformerConfig refuses it)", "R_MEGATRON_RECOMPUTE")
-    return run
 
 
 def _vocab(a: MegatronArgs) -> int:
@@ -344,8 +375,6 @@ def _vocab(a: MegatronArgs) -> int:
 
 
 def _layout(a: MegatronArgs, n: int, pp: int, mtp: int, overlap: bool) -> tuple[int, list[list[int]], str]:
-    from autotune.megatron.layout import parse_layout_string
-
     layout = a.get("pipeline_model_parallel_layout")
     if layout is not None:
         for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
@@ -392,7 +421,8 @@ def _layout(a: MegatronArgs, n: int, pp: int, mtp: int, overlap: bool) -> tuple[
                 per_rank[-1] = last
             form = "first_last"
         else:
-            extra = int(a.has("account_for_embedding_in_pipeline_split")) + int(a.has("account_for_loss_in_pipeline_split"))
+            extra = (int(a.has("account_for_embedding_in_pipeline_split"))
+                     + int(a.has("account_for_loss_in_pipeline_split")))
             if (n + extra) % pp:
                 raise _err("num_layers", n, f"{n}{' + ' + str(extra) if extra else ''} layers do not divide by "
                            f"pipeline_model_parallel_size {pp}; fix: use --pipeline-model-parallel-layout or "

@@ -32,6 +32,7 @@ profile shows what per-stage recompute (MindFormers' freedom) would gain over Me
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import time
@@ -43,14 +44,20 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.config.layout import make_layout
+from autotune.config.training import read_yaml
 from autotune.cost.inputs import ProfileArrays
 from autotune.cost.report import CostReport, evaluate_layout
 from autotune.errors import ConfigError
+from autotune.megatron.emit import flag_lines, flags_for
 from autotune.megatron.layout import first_last_counts
-from autotune.megatron.profile import megatron_profile, selective_option, training_config
+from autotune.megatron.memory import theoretical_memory
+from autotune.megatron.profile import activation_components, megatron_profile, selective_option, training_config
 from autotune.megatron.run import MODULES, MegatronRun
 from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile
 from autotune.profile.devices import get_device
+from autotune.tuner.bounds import lower_bound
+from autotune.tuner.bounds.device_dp import device_dp_bound
+from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
 from autotune.units import BYTES_PER_MIB
 
 DEFAULT_MEGATRON_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "megatron.yaml"
@@ -81,8 +88,6 @@ def load_megatron_space(path: str | Path | None = None) -> MegatronSpace:
     Raises:
         ConfigError: missing file, not YAML, or a field breaking the schema (named).
     """
-    from autotune.config.training import read_yaml
-
     if path is None:
         if not DEFAULT_MEGATRON_SPACE.is_file():
             return MegatronSpace()
@@ -153,8 +158,6 @@ class MegatronResult:
 
     def flag_lines(self) -> list[str]:
         """The arguments to paste, one ``--flag value`` per line (removals as comments)."""
-        from autotune.megatron.emit import flag_lines
-
         return flag_lines(self.flags)
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,14 +214,12 @@ def _prune(run: MegatronRun, sets: list[tuple[str, ...]], base: Any, flops_per_m
            frac: float) -> tuple[list[tuple[str, ...]], dict[tuple[str, ...], dict[str, tuple[float, float]]]]:
     """Drop module sets another set dominates on every layer kind (keeps no more activation and
     replays no longer); returns the kept sets and each set's (act bytes, replay ms) per kind."""
-    from autotune.megatron.profile import _components
-
     vals: dict[tuple[str, ...], dict[str, tuple[float, float]]] = {}
     for s in sets:
         v = {}
         for name, lk in base.kinds.items():
             moe = name == "moe"
-            act = sum(_components(run, moe).values())
+            act = sum(activation_components(run, moe).values())
             v[name] = selective_option(run, s, moe, act, lk.bwd_ms, flops_per_ms, frac)
         vals[s] = v
     kept = []
@@ -242,6 +243,339 @@ def _cpu() -> float:
     return t.user + t.system
 
 
+def _tables(ch: Choice, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (full, select) recompute count tables int [V, P] a choice sets on a layout: full block N
+    -> min(N, layers), selective -> every layer, none -> zeros."""
+    z = np.zeros_like(layers)
+    if ch.kind == "full":
+        return np.minimum(layers, ch.n), z
+    if ch.kind == "selective":
+        return z, layers.copy()
+    return z, z
+
+
+def _best(cands: list[Candidate]) -> Candidate:
+    return min(cands, key=lambda c: c.rank())
+
+
+@dataclass
+class _Scorer:
+    """Scores layouts of one recompute choice and V through the cost model's batched
+    :meth:`Problem.score`; ``problems[V][modules]``; ``evaluated`` counts the configs scored."""
+
+    problems: dict[int, dict[tuple[str, ...], Problem]]
+    evaluated: int = 0
+
+    def score(self, ch: Choice, V: int, layer_list: list[np.ndarray]) -> list[Candidate]:
+        prob = self.problems[V][ch.modules]
+        cands = []
+        for L in layer_list:
+            rec, sel = _tables(ch, L)
+            cands.append(Candidate(V, L, rec, sel, np.zeros_like(L), origin=ch.label()))
+        self.evaluated += len(cands)
+        return prob.score(cands)
+
+
+def _runnable_vpps(run: MegatronRun, sp: MegatronSpace) -> list[int]:
+    """The space's virtual-pipeline sizes this run can use (vpp > 1 on pp 2 needs
+    ``--overlap-p2p-communication``).
+
+    Raises:
+        ConfigError: none is left (field ``virtual_pipeline``).
+    """
+    N, P, m = run.num_layers, run.pp, run.m
+    Vs = runnable_vpp(N, P, m, SCHEDULE, sp.virtual_pipeline)
+    Vs = [V for V in Vs if V == 1 or P > 2 or run.overlap_p2p]
+    if sp.layout_flags == "first_last":
+        Vs = [V for V in Vs if V == 1 or P > 1]
+    if not Vs:
+        raise ConfigError(f"no virtual-pipeline size in {sp.virtual_pipeline} can run num_layers {N} on pp {P} "
+                          f"with {m} micro-batches", field="virtual_pipeline", value=sp.virtual_pipeline,
+                          rule="search_space")
+    return Vs
+
+
+def _choices(sp: MegatronSpace, sets: list[tuple[str, ...]], ns: list[int]) -> list[Choice]:
+    """The recompute choices of the space: none, full block n for every n in ``ns``, every module set."""
+    choices: list[Choice] = []
+    if "none" in sp.recompute:
+        choices.append(Choice("none"))
+    if "full" in sp.recompute:
+        choices += [Choice("full", n=k) for k in ns if k >= 1]
+    choices += [Choice("selective", modules=s) for s in sets]
+    return choices
+
+
+def _valid(L: np.ndarray, N: int, layout_flags: str) -> bool:
+    """Whether the flags can express layout ``L`` int [V, P]: N layers, >= 1 in every middle virtual
+    stage (the first and last may be empty), and in ``first_last`` mode the older flags' shape."""
+    lo = np.ones_like(L)
+    lo[0, 0] = 0
+    lo[-1, -1] = 0
+    if (L < lo).any() or int(L.sum()) != N:
+        return False
+    return layout_flags == "layout" or first_last_counts(L.tolist()) is not None
+
+
+def _first_last_seeds(N: int, P: int, V: int) -> list[np.ndarray]:
+    """Every layout ``--decoder-first/last-pipeline-num-layers`` can write for V (equal middle ranks,
+    each rank's layers split evenly over its virtual stages), valid or not."""
+    out: list[np.ndarray] = []
+    for first in range(0, N + 1):
+        for last in range(0, N + 1 - first):
+            left = P - 2
+            rest = N - first - last
+            if P == 1:
+                if first or last:
+                    continue
+                per = [N]
+            elif left == 0:
+                if rest:
+                    continue
+                per = [first, last]
+            else:
+                if rest % left or rest // left < V:
+                    continue
+                per = [first] + [rest // left] * left + [last]
+            if any(x % V for x in per):
+                continue
+            out.append(np.asarray([[x // V for x in per] for _ in range(V)], dtype=np.int64))
+    return out
+
+
+def _layout_seeds(N: int, P: int, V: int, user_table: np.ndarray) -> list[np.ndarray]:
+    """Seeds for ``--pipeline-model-parallel-layout``: the even split, the user's table (same V),
+    and the even split with 1-3 layers moved off the first and / or last virtual stage."""
+    ev = even_layers(N, P, V)
+    out = [ev]
+    if user_table.shape == ev.shape:
+        out.append(user_table.copy())
+    flat = ev.reshape(-1)
+    for k1 in range(0, 4):
+        for k2 in range(0, 4):
+            if not k1 and not k2:
+                continue
+            f = flat.copy()
+            take = min(k1, f[0]), min(k2, f[-1])
+            f[0] -= take[0]
+            f[-1] -= take[1]
+            for i in range(take[0] + take[1]):
+                f[1 + i % (len(f) - 2 if len(f) > 2 else 1)] += 1
+            out.append(f.reshape(V, P))
+    return out
+
+
+def _seeds(run: MegatronRun, V: int, layout_flags: str) -> list[np.ndarray]:
+    """The valid seed layouts for V (``first_last``: every valid (first, last) pair), each once."""
+    N, P = run.num_layers, run.pp
+    if layout_flags == "first_last":
+        return [L for L in _first_last_seeds(N, P, V) if _valid(L, N, layout_flags)]
+    user_table = np.asarray(run.layers_vp, dtype=np.int64)
+    uniq = {L.tobytes(): L for L in _layout_seeds(N, P, V, user_table) if _valid(L, N, layout_flags)}
+    return list(uniq.values())
+
+
+def _one_layer_moves(L: np.ndarray, N: int, layout_flags: str) -> list[np.ndarray]:
+    """Layouts one layer away from ``L``: moves between neighbouring virtual stages and to/from the
+    first and last one (the embedding / loss stages), not all S² pairs: a work cap that keeps 40
+    stages cheap."""
+    flat = L.reshape(-1)
+    S = flat.size
+    pairs = {(i, i + 1) for i in range(S - 1)} | {(i + 1, i) for i in range(S - 1)}
+    pairs |= {(e, j) for e in (0, S - 1) for j in range(S) if j != e}
+    pairs |= {(j, e) for e in (0, S - 1) for j in range(S) if j != e}
+    moves = []
+    for i, j in sorted(pairs):
+        if flat[i] == 0:
+            continue
+        f = flat.copy()
+        f[i] -= 1
+        f[j] += 1
+        M = f.reshape(L.shape)
+        if _valid(M, N, layout_flags):
+            moves.append(M)
+    return moves
+
+
+def _descend(scorer: _Scorer, ch: Choice, V: int, cand: Candidate, N: int, sp: MegatronSpace
+             ) -> tuple[Choice, Candidate]:
+    """Steepest descent from ``cand``: single-layer moves (and full block n ± 1), at most
+    ``sp.max_moves`` steps, while the rank improves."""
+    cur = cand
+    for _ in range(sp.max_moves):
+        L = cur.layers
+        neigh = [(ch, _one_layer_moves(L, N, sp.layout_flags))]
+        if ch.kind == "full":
+            neigh += [(Choice("full", n=k), [L]) for k in (ch.n - 1, ch.n + 1) if k >= 1]
+        best_n = cur
+        best_ch = ch
+        for c2, layer_list in neigh:
+            if not layer_list:
+                continue
+            top = _best(scorer.score(c2, V, layer_list))
+            if top.rank() < best_n.rank():
+                best_n, best_ch = top, c2
+        if best_n is cur:
+            break
+        cur, ch = best_n, best_ch
+    return ch, cur
+
+
+def _screen_and_refine(scorer: _Scorer, run: MegatronRun, sp: MegatronSpace, Vs: list[int],
+                       choices: list[Choice]) -> dict[tuple[Choice, int], Candidate]:
+    """The best candidate per (choice, V): every pair scored on its seeds, then the best
+    ``sp.refine`` improved by :func:`_descend` (``layout`` mode only)."""
+    best_of: dict[tuple[Choice, int], Candidate] = {}
+    seed_cache = {V: _seeds(run, V, sp.layout_flags) for V in Vs}
+    for V in Vs:
+        for ch in choices:
+            best_of[(ch, V)] = _best(scorer.score(ch, V, seed_cache[V]))
+    ranked = sorted(best_of.items(), key=lambda kv: kv[1].rank())
+    refine = ranked[:sp.refine] if sp.layout_flags == "layout" else []
+    for (ch, V), cand in refine:
+        ch, cur = _descend(scorer, ch, V, cand, run.num_layers, sp)
+        key = (ch, V)
+        if key not in best_of or cur.rank() < best_of[key].rank():
+            best_of[key] = cur
+    return best_of
+
+
+@dataclass
+class _Setup:
+    """What one Megatron search shares: the space, the device and budget (MiB), the analytic
+    base profile and assumptions, the module sets with their (act bytes, replay ms) per kind, the
+    cost-model profiles and arrays per module set (``()`` = no selective recompute), and V's."""
+
+    run: MegatronRun
+    sp: MegatronSpace
+    device: str
+    dev: Any
+    hbm: float
+    overrides: dict[str, float] | None
+    base: Any
+    A: dict[str, float]
+    Vs: list[int]
+    sets: list[tuple[str, ...]]
+    vals: dict
+    profiles: dict[tuple[str, ...], Any]
+    arrays: dict[tuple[str, ...], ProfileArrays]
+
+    def profile(self, modules: tuple[str, ...]) -> Any:
+        """The cost-model profile of a module set (made on first use)."""
+        if modules not in self.profiles:
+            self.profiles[modules] = megatron_profile(self.run, self.device, modules=modules,
+                                                      overrides=self.overrides, base=self.base)
+        return self.profiles[modules]
+
+    def evaluate(self, modules: tuple[str, ...], layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
+                 com: np.ndarray) -> CostReport:
+        """The cost report of one layout with its recompute tables."""
+        return evaluate_layout(self.profile(modules), make_layout(layers, rec, sel, com),
+                               micro_batch_num=self.run.m, schedule=SCHEDULE, hbm_mib=self.hbm)
+
+
+def _setup(run: MegatronRun, sp: MegatronSpace, device: str, hbm_mib: float | None,
+           overrides: dict[str, float] | None) -> _Setup:
+    """Device, budget, base profile, runnable V's and the profiles of every module set kept."""
+    dev = get_device(device)
+    hbm = float(hbm_mib) if hbm_mib is not None else dev.hbm_gib * 1024.0
+    cfg = training_config(run, hbm_mib=hbm)
+    base = analytic_profile(cfg, dev, overrides=overrides)
+    A = dict(DEFAULT_ASSUMPTIONS)
+    A.update({k: float(v) for k, v in (overrides or {}).items()})
+    fpm = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
+    Vs = _runnable_vpps(run, sp)
+    plain = megatron_profile(run, device, overrides=overrides, base=base)
+    sets: list[tuple[str, ...]] = []
+    vals: dict = {}
+    if "selective" in sp.recompute:
+        sets, vals = _prune(run, module_sets(run, sp), base, fpm, A["select_extra_frac"])
+    profiles: dict[tuple[str, ...], Any] = {(): plain}
+    arrays: dict[tuple[str, ...], ProfileArrays] = {(): ProfileArrays.from_profile(plain)}
+    for s in sets:
+        profiles[s] = megatron_profile(run, device, modules=s, overrides=overrides, base=base)
+        arrays[s] = ProfileArrays.from_profile(profiles[s])
+    return _Setup(run, sp, device, dev, hbm, overrides, base, A, Vs, sets, vals, profiles, arrays)
+
+
+def _relaxed_problem(su: _Setup) -> Problem:
+    """The relaxation: MindFormers' per-stage freedom on a profile whose ``select`` option is, per
+    layer kind, the least activation and the least replay over the module sets (module docstring)."""
+    run, plain = su.run, su.profiles[()]
+    over = {k: (min(su.vals[s_][k][0] for s_ in su.sets) / BYTES_PER_MIB, min(su.vals[s_][k][1] for s_ in su.sets))
+            for k in plain.kinds} if su.sets else None
+    relaxed = megatron_profile(run, su.device, overrides=su.overrides, base=su.base,
+                               select_override=over) if over else plain
+    return Problem(ProfileArrays.from_profile(relaxed), P=run.pp, m=run.m, schedule=SCHEDULE, hbm_mib=su.hbm,
+                   vpp_candidates=su.Vs, kinds=_relax_kinds(su) or ("full",))
+
+
+def _relax_kinds(su: _Setup) -> tuple[str, ...]:
+    """The relaxation's recompute kinds: full when the space has it, select when it has module sets."""
+    return tuple((["full"] if "full" in su.sp.recompute else []) + (["select"] if su.sets else []))
+
+
+def _answer_bound(su: _Setup, bch: Choice, bV: int, bc: Candidate, gap: float | None,
+                  notes: list[str]) -> float:
+    """Lower bound (ms): the relaxation's bound against the answer's relaxed score, never above the
+    answer's own step time."""
+    relax_prob = _relaxed_problem(su)
+    rec, sel = _tables(bch, bc.layers)
+    ub = relax_prob.score([Candidate(bV, bc.layers, rec, sel, np.zeros_like(rec))])[0]
+    lb = min(float(bc.step_ms), relaxation_bound(relax_prob, ub.step_ms if ub.excess_mib <= 0 else bc.step_ms,
+                                                 target_gap=gap or 0.0))
+    if not _relax_kinds(su):
+        notes.append("recompute 'none' only: the bound also allows full recompute (looser)")
+    return lb
+
+
+def _user_choice(run: MegatronRun, max_layers: int) -> Choice:
+    """The recompute choice the user's flags make (full without ``block``: ``max_layers``)."""
+    if run.granularity == "full":
+        return Choice("full", n=run.recompute_num_layers if run.method == "block" else max_layers)
+    if run.granularity == "selective":
+        return Choice("selective", modules=tuple(x for x in MODULES if x in run.modules))
+    return Choice("none")
+
+
+def _baselines(su: _Setup, user_choice: Choice, notes: list[str]) -> dict[str, CostReport | None]:
+    """The user's config as written (None, with a note, when it cannot be evaluated) and the even
+    split with full recompute and without recompute at the user's vpp (else the first V)."""
+    run = su.run
+    baselines: dict[str, CostReport | None] = {"user": None}
+    user_table = np.asarray(run.layers_vp, dtype=np.int64)
+    try:
+        rec, sel = _tables(user_choice, user_table)
+        baselines["user"] = su.evaluate(user_choice.modules, user_table, rec, sel, np.zeros_like(user_table))
+    except (ValueError, ConfigError) as exc:
+        notes.append(f"your own config could not be evaluated: {exc}")
+    V0 = run.vpp if run.vpp in su.Vs else su.Vs[0]
+    ev = even_layers(run.num_layers, run.pp, V0)
+    z = np.zeros_like(ev)
+    baselines["even_full_recompute"] = su.evaluate((), ev, ev, z, z)
+    baselines["even_no_recompute"] = su.evaluate((), ev, z, z, z)
+    return baselines
+
+
+def _mindformers_gain(su: _Setup, problem: Problem, bch: Choice, bc: Candidate, best_rep: CostReport,
+                      notes: list[str]) -> tuple[dict[str, Any] | None, int]:
+    """MindFormers' per-stage freedom: per-mini-stage recompute counts from the answer (the
+    report and tables when faster, else None; and the configs scored)."""
+    pc, scored = per_stage_recompute(problem, bc, bch.kind)
+    if pc.step_ms >= bc.step_ms - 1e-6:
+        return None, scored
+    rep = su.evaluate(bch.modules, pc.layers, pc.rec, pc.sel, pc.com)
+    mf = {"report": rep, "step_time_ms": rep.step_time_ms,
+          "gain_vs_megatron": rep.step_time_ms / best_rep.step_time_ms - 1.0,
+          "recompute": pc.rec.tolist(), "select_recompute": pc.sel.tolist(),
+          "layers": pc.layers.tolist(), "modules": list(bch.modules)}
+    notes.append(f"per-stage recompute counts (MindFormers' recompute table; Megatron has one "
+                 f"--recompute-num-layers / one module set for every stage) would run "
+                 f"{rep.step_time_ms:.1f} ms ({mf['gain_vs_megatron']:+.2%}): recompute "
+                 f"{pc.rec.tolist() if bch.kind == 'full' else pc.sel.tolist()}")
+    return mf, scored
+
+
 def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | None = None, device: str = "h100",
                     hbm_mib: float | None = None, overrides: dict[str, float] | None = None, seed: int = 0,
                     gap: float | None = 0.005, progress: bool | str = False) -> MegatronResult:
@@ -261,270 +595,44 @@ def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | Non
     Raises:
         ConfigError: bad space, no runnable virtual-pipeline size, unknown device/assumption.
     """
-    from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
-
     t0, c0 = time.monotonic(), _cpu()
     sp = space if isinstance(space, MegatronSpace) else load_megatron_space(space)
-    dev = get_device(device)
-    hbm = float(hbm_mib) if hbm_mib is not None else dev.hbm_gib * 1024.0
-    cfg = training_config(run, hbm_mib=hbm)
-    base = analytic_profile(cfg, dev, overrides=overrides)
-    A = dict(DEFAULT_ASSUMPTIONS)
-    A.update({k: float(v) for k, v in (overrides or {}).items()})
-    fpm = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
-    N, P, m = run.num_layers, run.pp, run.m
+    su = _setup(run, sp, device, hbm_mib, overrides)
+    N, P, m, Vs = run.num_layers, run.pp, run.m, su.Vs
     notes: list[str] = []
-
-    Vs = runnable_vpp(N, P, m, SCHEDULE, sp.virtual_pipeline)
-    Vs = [V for V in Vs if V == 1 or P > 2 or run.overlap_p2p]
-    if sp.layout_flags == "first_last":
-        Vs = [V for V in Vs if V == 1 or P > 1]
-    if not Vs:
-        raise ConfigError(f"no virtual-pipeline size in {sp.virtual_pipeline} can run num_layers {N} on pp {P} "
-                          f"with {m} micro-batches", field="virtual_pipeline", value=sp.virtual_pipeline,
-                          rule="search_space")
-
-    # ---- recompute choices and their profiles -------------------------------------------------
-    plain = megatron_profile(run, device, overrides=overrides, base=base)
-    pa_plain = ProfileArrays.from_profile(plain)
-    sets: list[tuple[str, ...]] = []
-    vals: dict = {}
-    if "selective" in sp.recompute:
-        sets, vals = _prune(run, module_sets(run, sp), base, fpm, A["select_extra_frac"])
-    profiles: dict[tuple[str, ...], Any] = {(): plain}
-    arrays: dict[tuple[str, ...], ProfileArrays] = {(): pa_plain}
-    for s in sets:
-        profiles[s] = megatron_profile(run, device, modules=s, overrides=overrides, base=base)
-        arrays[s] = ProfileArrays.from_profile(profiles[s])
     max_layers = max(2, -(-N // (P * min(Vs))) + 3)
-    ns = sp.recompute_num_layers or list(range(1, max_layers + 1))
-    choices: list[Choice] = []
-    if "none" in sp.recompute:
-        choices.append(Choice("none"))
-    if "full" in sp.recompute:
-        choices += [Choice("full", n=k) for k in ns if k >= 1]
-    choices += [Choice("selective", modules=s) for s in sets]
-
-    problems = {V: {key: Problem(arrays[key], P=P, m=m, schedule=SCHEDULE, hbm_mib=hbm, vpp_candidates=[V])
-                    for key in arrays} for V in Vs}
-
-    def tables(ch: Choice, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        z = np.zeros_like(layers)
-        if ch.kind == "full":
-            return np.minimum(layers, ch.n), z
-        if ch.kind == "selective":
-            return z, layers.copy()
-        return z, z
-
-    evaluated = 0
-
-    def score(ch: Choice, V: int, layer_list: list[np.ndarray]) -> list[Candidate]:
-        nonlocal evaluated
-        prob = problems[V][ch.modules]
-        cands = []
-        for L in layer_list:
-            rec, sel = tables(ch, L)
-            cands.append(Candidate(V, L, rec, sel, np.zeros_like(L), origin=ch.label()))
-        evaluated += len(cands)
-        return prob.score(cands)
-
-    # ---- relaxation profile (per kind: least activation and least replay over the module sets) --
-    relax_kinds = tuple((["full"] if "full" in sp.recompute else []) + (["select"] if sets else []))
-    over = {k: (min(vals[s_][k][0] for s_ in sets) / BYTES_PER_MIB, min(vals[s_][k][1] for s_ in sets))
-            for k in plain.kinds} if sets else None
-    relaxed = megatron_profile(run, device, overrides=overrides, base=base, select_override=over) if over else plain
-    pa_relaxed = ProfileArrays.from_profile(relaxed)
-
-    # ---- seeds per V -----------------------------------------------------------------------
-    user_table = np.asarray(run.layers_vp, dtype=np.int64)
-
-    def valid(L: np.ndarray) -> bool:
-        lo = np.ones_like(L)
-        lo[0, 0] = 0
-        lo[-1, -1] = 0
-        if (L < lo).any() or int(L.sum()) != N:
-            return False
-        return sp.layout_flags == "layout" or first_last_counts(L.tolist()) is not None
-
-    def seeds_for(V: int) -> list[np.ndarray]:
-        out: list[np.ndarray] = []
-        if sp.layout_flags == "first_last":
-            for first in range(0, N + 1):
-                for last in range(0, N + 1 - first):
-                    left = P - 2
-                    rest = N - first - last
-                    if P == 1:
-                        if first or last:
-                            continue
-                        per = [N]
-                    elif left == 0:
-                        if rest:
-                            continue
-                        per = [first, last]
-                    else:
-                        if rest % left or rest // left < V:
-                            continue
-                        per = [first] + [rest // left] * left + [last]
-                    if any(x % V for x in per):
-                        continue
-                    out.append(np.asarray([[x // V for x in per] for _ in range(V)], dtype=np.int64))
-            return [L for L in out if valid(L)]
-        ev = even_layers(N, P, V)
-        out.append(ev)
-        if user_table.shape == ev.shape:
-            out.append(user_table.copy())
-        flat = ev.reshape(-1)
-        for k1 in range(0, 4):
-            for k2 in range(0, 4):
-                if not k1 and not k2:
-                    continue
-                f = flat.copy()
-                take = min(k1, f[0]), min(k2, f[-1])
-                f[0] -= take[0]
-                f[-1] -= take[1]
-                for i in range(take[0] + take[1]):
-                    f[1 + i % (len(f) - 2 if len(f) > 2 else 1)] += 1
-                out.append(f.reshape(V, P))
-        uniq = {L.tobytes(): L for L in out if valid(L)}
-        return list(uniq.values())
-
-    # ---- screen every (choice, V) on the seeds -----------------------------------------------
-    best_of: dict[tuple[Choice, int], Candidate] = {}
-    seed_cache = {V: seeds_for(V) for V in Vs}
-    for V in Vs:
-        for ch in choices:
-            got = score(ch, V, seed_cache[V])
-            best_of[(ch, V)] = min(got, key=lambda c: c.rank())
-
-    # ---- refine the best few by single-layer moves ------------------------------------------
-    ranked = sorted(best_of.items(), key=lambda kv: kv[1].rank())
-    refine = ranked[:sp.refine] if sp.layout_flags == "layout" else []
-    for (ch, V), cand in refine:
-        cur = cand
-        for _ in range(sp.max_moves):
-            L = cur.layers
-            flat = L.reshape(-1)
-            moves = []
-            S = flat.size
-            # moves between neighbouring virtual stages and to/from the first and last one (the
-            # embedding / loss stages), not all S² pairs: a work cap that keeps 40 stages cheap
-            pairs = {(i, i + 1) for i in range(S - 1)} | {(i + 1, i) for i in range(S - 1)}
-            pairs |= {(e, j) for e in (0, S - 1) for j in range(S) if j != e}
-            pairs |= {(j, e) for e in (0, S - 1) for j in range(S) if j != e}
-            for i, j in sorted(pairs):
-                if flat[i] == 0:
-                    continue
-                f = flat.copy()
-                f[i] -= 1
-                f[j] += 1
-                M = f.reshape(L.shape)
-                if valid(M):
-                    moves.append(M)
-            neigh = [(ch, moves)]
-            if ch.kind == "full":
-                neigh += [(Choice("full", n=k), [L]) for k in (ch.n - 1, ch.n + 1) if k >= 1]
-            best_n = cur
-            best_ch = ch
-            for c2, layer_list in neigh:
-                if not layer_list:
-                    continue
-                got = score(c2, V, layer_list)
-                top = min(got, key=lambda c: c.rank())
-                if top.rank() < best_n.rank():
-                    best_n, best_ch = top, c2
-            if best_n is cur:
-                break
-            cur, ch = best_n, best_ch
-        key = (ch, V)
-        if key not in best_of or cur.rank() < best_of[key].rank():
-            best_of[key] = cur
-
+    choices = _choices(sp, su.sets, sp.recompute_num_layers or list(range(1, max_layers + 1)))
+    problems = {V: {key: Problem(su.arrays[key], P=P, m=m, schedule=SCHEDULE, hbm_mib=su.hbm, vpp_candidates=[V])
+                    for key in su.arrays} for V in Vs}
+    scorer = _Scorer(problems)
+    best_of = _screen_and_refine(scorer, run, sp, Vs, choices)
     (bch, bV), bc = min(best_of.items(), key=lambda kv: kv[1].rank())
     fits = bc.excess_mib <= 0
-
-    # ---- lower bound: the relaxation's bound against the answer's relaxed score --------------
-    lb = None
-    if fits:
-        rec, sel = tables(bch, bc.layers)
-        relax_prob = Problem(pa_relaxed, P=P, m=m, schedule=SCHEDULE, hbm_mib=hbm, vpp_candidates=Vs,
-                             kinds=relax_kinds or ("full",))
-        ub = relax_prob.score([Candidate(bV, bc.layers, rec, sel, np.zeros_like(rec))])[0]
-        lb = min(float(bc.step_ms), relaxation_bound(relax_prob, ub.step_ms if ub.excess_mib <= 0 else bc.step_ms,
-                                                     target_gap=gap or 0.0))
-        if not relax_kinds:
-            notes.append("recompute 'none' only: the bound also allows full recompute (looser)")
-
-    def report(ch: Choice, c: Candidate) -> CostReport:
-        lay = make_layout(c.layers, c.rec, c.sel, c.com)
-        return evaluate_layout(profiles[ch.modules], lay, micro_batch_num=m, schedule=SCHEDULE, hbm_mib=hbm)
-
-    best_rep = report(bch, bc)
-    # ---- baselines ----------------------------------------------------------------------------
-    baselines: dict[str, CostReport | None] = {"user": None}
-    user_choice = None
-    if run.granularity == "full":
-        user_choice = Choice("full", n=run.recompute_num_layers if run.method == "block" else max_layers)
-    elif run.granularity == "selective":
-        user_choice = Choice("selective", modules=tuple(x for x in MODULES if x in run.modules))
-    else:
-        user_choice = Choice("none")
-    try:
-        if user_choice.modules not in profiles:
-            profiles[user_choice.modules] = megatron_profile(run, device, modules=user_choice.modules,
-                                                             overrides=overrides, base=base)
-        rec, sel = tables(user_choice, user_table)
-        z = np.zeros_like(user_table)
-        baselines["user"] = evaluate_layout(profiles[user_choice.modules], make_layout(user_table, rec, sel, z),
-                                            micro_batch_num=m, schedule=SCHEDULE, hbm_mib=hbm)
-    except (ValueError, ConfigError) as exc:
-        notes.append(f"your own config could not be evaluated: {exc}")
-    V0 = run.vpp if run.vpp in Vs else Vs[0]
-    ev = even_layers(N, P, V0)
-    z = np.zeros_like(ev)
-    baselines["even_full_recompute"] = evaluate_layout(plain, make_layout(ev, ev, z, z), micro_batch_num=m,
-                                                       schedule=SCHEDULE, hbm_mib=hbm)
-    baselines["even_no_recompute"] = evaluate_layout(plain, make_layout(ev, z, z, z), micro_batch_num=m,
-                                                     schedule=SCHEDULE, hbm_mib=hbm)
-
-    # ---- MindFormers' per-stage freedom: per-mini-stage recompute counts from the answer --------
+    lb = _answer_bound(su, bch, bV, bc, gap, notes) if fits else None
+    best_rep = su.evaluate(bch.modules, bc.layers, bc.rec, bc.sel, bc.com)
+    user_choice = _user_choice(run, max_layers)
+    baselines = _baselines(su, user_choice, notes)
     mf = None
     if sp.compare_mindformers and fits and bch.kind != "none":
-        per = per_stage_recompute(problems[bV][bch.modules], bc, bch.kind)
-        evaluated += per[1]
-        pc = per[0]
-        if pc.step_ms < bc.step_ms - 1e-6:
-            rep = evaluate_layout(profiles[bch.modules], make_layout(pc.layers, pc.rec, pc.sel, pc.com),
-                                  micro_batch_num=m, schedule=SCHEDULE, hbm_mib=hbm)
-            mf = {"report": rep, "step_time_ms": rep.step_time_ms,
-                  "gain_vs_megatron": rep.step_time_ms / best_rep.step_time_ms - 1.0,
-                  "recompute": pc.rec.tolist(), "select_recompute": pc.sel.tolist(),
-                  "layers": pc.layers.tolist(), "modules": list(bch.modules)}
-            notes.append(f"per-stage recompute counts (MindFormers' recompute table; Megatron has one "
-                         f"--recompute-num-layers / one module set for every stage) would run "
-                         f"{rep.step_time_ms:.1f} ms ({mf['gain_vs_megatron']:+.2%}): recompute "
-                         f"{pc.rec.tolist() if bch.kind == 'full' else pc.sel.tolist()}")
+        mf, scored = _mindformers_gain(su, problems[bV][bch.modules], bch, bc, best_rep, notes)
+        scorer.evaluated += scored
     cert = None
     if fits and lb is not None and lb > 0:
         lb = min(lb, best_rep.step_time_ms)
         cert = max(0.0, (best_rep.step_time_ms - lb) / lb)
-    from autotune.megatron.emit import flags_for
-    from autotune.megatron.memory import theoretical_memory
-
-    flags = flags_for(run, bch, bc.layers.tolist(), sp.layout_flags)
     theo = {"user": theoretical_memory(run, m),
             "best": theoretical_memory(_with(run, bch, bV, bc.layers.tolist()), m)}
     return MegatronResult(
         run=run, best=best_rep if fits else None, closest=None if fits else best_rep, choice=bch, vpp=bV,
-        layers_vp=bc.layers.tolist(), flags=flags, baselines=baselines, lower_bound_ms=lb, certified_gap=cert,
-        mindformers=mf, theoretical=theo, seconds=time.monotonic() - t0, cpu_seconds=_cpu() - c0,
-        evaluated=evaluated, hbm_mib=hbm, device=dev.name, user_choice=user_choice, notes=notes)
+        layers_vp=bc.layers.tolist(), flags=flags_for(run, bch, bc.layers.tolist(), sp.layout_flags),
+        baselines=baselines, lower_bound_ms=lb, certified_gap=cert, mindformers=mf, theoretical=theo,
+        seconds=time.monotonic() - t0, cpu_seconds=_cpu() - c0, evaluated=scorer.evaluated, hbm_mib=su.hbm,
+        device=su.dev.name, user_choice=user_choice, notes=notes)
 
 
 def _with(run: MegatronRun, ch: Choice, V: int, layers: list[list[int]]) -> MegatronRun:
     """A copy of ``run`` with the answer's virtual-pipeline size and recompute (for Megatron's own
     memory estimate of the answer)."""
-    import dataclasses
-
     gran = {"none": None, "full": "full", "selective": "selective"}[ch.kind]
     return dataclasses.replace(run, vpp=V, layers_vp=layers, granularity=gran,
                                method="block" if ch.kind == "full" else None,
@@ -538,9 +646,6 @@ def relaxation_bound(problem: Any, upper_ms: float, target_gap: float = 0.0) -> 
     first, until the bound is within ``target_gap`` of ``upper_ms``), never
     above ``upper_ms`` (a step time some layout of ``problem`` reaches). The integer program of the
     full MindFormers search is skipped: it costs minutes on 40 virtual stages × 64 micro-batches."""
-    from autotune.tuner.bounds import lower_bound
-    from autotune.tuner.bounds.device_dp import device_dp_bound
-
     b = lower_bound(problem, upper_ms=upper_ms)
     per = {V: float(v) for V, v in b.per_v_ms.items()}
     if not per:
@@ -563,8 +668,6 @@ def per_stage_recompute(problem: Any, cand: Any, kind: str, max_rounds: int = 40
     """MindFormers' freedom on top of a Megatron answer: coordinate descent on the per-mini-stage
     recompute count (full: ``rec``, selective: ``sel``; the first r layers), one step down or up in
     one mini-stage at a time, batched, keeping the layout. Returns (best candidate, configs scored)."""
-    from autotune.tuner.problem import Candidate
-
     cur = cand
     scored = 0
     for _ in range(max_rounds):
