@@ -175,6 +175,143 @@ def load_sapp(path: str | Path, *, time_semantics: str = "forward") -> SappImpor
                           default_name=p.stem)
 
 
+@dataclass(frozen=True)
+class _TimeRule:
+    """How a balancer ``time`` maps to forward / backward ms: ``forward`` semantics f = time,
+    b = 2·time; ``total``: f = time/3, b = 2·time/3."""
+
+    forward: bool
+
+    def f(self, t: float) -> float:
+        return t if self.forward else t / 3.0
+
+    def b(self, t: float) -> float:
+        return 2.0 * t if self.forward else 2.0 * t / 3.0
+
+    @property
+    def rule_f(self) -> str:
+        return "time" if self.forward else "time/3"
+
+    @property
+    def rule_b(self) -> str:
+        return "2·time" if self.forward else "2·time/3"
+
+
+@dataclass
+class _Fields:
+    """The profile fields read so far (path -> value, path -> how it was derived) and the notes."""
+
+    notes: list[str]
+    fields: dict[str, float] = field(default_factory=dict)
+    how: dict[str, str] = field(default_factory=dict)
+
+    def put(self, path: str, v: float, src: str) -> None:
+        """Set a field; a negative value is clamped to 0 with a note."""
+        if v < 0:
+            self.notes.append(f"{path}: the file gives {v:g}, clamped to 0 (profiles hold no negative "
+                              f"value; the balancer uses {v:g})")
+            v = 0.0
+        self.fields[path] = v
+        self.how[path] = src
+
+
+def _entry_header(e: Any, where: str, source: str) -> tuple[str, str, int]:
+    """(type, name, nb_layer) of one ``layers_description`` entry, checked.
+
+    Raises:
+        ConfigError: not a mapping, a required key missing, an unknown type or a bad nb_layer.
+    """
+    if not isinstance(e, dict):
+        raise _err("each entry must be a mapping", where, e)
+    for key in ("name", "type", "nb_layer") + (("time",) if source == "layer file" else ()):
+        if key not in e or e[key] is None:
+            raise _err(f"missing {key!r} (the balancer's generate_layers_list requires it)",
+                       f"{where}.{key}")
+    typ, name = e["type"], str(e["name"])
+    if typ not in ("HEAD", "BODY", "TAIL"):
+        raise _err(f"type must be HEAD, BODY or TAIL (upper case, as the balancer's "
+                   f"Layer.type_enum), got {typ!r}", f"{where}.type", typ)
+    count = e["nb_layer"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise _err(f"nb_layer must be an integer >= 0, got {count!r}", f"{where}.nb_layer", count)
+    return typ, name, count
+
+
+def _end_entry(e: dict[str, Any], typ: str, name: str, t: float | None, where: str, rule: _TimeRule,
+               ends: dict[str, dict[str, float]], ends_how: dict[str, dict[str, list[str]]],
+               notes: list[str]) -> None:
+    """Add a HEAD or TAIL entry's times and memory_parameter to its part's sums."""
+    part = typ.lower()
+    ignored = [k for k in e if k in _KNOWN_KEYS and k not in
+               ("name", "type", "model_name", "time", "nb_layer", "memory_parameter")]
+    if ignored:
+        notes.append(f"{typ} {name!r}: {', '.join(map(repr, ignored))} not read by the "
+                     f"balancer for {typ} entries (it uses time and memory_parameter); ignored")
+    vals = {"fwd_ms": None if t is None else rule.f(t), "bwd_ms": None if t is None else rule.b(t),
+            "static_mib": _num(e, "memory_parameter", where)}
+    srcs = {"fwd_ms": rule.rule_f, "bwd_ms": rule.rule_b, "static_mib": "memory_parameter"}
+    for f, v in vals.items():
+        if v is not None:
+            ends[part][f] = ends[part].get(f, 0.0) + v
+            ends_how[part].setdefault(f, []).append(f"{name}: {srcs[f]}")
+
+
+def _body_bwd(e: dict[str, Any], cls: str, t: float | None, where: str, rule: _TimeRule) -> tuple[float | None, str]:
+    """Backward ms of a BODY entry with recompute class ``cls`` and how it was derived: the class's
+    time key, else (1 + coefficient) × backward (the balancer's default coefficient when absent)."""
+    given = _time(e, TIME_KEYS[cls], where)
+    if given:  # the balancer treats 0 as absent
+        return given, repr(TIME_KEYS[cls]) if cls == "full" else TIME_KEYS[cls]
+    if t is None:
+        return None, ""
+    coef = _num(e, COEF_KEYS[cls], where)
+    if coef is None:
+        return (1.0 + DEFAULT_COEF[cls]) * rule.b(t), \
+            f"(1 + default {DEFAULT_COEF[cls]:g}) × {rule.rule_b}"
+    return (1.0 + coef) * rule.b(t), f"(1 + {COEF_KEYS[cls]}) × {rule.rule_b}"
+
+
+def _body_entry(e: dict[str, Any], name: str, t: float | None, where: str, rule: _TimeRule,
+                out: _Fields) -> None:
+    """Add a BODY entry's fields (``kinds.<name>.*``): times, memory_parameter, activation per
+    recompute class and each class's extra time."""
+    notes = out.notes
+    prefix = f"kinds.{name}"
+    fwd_given = _time(e, "forward_time", where)
+    if t is not None or fwd_given is not None:
+        out.put(f"{prefix}.fwd_ms", fwd_given if fwd_given is not None else rule.f(t),  # type: ignore[arg-type]
+                "forward_time" if fwd_given is not None else rule.rule_f)
+    mp = _num(e, "memory_parameter", where)
+    if mp is not None:
+        out.put(f"{prefix}.static_mib", mp, "memory_parameter")
+    b_none, b_how = _body_bwd(e, "none", t, where, rule)
+    if b_none is not None:
+        out.put(f"{prefix}.bwd_ms", b_none, b_how)
+    mems = {c: _num(e, MEMORY_KEYS[c], where) for c in CLASSES}
+    if mems["none"] is not None and mems["none"] > 0:
+        out.put(f"{prefix}.act_mib", mems["none"], MEMORY_KEYS["none"])
+    else:
+        notes.append(f"BODY {name!r}: memory_activation is {'absent' if mems['none'] is None else mems['none']}"
+                     f": the balancer then cannot leave a layer un-recomputed (a class exists "
+                     f"only when its memory key is > 0); autotune can")
+    for c in CLASSES[1:]:
+        m = mems[c]
+        if m is None:
+            continue
+        if m <= 0:
+            notes.append(f"BODY {name!r}: {MEMORY_KEYS[c]} = {m:g}: the balancer cannot use "
+                         f"this recompute class (memory key <= 0); not imported")
+            continue
+        out.put(f"{prefix}.{c}.act_mib", m, MEMORY_KEYS[c])
+        b_c, c_how = _body_bwd(e, c, t, where, rule)
+        if "default" in c_how:
+            notes.append(f"BODY {name!r}: neither {TIME_KEYS[c]!r} nor {COEF_KEYS[c]!r}: the "
+                         f"{c} recompute time is the balancer's default coefficient "
+                         f"{DEFAULT_COEF[c]:g} (marked 'old' in its code; measure it)")
+        if b_c is not None and b_none is not None:
+            out.put(f"{prefix}.{c}.extra_ms", b_c - b_none, f"{c_how} - backward")
+
+
 def sapp_from_dict(data: Any, *, time_semantics: str = "forward", source: str = "layer file",
                    notes: list[str] | None = None, default_name: str = "sapp") -> SappImport:
     """Map a balancer layer file (parsed JSON) to profile fields (see module docstring).
@@ -189,125 +326,40 @@ def sapp_from_dict(data: Any, *, time_semantics: str = "forward", source: str = 
     if time_semantics not in TIME_SEMANTICS:
         raise ConfigError(f"must be one of {', '.join(TIME_SEMANTICS)}, got {time_semantics!r}",
                           field="--sapp-time", value=time_semantics, rule="choice")
-    notes = list(notes or [])
+    out = _Fields(list(notes or []))
     entries = data.get("layers_description") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise _err("expected a 'layers_description' list (the balancer's layer file)",
                    "layers_description")
-    # forward semantics: f = time, b = 2·time; total: f = time/3, b = 2·time/3
-    f_of, b_of = ((lambda t: t), (lambda t: 2.0 * t)) if time_semantics == "forward" else \
-        ((lambda t: t / 3.0), (lambda t: 2.0 * t / 3.0))
-    rule_f, rule_b = ("time", "2·time") if time_semantics == "forward" else ("time/3", "2·time/3")
-    fields: dict[str, float] = {}
-    how: dict[str, str] = {}
+    rule = _TimeRule(time_semantics == "forward")
     kinds: list[tuple[str, int]] = []
     ends: dict[str, dict[str, float]] = {"head": {}, "tail": {}}
     ends_how: dict[str, dict[str, list[str]]] = {"head": {}, "tail": {}}
-
-    def put(path: str, v: float, src: str) -> None:
-        if v < 0:
-            notes.append(f"{path}: the file gives {v:g}, clamped to 0 (profiles hold no negative "
-                         f"value; the balancer uses {v:g})")
-            v = 0.0
-        fields[path] = v
-        how[path] = src
-
     for i, e in enumerate(entries):
         where = f"layers_description[{i}]"
-        if not isinstance(e, dict):
-            raise _err("each entry must be a mapping", where, e)
-        for key in ("name", "type", "nb_layer") + (("time",) if source == "layer file" else ()):
-            if key not in e or e[key] is None:
-                raise _err(f"missing {key!r} (the balancer's generate_layers_list requires it)",
-                           f"{where}.{key}")
-        typ, name = e["type"], str(e["name"])
-        if typ not in ("HEAD", "BODY", "TAIL"):
-            raise _err(f"type must be HEAD, BODY or TAIL (upper case, as the balancer's "
-                       f"Layer.type_enum), got {typ!r}", f"{where}.type", typ)
-        count = e["nb_layer"]
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise _err(f"nb_layer must be an integer >= 0, got {count!r}", f"{where}.nb_layer", count)
-        unknown = sorted(k for k in e if k not in _KNOWN_KEYS)
-        for k in unknown:
+        typ, name, count = _entry_header(e, where, source)
+        for k in sorted(k for k in e if k not in _KNOWN_KEYS):
             hint = (" (it reads 'recompute_time ' with a trailing space)" if k == "recompute_time"
                     else "")
-            notes.append(f"{typ} {name!r}: key {k!r} is not read by the balancer{hint}; ignored")
+            out.notes.append(f"{typ} {name!r}: key {k!r} is not read by the balancer{hint}; ignored")
         t = _time(e, "time", where)
         if typ in ("HEAD", "TAIL"):
-            part = typ.lower()
-            ignored = [k for k in e if k in _KNOWN_KEYS and k not in
-                       ("name", "type", "model_name", "time", "nb_layer", "memory_parameter")]
-            if ignored:
-                notes.append(f"{typ} {name!r}: {', '.join(map(repr, ignored))} not read by the "
-                             f"balancer for {typ} entries (it uses time and memory_parameter); ignored")
-            vals = {"fwd_ms": None if t is None else f_of(t), "bwd_ms": None if t is None else b_of(t),
-                    "static_mib": _num(e, "memory_parameter", where)}
-            srcs = {"fwd_ms": rule_f, "bwd_ms": rule_b, "static_mib": "memory_parameter"}
-            for f, v in vals.items():
-                if v is not None:
-                    ends[part][f] = ends[part].get(f, 0.0) + v
-                    ends_how[part].setdefault(f, []).append(f"{name}: {srcs[f]}")
+            _end_entry(e, typ, name, t, where, rule, ends, ends_how, out.notes)
             continue
         if any(k == name for k, _ in kinds):
             raise _err(f"BODY name {name!r} appears twice (the balancer keys its variables by name)",
                        f"{where}.name", name)
         kinds.append((name, count))
-        prefix = f"kinds.{name}"
-        fwd_given = _time(e, "forward_time", where)
-        if t is not None or fwd_given is not None:
-            put(f"{prefix}.fwd_ms", fwd_given if fwd_given is not None else f_of(t),  # type: ignore[arg-type]
-                "forward_time" if fwd_given is not None else rule_f)
-        mp = _num(e, "memory_parameter", where)
-        if mp is not None:
-            put(f"{prefix}.static_mib", mp, "memory_parameter")
-
-        def bwd(cls: str) -> tuple[float | None, str]:
-            given = _time(e, TIME_KEYS[cls], where)
-            if given:  # the balancer treats 0 as absent
-                return given, repr(TIME_KEYS[cls]) if cls == "full" else TIME_KEYS[cls]
-            if t is None:
-                return None, ""
-            coef = _num(e, COEF_KEYS[cls], where)
-            if coef is None:
-                return (1.0 + DEFAULT_COEF[cls]) * b_of(t), \
-                    f"(1 + default {DEFAULT_COEF[cls]:g}) × {rule_b}"
-            return (1.0 + coef) * b_of(t), f"(1 + {COEF_KEYS[cls]}) × {rule_b}"
-
-        b_none, b_how = bwd("none")
-        if b_none is not None:
-            put(f"{prefix}.bwd_ms", b_none, b_how)
-        mems = {c: _num(e, MEMORY_KEYS[c], where) for c in CLASSES}
-        if mems["none"] is not None and mems["none"] > 0:
-            put(f"{prefix}.act_mib", mems["none"], MEMORY_KEYS["none"])
-        else:
-            notes.append(f"BODY {name!r}: memory_activation is {'absent' if mems['none'] is None else mems['none']}"
-                         f": the balancer then cannot leave a layer un-recomputed (a class exists "
-                         f"only when its memory key is > 0); autotune can")
-        for c in CLASSES[1:]:
-            m = mems[c]
-            if m is None:
-                continue
-            if m <= 0:
-                notes.append(f"BODY {name!r}: {MEMORY_KEYS[c]} = {m:g}: the balancer cannot use "
-                             f"this recompute class (memory key <= 0); not imported")
-                continue
-            put(f"{prefix}.{c}.act_mib", m, MEMORY_KEYS[c])
-            b_c, c_how = bwd(c)
-            if "default" in c_how:
-                notes.append(f"BODY {name!r}: neither {TIME_KEYS[c]!r} nor {COEF_KEYS[c]!r}: the "
-                             f"{c} recompute time is the balancer's default coefficient "
-                             f"{DEFAULT_COEF[c]:g} (marked 'old' in its code; measure it)")
-            if b_c is not None and b_none is not None:
-                put(f"{prefix}.{c}.extra_ms", b_c - b_none, f"{c_how} - backward")
+        _body_entry(e, name, t, where, rule, out)
     if not kinds:
         raise _err("no BODY entry (decoder layers) in layers_description", "layers_description")
     for part in ("head", "tail"):
         for f, v in ends[part].items():
-            put(f"{part}.{f}", v, " + ".join(ends_how[part][f]))
+            out.put(f"{part}.{f}", v, " + ".join(ends_how[part][f]))
     if isinstance(data, dict) and "stage_const_mem" in data and data["stage_const_mem"] is not None:
-        put("stage_const_mib", _num(data, "stage_const_mem", "<top>"), "stage_const_mem")  # type: ignore[arg-type]
+        out.put("stage_const_mib", _num(data, "stage_const_mem", "<top>"), "stage_const_mem")  # type: ignore[arg-type]
     name = str(data.get("name", default_name)) if isinstance(data, dict) else default_name
-    return SappImport(fields, how, kinds, name, notes, time_semantics)
+    return SappImport(out.fields, out.how, kinds, name, out.notes, time_semantics)
 
 
 # --------------------------------------------------------------------------------------------
@@ -349,28 +401,12 @@ def _rec_counts(value: Any, P: int, where: str) -> list[int]:
     return _ints(value, P, where)
 
 
-def init_to_layer_file(data: dict[str, Any], *, name: str = "model") -> tuple[dict[str, Any], list[str]]:
-    """The layer file the balancer writes from an init file (``initialize_layer_json``).
-
-    Memory: the stages' peaks are decomposed as ``ComputeMemory`` does. Every stage that is not
-    the first or last gives a row ``M = [const] + n·par + Σ_c layers_c·(P - s)·act_c`` over the
-    classes used (none always; select, comm, both, full when some stage recomputes them: a stage
-    with S select and C comm layers, F full, has both = max(min(S-F, C-F), 0)). With exactly
-    ``#classes + 3`` stage peaks the constant is not fitted (it is absorbed; the balancer's
-    ``stage_const_mem`` is then 0), with ``#classes + 4`` it is solved, with more it is a least
-    squares fit. The head (tail) extra is the first (last) stage's peak minus its layers at P (1)
-    in flight, constant included. All values are truncated to integers, as the balancer does.
-    Times: ``time_config.head/body/tail`` (a missing one is left out, with a note).
-
-    Returns:
-        ``(layer_file, notes)``.
+def _pipeline_sizes(data: dict[str, Any]) -> tuple[int, int, list[list[int]]]:
+    """(pipeline_num P, num_layer N, offsets per dry-run round) of an init file.
 
     Raises:
-        ConfigError: a missing or malformed section, fewer than 5 stage peaks, a stage count the
-            decomposition cannot use, all stages with the same layer count when the constant is
-            fitted, or a singular system (rule ``sapp``).
+        ConfigError: pipeline_config missing, P or N not a positive integer, P < 2, bad offsets.
     """
-    notes: list[str] = []
     pc = data.get("pipeline_config")
     if not isinstance(pc, dict):
         raise _err("missing pipeline_config (pipeline_num, num_layer, offset)", "pipeline_config")
@@ -382,9 +418,18 @@ def init_to_layer_file(data: dict[str, Any], *, name: str = "model") -> tuple[di
     if P < 2:
         raise _err("the decomposition needs pipeline_num >= 2 (first, last and middle stages)",
                    "pipeline_config.pipeline_num", P)
-    offsets = _offsets(pc.get("offset", 0), P)
+    return P, N, _offsets(pc.get("offset", 0), P)
+
+
+def _stage_classes(data: dict[str, Any], P: int, lps: int, offsets: list[list[int]]) -> list[list[dict[str, int]]]:
+    """Per dry-run round and stage the layers of each recompute class (none, select, comm, both,
+    full; a stage with S select and C comm layers, F full, has both = max(min(S-F, C-F), 0)).
+
+    Raises:
+        ConfigError: recompute_config not a mapping, a per-round list of the wrong length, or a
+            stage recomputing more layers than it holds.
+    """
     rounds = len(offsets)
-    lps = int(N / P)
     rc = data.get("recompute_config") or {}
     if not isinstance(rc, dict):
         raise _err("must be a mapping", "recompute_config", rc)
@@ -411,7 +456,18 @@ def init_to_layer_file(data: dict[str, Any], *, name: str = "model") -> tuple[di
                            f"{C} comm recomputed (more than it holds)", "recompute_config", None)
             per_stage.append({"none": none, "select": sel, "comm": com, "both": both, "full": F})
         classes_per_round.append(per_stage)
+    return classes_per_round
 
+
+def _stage_peaks(data: dict[str, Any], P: int, lps: int, offsets: list[list[int]],
+                 classes: list[list[dict[str, int]]], notes: list[str]) -> list[_Stage]:
+    """Every stage peak of the init file's ``memory_usage`` (body memories of every round, then the
+    head and tail memories with the last round's layout).
+
+    Raises:
+        ConfigError: memory_usage missing or malformed, a stage id out of range, a non-number.
+    """
+    rounds = len(offsets)
     mu = data.get("memory_usage")
     if not isinstance(mu, dict) or not isinstance(mu.get("body_memories"), dict):
         raise _err("missing memory_usage (head_memory, tail_memory, body_memories: stage_id, "
@@ -431,18 +487,30 @@ def init_to_layer_file(data: dict[str, Any], *, name: str = "model") -> tuple[di
             if isinstance(sid, bool) or not isinstance(sid, int) or not 0 <= sid < P:
                 raise _err(f"stage ids must be integers in [0, {P - 1}], got {sid!r}",
                            "memory_usage.body_memories.stage_id", sid)
-            stages.append(_Stage(sid, lps + offsets[r][sid], classes_per_round[r][sid],
+            stages.append(_Stage(sid, lps + offsets[r][sid], classes[r][sid],
                                  _mem(m, "memory_usage.body_memories.memories")))
     last = rounds - 1  # the balancer places head and tail with the last round's layout
-    head = _Stage(0, lps + offsets[last][0], classes_per_round[last][0],
+    head = _Stage(0, lps + offsets[last][0], classes[last][0],
                   _mem(mu.get("head_memory"), "memory_usage.head_memory"))
-    tail = _Stage(P - 1, lps + offsets[last][P - 1], classes_per_round[last][P - 1],
+    tail = _Stage(P - 1, lps + offsets[last][P - 1], classes[last][P - 1],
                   _mem(mu.get("tail_memory"), "memory_usage.tail_memory"))
     stages += [head, tail]
     if rounds > 1:
         notes.append(f"init file: head_memory / tail_memory are read with the last round's layout "
                      f"(round {last}), as the balancer's memory_parser does")
+    return stages
 
+
+def _decompose(stages: list[_Stage], P: int, notes: list[str]
+               ) -> tuple[list[str], float | None, float, dict[str, float], float, float]:
+    """``ComputeMemory``: (classes used, stage constant or None, parameter MiB per layer,
+    activation MiB per class, head extra, tail extra) from the stage peaks (see
+    :func:`init_to_layer_file`).
+
+    Raises:
+        ConfigError: too few stage peaks, equal layer counts when the constant is fitted, or a
+            singular system.
+    """
     used = ["none"] + [c for c in CLASSES[1:] if any(st.rec[c] > 0 for st in stages)]
     total = len(stages)
     if total < 5:
@@ -482,6 +550,36 @@ def init_to_layer_file(data: dict[str, Any], *, name: str = "model") -> tuple[di
                               for st in stages if st.sid == 0]))
     tail_mem = float(np.mean([st.mem - sum(st.rec[c] * act[c] for c in used) - st.n * par
                               for st in stages if st.sid == P - 1]))
+    return used, const, par, act, head_mem, tail_mem
+
+
+def init_to_layer_file(data: dict[str, Any], *, name: str = "model") -> tuple[dict[str, Any], list[str]]:
+    """The layer file the balancer writes from an init file (``initialize_layer_json``).
+
+    Memory: the stages' peaks are decomposed as ``ComputeMemory`` does. Every stage that is not
+    the first or last gives a row ``M = [const] + n·par + Σ_c layers_c·(P - s)·act_c`` over the
+    classes used (none always; select, comm, both, full when some stage recomputes them: a stage
+    with S select and C comm layers, F full, has both = max(min(S-F, C-F), 0)). With exactly
+    ``#classes + 3`` stage peaks the constant is not fitted (it is absorbed; the balancer's
+    ``stage_const_mem`` is then 0), with ``#classes + 4`` it is solved, with more it is a least
+    squares fit. The head (tail) extra is the first (last) stage's peak minus its layers at P (1)
+    in flight, constant included. All values are truncated to integers, as the balancer does.
+    Times: ``time_config.head/body/tail`` (a missing one is left out, with a note).
+
+    Returns:
+        ``(layer_file, notes)``.
+
+    Raises:
+        ConfigError: a missing or malformed section, fewer than 5 stage peaks, a stage count the
+            decomposition cannot use, all stages with the same layer count when the constant is
+            fitted, or a singular system (rule ``sapp``).
+    """
+    notes: list[str] = []
+    P, N, offsets = _pipeline_sizes(data)
+    lps = int(N / P)
+    classes = _stage_classes(data, P, lps, offsets)
+    stages = _stage_peaks(data, P, lps, offsets, classes, notes)
+    used, const, par, act, head_mem, tail_mem = _decompose(stages, P, notes)
     if const is None:
         notes.append("init file: stage peaks for no stage constant: the balancer sets "
                      "stage_const_mem 0 (the constant is absorbed in the other terms)")
