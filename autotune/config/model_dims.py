@@ -90,8 +90,9 @@ class ModelDims(BaseModel):
     dropless routing), ``frozen_base`` (LoRA / ``pet_config``: base weights have no gradient or
     optimizer state), ``vocab_emb_dp`` (embedding and LM head replicated over model parallel),
     ``gradient_accumulation_shard``, ``gradient_accumulation_steps``, ``context_parallel_algo``,
-    ``qkv_concat`` (fused projection cells), ``moe_tokens_split_tp`` (legacy ``moe_config.ep_extend_tp``, default True: the experts spread
-    over expert x model parallel, so each device routes 1/t of its micro-batch's tokens).
+    ``qkv_concat`` (fused projection cells), ``moe_tokens_split_tp`` (legacy
+    ``moe_config.ep_extend_tp``, default True: the experts spread over expert x model parallel, so
+    each device routes 1/t of its micro-batch's tokens).
     ``notes`` lists what was read with its source key (printed by ``autotune profile``).
     """
 
@@ -378,6 +379,44 @@ def family_of(data: dict[str, Any]) -> str | None:
     return None
 
 
+def _intermediate_size(data: dict[str, Any], hidden: int, notes: list[str]) -> int:
+    """The FFN width: ``intermediate_size``, else GPT-2's ``expand_ratio`` · h, else Llama's
+    LlamaFeedForward rule (llama_layer.py: hidden_dim = 4h, ffn_dim_multiplier, multiple_of); the
+    derived ones add a note."""
+    inter_v, inter_p = find(data, "intermediate_size")
+    if inter_v is not None:
+        return as_count(inter_v, inter_p or "intermediate_size", minimum=1)
+    if _node(data, MC + "expand_ratio") is not None:            # GPT-2: f = expand_ratio · h
+        inter = as_count(_node(data, MC + "expand_ratio"), MC + "expand_ratio", minimum=1) * hidden
+        notes.append(f"intermediate_size = expand_ratio x hidden_size = {inter}")
+        return inter
+    mult = _node(data, MC + "ffn_dim_multiplier")
+    multiple_of = _node(data, MC + "multiple_of") or 256
+    base = 4 * hidden
+    if mult is not None:
+        base = int((float(mult) + 0.01) * base)
+    base = int(2 * base / 3)
+    inter = multiple_of * ((base + multiple_of - 1) // multiple_of)
+    notes.append(f"intermediate_size from hidden_size/ffn_dim_multiplier/multiple_of = {inter}")
+    return inter
+
+
+def _flash_attention(data: dict[str, Any], notes: list[str]) -> bool | Any:
+    """``use_flash_attention``, or when absent the config class's default (with a note): legacy
+    config classes default False (LlamaConfig, GLM2, GPT2, TeleChat), mcore MFModelConfig True, a
+    sketch without a model class True."""
+    fa = _node(data, MC + "use_flash_attention")
+    if fa is None:
+        if data.get("use_legacy") is False:        # mcore MFModelConfig defaults True
+            fa, why = True, "the mcore default"
+        elif family_of(data) is None:               # no model class: a hand-written sketch
+            fa, why = True, "no model.arch.type: assumed"
+        else:
+            fa, why = False, "the legacy config classes' default"
+        notes.append(f"use_flash_attention absent: {fa} ({why})")
+    return fa
+
+
 def read_dims(data: dict[str, Any]) -> ModelDims | None:
     """Read :class:`ModelDims` from a (HF-merged) YAML mapping; None when it has no ``hidden_size``.
 
@@ -397,21 +436,7 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     act = str(_node(data, MC + "hidden_act") or "").lower()
     gated = _node(data, MC + "gated_linear_unit")
     gated_mlp = bool(gated) if isinstance(gated, bool) else act not in GELU_ACTS
-    inter_v, inter_p = find(data, "intermediate_size")
-    if inter_v is not None:
-        inter = as_count(inter_v, inter_p or "intermediate_size", minimum=1)
-    elif _node(data, MC + "expand_ratio") is not None:            # GPT-2: f = expand_ratio · h
-        inter = as_count(_node(data, MC + "expand_ratio"), MC + "expand_ratio", minimum=1) * hidden
-        notes.append(f"intermediate_size = expand_ratio x hidden_size = {inter}")
-    else:   # Llama: LlamaFeedForward (llama_layer.py) from hidden_dim = 4h, ffn_dim_multiplier, multiple_of
-        mult = _node(data, MC + "ffn_dim_multiplier")
-        multiple_of = _node(data, MC + "multiple_of") or 256
-        base = 4 * hidden
-        if mult is not None:
-            base = int((float(mult) + 0.01) * base)
-        base = int(2 * base / 3)
-        inter = multiple_of * ((base + multiple_of - 1) // multiple_of)
-        notes.append(f"intermediate_size from hidden_size/ffn_dim_multiplier/multiple_of = {inter}")
+    inter = _intermediate_size(data, hidden, notes)
     seq, seq_path = _seq_length(data)
     if not seq_path.startswith(MC + "seq_length"):
         notes.append(f"seq_length {seq} from {seq_path}")
@@ -450,15 +475,7 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     frozen = isinstance(pet, dict) and bool(pet.get("pet_type"))
     if frozen:
         notes.append(f"pet_config {pet.get('pet_type')}: base weights frozen (no gradient, no optimizer state)")
-    fa = _node(data, MC + "use_flash_attention")
-    if fa is None:   # legacy config classes default False (LlamaConfig, GLM2, GPT2, TeleChat);
-        if data.get("use_legacy") is False:        # mcore MFModelConfig defaults True
-            fa, why = True, "the mcore default"
-        elif family_of(data) is None:               # no model class: a hand-written sketch
-            fa, why = True, "no model.arch.type: assumed"
-        else:
-            fa, why = False, "the legacy config classes' default"
-        notes.append(f"use_flash_attention absent: {fa} ({why})")
+    fa = _flash_attention(data, notes)
     return ModelDims(
         hidden_size=hidden, num_heads=heads, n_kv_heads=kv, head_dim=head_dim,
         intermediate_size=inter, seq_length=seq, vocab_size=vocab, num_experts=experts,

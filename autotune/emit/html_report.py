@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.cost.report import CostReport
+from autotune.emit import plots
 from autotune.emit.render import TERMS, budget_of, headroom_text, summary_line
+from autotune.emit.yaml_block import canonical_values, dump_yaml, tuned_block
 from autotune.errors import ConfigError
 from autotune.extras import REPORT_MODULES, require
 from autotune.version import __version__
@@ -143,8 +145,6 @@ def md_table(rows: list[list[str]]) -> str:
 
 
 def _yaml_for_report(report: CostReport) -> str:
-    from autotune.emit.yaml_block import canonical_values, dump_yaml, tuned_block
-
     return dump_yaml(tuned_block(canonical_values(report.layout), scheduler=report.schedule)).rstrip()
 
 
@@ -201,8 +201,6 @@ def search_bound_line(result: Any) -> str:
 
 
 def _dump(block: dict[str, Any]) -> str:
-    from autotune.emit.yaml_block import dump_yaml
-
     return dump_yaml(block).rstrip()
 
 
@@ -233,8 +231,6 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
     Raises:
         ConfigError: ``out_dir`` is an existing file, or there is nothing to report.
     """
-    from autotune.emit import plots
-
     require(REPORT_MODULES, "report", "write_report()")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -246,12 +242,41 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
     prof = profile if profile is not None else info["profile"]
     cprof = compare_profile if compare_profile is not None else prof
     margin = float(info["margin_mib"] if margin_mib is None else margin_mib)
-    written: list[Path] = []
     notes: list[str] = list(info["notes"])
     if margin > 0 and main.hbm_budget_mib is not None:
         notes.append(f"safety margin {margin:,.0f} MiB: configs must leave at least this much of the "
                      f"{budget_of(main, margin):,.0f} MiB budget free (limit {main.hbm_budget_mib:,.0f} MiB)")
+    written, study_files = _write_pictures(info, out, prof, cprof, margin, notes)
+    comp_rows = comparison_rows(main, info["others"], info["main_name"], margin)
+    st_rows = stage_rows(main, margin)
+    summary = f"{info['main_name']}: {summary_line(main, margin)}"
+    if cmp_ is not None and cmp_ is not main:
+        summary += (f" — {info['compare_name']}: {cmp_.step_time_ms:,.1f} ms "
+                    f"({main.step_time_ms / cmp_.step_time_ms - 1:+.1%} for {info['main_name']})")
+    study_html = [p.name for p in study_files if p.suffix == ".html"]
+    html = _render_html(info, summary, notes, written, study_files, comp_rows, st_rows)
+    (out / "report.html").write_text(html, encoding="utf-8")
+    md = [f"# {info['title']}", "", summary, ""]
+    md += [f"> {n}" for n in notes] + ([""] if notes else [])
+    md += ["## Comparison", "", md_table(comp_rows), "", "## MindFormers keys to paste", "", "```yaml",
+           info["yaml_block"], "```", "", "## Pictures", ""]
+    md += [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
+    md += ["", "## Per stage", "", md_table(st_rows), ""]
+    if study_html:
+        md += ["Interactive search views: " + ", ".join(f"[{f}]({f})" for f in study_html), ""]
+    md += ["## Terms", ""] + [f"- **{term}**: {text}" for term, text in TERMS.items()] + [""]
+    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+    return written + [out / "report.html", out / "report.md"]
 
+
+def _write_pictures(info: dict[str, Any], out: Path, prof: Any, cprof: Any, margin: float,
+                    notes: list[str]) -> tuple[list[Path], list[Path]]:
+    """Write the timelines (one time axis), memory, stages and study pictures into ``out``; returns
+    (every file written, the study's files). A memory picture without per-chunk costs is left out
+    with a note."""
+    main: CostReport = info["main"]
+    cmp_: CostReport | None = info["compare"]
+    written: list[Path] = []
     axis = None
     if cmp_ is not None:  # one time axis for both timelines: the faster run is the shorter picture
         axis = plots.shared_time_axis([main, cmp_], [prof, cprof])
@@ -275,39 +300,23 @@ def write_report(report_or_result: Any, out_dir: str | Path, *, compare: CostRep
     if info["study"] is not None:
         study_files = plots.write_study_plots(info["study"], out)
         written += study_files
+    return written, study_files
+
+
+def _render_html(info: dict[str, Any], summary: str, notes: list[str], written: list[Path],
+                 study_files: list[Path], comp_rows: list[list[str]], st_rows: list[list[str]]) -> str:
+    """report.html: the template with the pictures inlined as data URIs."""
+    import jinja2  # noqa: PLC0415 - optional dependency (the report extra), checked by require()
 
     images = {p.name: _data_uri(p) for p in written if p.suffix == ".png"}
     study_png = [(p.stem, images[p.name]) for p in study_files if p.suffix == ".png"]
     study_html = [p.name for p in study_files if p.suffix == ".html"]
-    comp_rows = comparison_rows(main, info["others"], info["main_name"], margin)
-    st_rows = stage_rows(main, margin)
-    summary = f"{info['main_name']}: {summary_line(main, margin)}"
-    if cmp_ is not None and cmp_ is not main:
-        summary += (f" — {info['compare_name']}: {cmp_.step_time_ms:,.1f} ms "
-                    f"({main.step_time_ms / cmp_.step_time_ms - 1:+.1%} for {info['main_name']})")
-
-    import jinja2
-
-    version = __version__
-
+    main: CostReport = info["main"]
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    html = env.from_string(_TEMPLATE).render(
-        title=info["title"], version=version, when=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+    return env.from_string(_TEMPLATE).render(
+        title=info["title"], version=__version__, when=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         summary=summary, fits=main.fits is not False, notes=notes,
         comparison_html=jinja2.utils.markupsafe.Markup(html_table(comp_rows)),
         stage_html=jinja2.utils.markupsafe.Markup(html_table(st_rows)), yaml_block=info["yaml_block"],
         images=images, main_name=info["main_name"], compare_name=info["compare_name"],
         study_images=study_png, study_html=study_html, terms=list(TERMS.items()))
-    (out / "report.html").write_text(html, encoding="utf-8")
-
-    md = [f"# {info['title']}", "", summary, ""]
-    md += [f"> {n}" for n in notes] + ([""] if notes else [])
-    md += ["## Comparison", "", md_table(comp_rows), "", "## MindFormers keys to paste", "", "```yaml",
-           info["yaml_block"], "```", "", "## Pictures", ""]
-    md += [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
-    md += ["", "## Per stage", "", md_table(st_rows), ""]
-    if study_html:
-        md += ["Interactive search views: " + ", ".join(f"[{f}]({f})" for f in study_html), ""]
-    md += ["## Terms", ""] + [f"- **{term}**: {text}" for term, text in TERMS.items()] + [""]
-    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
-    return written + [out / "report.html", out / "report.md"]
