@@ -13,6 +13,7 @@ import sys
 
 import click
 
+import autotune.commands as pkg
 from autotune.errors import AutotuneError
 
 EXIT_BAD_INPUT = 2
@@ -43,8 +44,6 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    import autotune.commands as pkg
-
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
             continue

@@ -16,13 +16,17 @@ from typing import Any
 import click
 
 from autotune.config.safe_yaml import load_yaml_text
+from autotune.emit.render import comparison_table, render_report
 from autotune.errors import ConfigError
+from autotune.megatron.args import looks_like_megatron
+from autotune.megatron.emit import removed
+from autotune.megatron.rewrite import changes, rewrite
+from autotune.megatron.run import build_run
+from autotune.megatron.search import load_megatron_space, search_megatron
 
 
 def is_megatron_input(path: str) -> bool:
     """Content detection of Megatron input (module docstring). Never raises for a readable file."""
-    from autotune.megatron.args import looks_like_megatron
-
     p = Path(path)
     if p.suffix in (".sh", ".bash"):
         return True
@@ -45,12 +49,6 @@ def run(path: str, *, device: str | None, hbm_mib: float | None, overrides: dict
         space: str | None, seed: int, gap: float, fmt: str, out: str | None, force: bool, in_place: bool,
         layout_flags: str | None, quiet: bool) -> None:
     """Search a Megatron run and print / write the result (see README, Megatron mode)."""
-    from autotune.emit.render import comparison_table, render_report
-    from autotune.megatron.emit import removed
-    from autotune.megatron.rewrite import changes, rewrite
-    from autotune.megatron.run import build_run
-    from autotune.megatron.search import load_megatron_space, search_megatron
-
     if out and in_place:
         raise ConfigError("give --out or --in-place, not both", field="--in-place", value=True, rule="usage")
     run_ = build_run(path)

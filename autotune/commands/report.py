@@ -6,9 +6,11 @@ import json
 
 import click
 
+from autotune.api import evaluate, load_config, resolve_profile
 from autotune.commands._paths import check_out_dir
 from autotune.commands.tune import _overrides
-from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
+from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS, write_report
+from autotune.emit.render import summary_line
 from autotune.extras import REPORT_MODULES, require
 from autotune.units import parse_memory_mib
 
@@ -40,10 +42,6 @@ def report_cmd(config: str, profile: str | None, compare: str | None, out: str, 
     """
     check_out_dir(out, force=force, option="--out", names=REPORT_FILES, patterns=REPORT_PATTERNS)
     require(REPORT_MODULES, "report", "autotune report")
-    from autotune.api import evaluate, load_config, resolve_profile
-    from autotune.emit.html_report import write_report
-    from autotune.emit.render import summary_line
-
     hbm_mib = None if hbm is None else parse_memory_mib(hbm, field="--hbm")
     ov = _overrides(sets)
 

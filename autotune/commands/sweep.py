@@ -7,6 +7,7 @@ import sys
 import click
 
 from autotune.extras import require_storage
+from autotune.sweep.run import run_sweep
 
 
 @click.command("sweep")
@@ -30,8 +31,6 @@ def sweep_cmd(sweep_file: str, storage: str | None, workers: int, out_dir: str, 
     Exit 0 when every scenario has a feasible config, 1 when some has none or could not finish
     (listed), 2 on bad input or a study store that stayed unreachable.
     """
-    from autotune.sweep.run import run_sweep
-
     require_storage(storage)  # before any work: name the extra, not a driver traceback
     outcome = run_sweep(sweep_file, storage=storage, workers=workers, out_dir=out_dir, fresh=fresh,
                         baseline=baseline, report=report)

@@ -19,6 +19,7 @@ YAML paths read (MindFormers layout, see shared/spec/real-configs.md):
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -261,8 +262,6 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
     Raises:
         ConfigError: rule ``R_UNKNOWN_KEY``, field = the unknown key's YAML path.
     """
-    import difflib
-
     def node(path: str) -> Any:
         cur: Any = data
         for part in [p for p in path.split(".") if p]:

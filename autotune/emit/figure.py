@@ -24,7 +24,7 @@ NOTEBOOK_COLORS = 128
 def compact_png(fig: Figure, *, dpi: float | None = None, colors: int = NOTEBOOK_COLORS) -> bytes:
     """PNG bytes of ``fig`` at ``dpi`` (default: the figure's), white background, no metadata,
     reduced to a ``colors``-colour palette with Pillow (a matplotlib requirement)."""
-    from PIL import Image
+    from PIL import Image  # noqa: PLC0415 - Pillow: comes with matplotlib (optional report extra)
 
     raw = io.BytesIO()
     fig.savefig(raw, format="png", dpi=dpi or fig.dpi, metadata={"Software": None}, facecolor="white")

@@ -25,6 +25,7 @@ Timeline picture (P = 2, m = 3, 1F1B; ``F``/``B`` = forward/backward, digits = m
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import io
 import warnings
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from autotune.cost.inputs import ProfileArrays, stage_costs
+from autotune.cost.report import evaluate_layout
+from autotune.cost.schedules import get_schedule
+from autotune.cost.simulate import compile_schedule
 from autotune.emit.render import SHARE_NAMES, device_time_shares, pct_of_budget
 from autotune.errors import ConfigError
 from autotune.extras import installed
@@ -97,8 +102,6 @@ def _seq_split(report: CostReport) -> int:
 
 
 def _compiled(report: CostReport) -> Any:
-    from autotune.cost.simulate import compile_schedule
-
     args = [report.schedule, report.layout.pp, report.layout.vpp, report.micro_batch_num]
     k = _seq_split(report)
     if k != 1:
@@ -124,17 +127,12 @@ def stage_costs_of(report: CostReport, profile: ModelProfile | ProfileArrays | N
         return costs
     if profile is None:
         return None
-    from autotune.cost.inputs import ProfileArrays, stage_costs
-
-    import inspect
 
     pa = profile if isinstance(profile, ProfileArrays) else ProfileArrays.from_profile(profile)
     lay = report.layout
     b = lambda a: np.asarray(a)[None]  # noqa: E731
     kw: dict[str, Any] = {}
     if "pos" in inspect.signature(stage_costs).parameters:  # head/tail follow the schedule's shape
-        from autotune.cost.schedules import get_schedule
-
         kw["pos"] = get_schedule(report.schedule).virtual_position(lay.pp, lay.vpp)
     return stage_costs(pa, b(lay.layers_vp), b(lay.recompute_vp), b(lay.select_vp), b(lay.comm_vp), **kw)
 
@@ -272,8 +270,6 @@ def recompute_savings_mib(report: CostReport, profile: Any = None) -> np.ndarray
         return np.asarray(saved, dtype=float)
     if profile is None:
         return None
-    from autotune.cost.report import evaluate_layout
-
     lay = report.layout
     z = np.zeros_like(lay.recompute_vp)
     bare = dataclasses.replace(lay, recompute_vp=z, select_vp=z.copy(), comm_vp=z.copy(),
@@ -286,7 +282,7 @@ def recompute_savings_mib(report: CostReport, profile: Any = None) -> np.ndarray
 # -------------------------------------------------------------------------------------- figures --
 
 def _mix(color: str, white: float) -> tuple[float, float, float]:
-    from matplotlib.colors import to_rgb
+    from matplotlib.colors import to_rgb  # noqa: PLC0415 - matplotlib: optional (report extra), heavy
 
     r, g, b = to_rgb(color)
     return (r + (1 - r) * white, g + (1 - g) * white, b + (1 - b) * white)
@@ -383,7 +379,7 @@ def timeline_figure(report: CostReport, *, profile: Any = None, label: str | Non
 
     Artists carry gids for tests: ``timeline-<kind>-c<chunk>`` per collection of boxes.
     """
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # noqa: PLC0415 - matplotlib: optional (report extra), heavy
 
     segs = timeline_segments(report, profile)
     P, V = report.layout.pp, report.layout.vpp
@@ -547,11 +543,12 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
     """Per-stage bars, one bar per report side by side (e.g. tuned vs your config).
 
     Left: peak memory by component (static, activations and backward workspace at the peak, see
-    :func:`memory_parts`, and hatched on top the activation memory recompute saves); HBM budget as a dashed line. Right: compute time per step (forward,
-    backward, recompute replay). Bar containers are labelled (and their patches gid-tagged)
-    ``mem-<static|act|workspace|saved>-<report index>`` and ``time-<fwd|bwd|recompute>-<report index>``.
+    :func:`memory_parts`, and hatched on top the activation memory recompute saves); HBM budget as a
+    dashed line. Right: compute time per step (forward, backward, recompute replay). Bar containers
+    are labelled (and their patches gid-tagged) ``mem-<static|act|workspace|saved>-<report index>``
+    and ``time-<fwd|bwd|recompute>-<report index>``.
     """
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # noqa: PLC0415 - matplotlib: optional (report extra), heavy
 
     if len(reports) != len(names):
         raise ValueError("one name per report")
@@ -609,7 +606,7 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
                Patch(facecolor=COLORS["fwd"], label="forward"), Patch(facecolor=COLORS["bwd"], label="backward"),
                Patch(facecolor=COLORS["recompute"], label="recompute replay")]
     if budget is not None:
-        from matplotlib.lines import Line2D
+        from matplotlib.lines import Line2D  # noqa: PLC0415 - matplotlib: optional (report extra), heavy
 
         handles.insert(3, Line2D([], [], color=BUDGET_COLOR, linestyle="--", label=f"HBM budget {budget:,.0f} MiB"))
     handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[k % 4], label=f"bar {k + 1}: {nm}")
@@ -625,7 +622,7 @@ def stages_figure(reports: Sequence[CostReport], names: Sequence[str], *,
 
 def _study_ok(study: Any) -> bool:
     try:
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # noqa: PLC0415 - optuna: heavy, loaded only for the study views
 
         return sum(t.state == TrialState.COMPLETE for t in study.trials) >= 2
     except Exception:  # noqa: BLE001
@@ -633,7 +630,7 @@ def _study_ok(study: Any) -> bool:
 
 
 def _top_params(study: Any, k: int = 8) -> list[str] | None:
-    import optuna
+    import optuna  # noqa: PLC0415 - optuna: heavy, loaded only for the study views
 
     try:
         imp = optuna.importance.get_param_importances(study)
@@ -650,10 +647,10 @@ def study_figures(study: Any) -> dict[str, Any]:
     """
     if not _study_ok(study):
         return {}
-    import matplotlib
-    import matplotlib.pyplot as plt
-    from optuna.exceptions import ExperimentalWarning
-    from optuna.visualization import matplotlib as ovm
+    import matplotlib  # noqa: PLC0415 - matplotlib: optional (report extra), heavy
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib: optional (report extra), heavy
+    from optuna.exceptions import ExperimentalWarning  # noqa: PLC0415 - optuna: heavy, loaded only for the study views
+    from optuna.visualization import matplotlib as ovm  # noqa: PLC0415 - optuna: heavy, loaded only for the study views
 
     top = _top_params(study)
     makers = {"history": lambda: ovm.plot_optimization_history(study),
@@ -686,8 +683,8 @@ def write_study_plots(study: Any, out_dir: str | Path) -> list[Path]:
         written.append(save_figure(fig, out / f"study_{name}.png"))
     if not _study_ok(study) or not installed("plotly"):  # the PNG views need only matplotlib
         return written
-    from optuna.exceptions import ExperimentalWarning
-    from optuna import visualization as ov
+    from optuna.exceptions import ExperimentalWarning  # noqa: PLC0415 - optuna: heavy, loaded only for the study views
+    from optuna import visualization as ov  # noqa: PLC0415 - optuna: heavy, loaded only for the study views
 
     top = _top_params(study)
     makers = {"history": lambda: ov.plot_optimization_history(study),
@@ -711,7 +708,7 @@ def write_study_plots(study: Any, out_dir: str | Path) -> list[Path]:
 def new_figure(**kwargs: Any) -> Figure:
     """A :class:`autotune.emit.figure.ReportFigure` (a matplotlib Figure that Jupyter displays as a
     picture without ``%matplotlib inline``); keywords go to ``Figure``."""
-    from autotune.emit.figure import ReportFigure
+    from autotune.emit.figure import ReportFigure  # noqa: PLC0415 - emit.figure imports matplotlib (optional, heavy)
 
     return ReportFigure(**kwargs)
 

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.megatron.run import MegatronRun, build_run
+from autotune.megatron.search import search_megatron as _search
+
 
 def load_megatron(source: Any) -> Any:
     """A validated :class:`~autotune.megatron.run.MegatronRun` from a path (YAML, JSON or launch
     script), a mapping of argument names to values, or an argv list. Raises ConfigError."""
-    from autotune.megatron.run import build_run
-
     return build_run(source)
 
 
 def search_megatron(source: Any, **kwargs: Any) -> Any:
     """:func:`autotune.megatron.search.search_megatron` on any input :func:`load_megatron` takes."""
-    from autotune.megatron.run import MegatronRun
-    from autotune.megatron.search import search_megatron as _search
-
     run = source if isinstance(source, MegatronRun) else load_megatron(source)
     return _search(run, **kwargs)
 

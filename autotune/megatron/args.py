@@ -14,6 +14,7 @@ Accepted inputs:
   Megatron-LM's ``tests/functional_tests/test_cases/*/model_config.yaml``) is read instead of the
   top level when present. A boolean ``false`` means the flag is absent;
 - a launch script (:func:`autotune.megatron.script.parse_script`);
+  :func:`autotune.megatron.read.read_args` takes any of them;
 - a list of argv strings (``["--num-layers", "80", "--swiglu", ...]``).
 
 Pure: no Megatron import.
@@ -22,12 +23,9 @@ Pure: no Megatron import.
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from autotune.config.safe_yaml import load_yaml_text
 from autotune.errors import ConfigError
 
 #: Arguments that take several values (argparse ``nargs='+'`` / ``'*'`` in Megatron-LM
@@ -97,7 +95,7 @@ class MegatronArgs:
         return key in self.values and self.values[key] is not False and self.values[key] is not None
 
 
-def _scalar(text: str) -> Any:
+def parse_scalar(text: str) -> Any:
     """A command-line value as argparse would convert it later: int, float, or the string."""
     for conv in (int, float):
         try:
@@ -121,7 +119,7 @@ def from_argv(argv: list[str], *, source: str = "<memory>") -> MegatronArgs:
         if tok.startswith("--") and len(tok) > 2 and not _is_number(tok):
             name, eq, val = tok.partition("=")
             key = norm_key(name)
-            values[key] = _scalar(val) if eq else True
+            values[key] = parse_scalar(val) if eq else True
             if eq:
                 key = None
             continue
@@ -130,7 +128,7 @@ def from_argv(argv: list[str], *, source: str = "<memory>") -> MegatronArgs:
                               rule="R_MEGATRON_ARGV")
         cur = values[key]
         if cur is True:
-            values[key] = [tok] if key in MULTI_VALUE else _scalar(tok)
+            values[key] = [tok] if key in MULTI_VALUE else parse_scalar(tok)
         elif isinstance(cur, list):
             cur.append(tok)
         else:
@@ -170,58 +168,6 @@ def from_mapping(data: Any, *, source: str = "<memory>", text: str | None = None
         values[key] = v
     return MegatronArgs(values=values, source=source, kind="mapping", text=text, section=section,
                         key_style=style)
-
-
-def read_args(source: str | Path | dict | list | MegatronArgs) -> MegatronArgs:
-    """Any accepted input -> :class:`MegatronArgs`. A path ending in ``.sh``/``.bash`` (or a file
-    whose text is not a YAML/JSON mapping but calls ``pretrain_*.py``) is read as a launch script.
-
-    Raises:
-        ConfigError: missing file, unreadable text, no mapping and no training command.
-    """
-    if isinstance(source, MegatronArgs):
-        return source
-    if isinstance(source, dict):
-        return from_mapping(source)
-    if isinstance(source, (list, tuple)):
-        return from_argv(list(source))
-    p = Path(source)
-    if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("not a text file", field=str(p), value=None, rule="yaml") from None
-    if p.suffix in (".sh", ".bash") or (text.startswith("#!") and "pretrain_" in text):
-        from autotune.megatron.script import parse_script
-
-        return parse_script(text, source=str(p))
-    data = _load_mapping_text(text, p)
-    if data is None:
-        if "pretrain_" in text:
-            from autotune.megatron.script import parse_script
-
-            return parse_script(text, source=str(p))
-        raise ConfigError("neither a YAML/JSON mapping of Megatron arguments nor a launch script calling "
-                          "pretrain_gpt.py / pretrain_mamba.py", field=str(p), value=None, rule="yaml")
-    return from_mapping(data, source=str(p), text=text)
-
-
-def _load_mapping_text(text: str, p: Path) -> dict | None:
-    if p.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError, ValueError) as exc:   # nesting, over-long numbers
-            raise ConfigError(f"not JSON autotune can read: {str(exc)[:200]}", field=str(p), value=None,
-                              rule="yaml") from None
-        return data if isinstance(data, dict) else None
-    try:
-        data = load_yaml_text(text, where=str(p))        # the bounded safe loader (size, depth, aliases)
-    except ConfigError as exc:
-        if exc.rule == "yaml" and "pretrain_" in text:
-            return None                                  # a launch script, not YAML
-        raise
-    return data if isinstance(data, dict) else None
 
 
 def looks_like_megatron(data: Any) -> bool:

@@ -236,9 +236,10 @@ def megatron_profile(run: Any, device: str = "h100", *, modules: list[str] | tup
     tail_act = 2 * c * s * run.mbs * run.hidden / sp + 8.0 * s * run.mbs * V / tp
     if run.mtp:
         mk = "moe" if run.moe_pattern[-1] else "dense"
-        tail_static += run.mtp * (static_of[mk] + (2 * run.hidden * run.hidden / tp) * bpp + 3 * run.norm_size * run.hidden * bpp)
-        tail_act += run.mtp * (sum(activation_components(run, mk == "moe").values()) + 2 * c * s * run.mbs * run.hidden / sp
-                               + 8.0 * s * run.mbs * V / tp)
+        tail_static += run.mtp * (static_of[mk] + (2 * run.hidden * run.hidden / tp) * bpp
+                                  + 3 * run.norm_size * run.hidden * bpp)
+        tail_act += run.mtp * (sum(activation_components(run, mk == "moe").values())
+                               + 2 * c * s * run.mbs * run.hidden / sp + 8.0 * s * run.mbs * V / tp)
     tail = EndPart(fwd_ms=prof.tail.fwd_ms, bwd_ms=prof.tail.bwd_ms, static_mib=tail_static * mib,
                    act_mib=tail_act * mib, workspace_mib=prof.tail.workspace_mib, bwd_w_frac=prof.tail.bwd_w_frac)
     assumptions = dict(prof.assumptions)

@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.megatron.args import MegatronArgs, flag_name, parse_int_list_expr, read_args
+from autotune.megatron.args import MegatronArgs, flag_name, parse_int_list_expr
 from autotune.megatron.layout import parse_layout_string
+from autotune.megatron.read import read_args
 
 #: Selective-recompute modules autotune models (the list of core_v0.14.0+; later releases add
 #: modules for other layer types: gdn_norm_out, gdp_*, mhc).

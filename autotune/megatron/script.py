@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.megatron.args import LAUNCHER_KEYS, MULTI_VALUE, ArgSpan, MegatronArgs, _scalar, norm_key
+from autotune.megatron.args import LAUNCHER_KEYS, MULTI_VALUE, ArgSpan, MegatronArgs, norm_key, parse_scalar
 
 ENTRY_RE = re.compile(r"(^|/)(pretrain_gpt|pretrain_mamba|pretrain_hybrid)\.py$")
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -398,7 +398,7 @@ def _collect(rest: list[Word], launch: list[Word], E: _Env, *, text: str, source
         if w.text.startswith("--") and len(w.text) > 2 and not _num(w.text):
             name, eq, val = w.text.partition("=")
             key = norm_key(name)
-            values[key] = _scalar(val) if eq else True
+            values[key] = parse_scalar(val) if eq else True
             o = w.origin
             spans[key] = ArgSpan(o.start, o.end, None, None) if o else ArgSpan(-1, -1)
             if w.unresolved:
@@ -414,7 +414,7 @@ def _collect(rest: list[Word], launch: list[Word], E: _Env, *, text: str, source
         if w.unresolved:
             unresolved.setdefault(key, []).extend(w.unresolved)
         cur = values[key]
-        values[key] = ([w.text] if key in MULTI_VALUE else _scalar(w.text)) if cur is True else (
+        values[key] = ([w.text] if key in MULTI_VALUE else parse_scalar(w.text)) if cur is True else (
             cur + [w.text] if isinstance(cur, list) else [str(cur), w.text])
         sp = spans[key]
         if w.origin is not None and w.origin.start >= 0 and (sp.value_start is None):
@@ -433,7 +433,7 @@ def _collect(rest: list[Word], launch: list[Word], E: _Env, *, text: str, source
             unres = w.unresolved or (launch[i + 1].unresolved if i + 1 < len(launch) else [])
             if unres:
                 unresolved[k] = list(unres)
-            launcher[k] = _scalar(val)
+            launcher[k] = parse_scalar(val)
     args = MegatronArgs(values=values, source=source, kind="script", text=text, spans=spans, entry=entry,
                         unresolved={k: sorted(set(v)) for k, v in unresolved.items()}, launcher=launcher,
                         assignments=dict(E.assign_tok))

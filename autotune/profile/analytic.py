@@ -48,8 +48,8 @@ the compute dtype):
 - **Tail**: final norm + LM head (``2·s·b·h·V/t`` FLOPs) + loss; activation ``2·c·s·b·h`` +
   the loss's fp32 softmax and one-hot label ``8·s·b·V/t`` (``_LogSoftmax`` / ``_NLLLoss`` bprop in
   ``mindformers/core/loss/loss.py``), the same again as backward workspace (+ the whole
-  vocabulary's logits ``c·s·b·V`` when the LM head is replicated over t). MTP modules (r1.7+ semantics) sit on the last stage
-  and are added to the tail. **Head**: embedding table, activation ``c·s·b·h/t``.
+  vocabulary's logits ``c·s·b·V`` when the LM head is replicated over t). MTP modules (r1.7+
+  semantics) sit on the last stage and are added to the tail. **Head**: embedding table, activation ``c·s·b·h/t``.
 - **Optimizer-parallel gathered weights** (``enable_parallel_optimizer`` with a shard group
   d_os > 1; MindSpore optimizer parallel gathers each sharded weight before use, reference §5.1
   "gathered-weight transients"): a layer's gathered weights ``W_g = c·P_dev`` (P_dev = the layer's

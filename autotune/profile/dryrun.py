@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from autotune.config.layout import Layout, layout_from_values
+from autotune.config.layout import Layout, layout_from_config, layout_from_values
+from autotune.config.training import read_yaml
 from autotune.errors import ConfigError
 
 PEAK_PATTERNS = {
@@ -120,8 +121,6 @@ def dryrun_from_config(cfg: Any, logs: Sequence[str | Path], *, which: str = "ac
     Raises:
         ConfigError: log count differs from ``pipeline_stage``, unparsable logs, or an invalid layout.
     """
-    from autotune.config.layout import layout_from_config
-
     if len(logs) != cfg.pipeline_stage:
         raise ConfigError(f"got {len(logs)} logs, expected one per pipeline stage "
                           f"(pipeline_stage = {cfg.pipeline_stage})", field="--from-dryrun",
@@ -172,8 +171,6 @@ def load_dryrun_file(path: str | Path, *, which: str = "actual") -> tuple[int, l
     Raises:
         ConfigError: unreadable file, missing keys, invalid layouts or peaks.
     """
-    from autotune.config.training import read_yaml
-
     p = Path(path)
     data = read_yaml(p)
     if "runs" in data:

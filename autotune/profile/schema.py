@@ -38,6 +38,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from autotune.config.training import read_yaml
 from autotune.errors import ConfigError
 
 #: Share of a backward that is the weight gradient W when a profile does not say. Source: a
@@ -241,6 +242,4 @@ def load_profile(path: str | Path) -> ModelProfile:
     Raises:
         ConfigError: missing file, not YAML, or schema violation.
     """
-    from autotune.config.training import read_yaml
-
     return profile_from_dict(read_yaml(path), source=str(path))

@@ -33,7 +33,7 @@ from autotune.units import BYTES_PER_MIB
 
 def _torch() -> Any:
     try:
-        import torch
+        import torch  # noqa: PLC0415 - optional heavy dependency (the torch extra)
     except ImportError:
         raise ConfigError("PyTorch is not installed; install the optional extra: pip install "
                           "'autotune[torch]'", field="--from-torch", value=None,

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from autotune.config.training import read_json
+from autotune.config.training import read_json, read_yaml
 from autotune.errors import ConfigError
 
 DEFAULT_PATTERNS: dict[str, str] = {
@@ -84,8 +84,6 @@ def load_layer_map(path: str | Path | None) -> LayerMap:
     """
     if path is None:
         return LayerMap()
-    from autotune.config.training import read_yaml
-
     data = read_yaml(path)
     pats = dict(DEFAULT_PATTERNS)
     for role, rx in (data.get("patterns") or {}).items():

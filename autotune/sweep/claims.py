@@ -51,7 +51,7 @@ class JournalClaims:
     """
 
     def __init__(self, journal_path: str) -> None:
-        from optuna.storages.journal import JournalFileBackend
+        from optuna.storages.journal import JournalFileBackend  # noqa: PLC0415 - optuna: heavy
 
         self.path = str(journal_path) + CLAIMS_SUFFIX
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,7 @@ class SqlClaims:
     """
 
     def __init__(self, engine: Any) -> None:
-        import sqlalchemy as sa
+        import sqlalchemy as sa  # noqa: PLC0415 - optional (the postgres extra)
 
         self.sa, self.engine = sa, engine
         meta = sa.MetaData()

@@ -33,9 +33,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autotune.api import resolve_profile
 from autotune.config.margin import parse_margin_mib
 from autotune.config.training import TrainingConfig, config_from_dict, read_yaml
 from autotune.errors import ConfigError, from_validation_error
+from autotune.tuner.space import SearchSpace, load_search_space
 
 #: Bumped when the meaning of a scenario's content changes (old studies are then not reused).
 HASH_VERSION = 2  # 2: trials count the polish trial and scenarios run without the safety net
@@ -189,9 +191,6 @@ def load_sweep(path: str | Path) -> Sweep:
         ConfigError: schema errors (named by path), missing files, bad overrides, duplicate
             scenario names, or a scenario whose merged config/space/profile is invalid.
     """
-    from autotune.api import resolve_profile
-    from autotune.tuner.space import SearchSpace, load_search_space
-
     path = Path(path)
     data = read_yaml(path)
     try:

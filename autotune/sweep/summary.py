@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from autotune.emit.render import comparison_table, render_report
 from autotune.errors import ConfigError
 
 COLUMNS = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
@@ -82,8 +83,6 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
     gap = getattr(result, "certified_gap", None)
     row["certified_gap_pct"] = _num(100 * gap if gap is not None else None, 2)
     record["yaml"] = result.to_yaml(full=True)
-    from autotune.emit.render import comparison_table, render_report
-
     if rep is not None:
         title = (f"{sc.name}: best of {result.trials} trials" if best is not None
                  else f"{sc.name}: NO CONFIGURATION FITS the HBM budget; closest found")

@@ -37,14 +37,18 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.api import search
 from autotune.errors import AutotuneError, ConfigError
 from autotune.sweep.claims import Claim, open_claims
-from autotune.sweep.spec import Scenario, Sweep
-from autotune.tuner.storage import POLISH_ORIGIN, is_storage_error, mask_url, open_storage, redact
+from autotune.sweep.spec import Scenario, Sweep, load_sweep
+from autotune.sweep.summary import result_record
+from autotune.tuner.storage import (MAX_RETRY, POLISH_ORIGIN, RetryStaleTrial, is_storage_error, mask_url,
+                                    open_storage, redact)
 
 log = logging.getLogger("autotune.sweep")
 
@@ -115,7 +119,7 @@ def read_states(storage: Any, board: Any, sweep: Sweep) -> dict[str, ScenarioSta
 def finished_budget_trials(trials: list[Any]) -> int:
     """Trials that count against a scenario's budget: COMPLETE or PRUNED (the search's final
     polish trial included; a trial failed by a dead worker is not counted, its retry is)."""
-    from autotune.tuner.runner import finished_trials
+    from autotune.tuner.runner import finished_trials  # noqa: PLC0415 - tuner.runner imports optuna (heavy)
 
     return finished_trials(trials)
 
@@ -277,12 +281,8 @@ class Worker:
         are failed here and re-queued by the same callback. The final ``local-polish`` trial is not
         re-queued (the search derives it again).
         """
-        import warnings
-
-        import optuna
-        from optuna.trial import TrialState
-
-        from autotune.tuner.storage import MAX_RETRY, RetryStaleTrial
+        import optuna  # noqa: PLC0415 - optuna: heavy, loaded when a worker runs
+        from optuna.trial import TrialState  # noqa: PLC0415 - optuna: heavy
 
         sid = self.storage.get_study_id_from_name(sc.study_name)
         running = {t._trial_id: t for t in self.storage.get_all_trials(sid, deepcopy=False)
@@ -324,7 +324,7 @@ class Worker:
     def _fail_waiting(self, sc: Scenario, reason: str) -> int:
         """Fail the scenario's WAITING trials (a time limit left them): a finished scenario is never
         resumed, so nothing may stay queued. Returns how many."""
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # noqa: PLC0415 - optuna: heavy
 
         sid = self.storage.get_study_id_from_name(sc.study_name)
         n = 0
@@ -341,10 +341,7 @@ class Worker:
     def _run_scenario(self, sc: Scenario, gen: int) -> bool:
         """Run (or resume) one scenario and store its record; False when another worker took it
         over meanwhile (nothing recorded)."""
-        from optuna.exceptions import UpdateFinishedTrialError
-
-        from autotune.api import search
-        from autotune.sweep.summary import result_record
+        from optuna.exceptions import UpdateFinishedTrialError  # noqa: PLC0415 - optuna: heavy
 
         t0 = time.monotonic()
         worker = f"{HOST}:{os.getpid()}"
@@ -408,8 +405,8 @@ def prepare(sweep: Sweep, target: str, *, fresh: bool = False) -> None:
     Raises:
         ConfigError: the storage cannot be opened (password masked).
     """
-    from optuna.exceptions import DuplicatedStudyError
-    from optuna.study import StudyDirection
+    from optuna.exceptions import DuplicatedStudyError  # noqa: PLC0415 - optuna: heavy
+    from optuna.study import StudyDirection  # noqa: PLC0415 - optuna: heavy
 
     storage = open_storage(target)
     board = open_claims(storage, target)
@@ -441,8 +438,6 @@ def run_worker(sweep_path: str, target: str, label: str = "worker", parent_pid: 
         ConfigError: bad sweep file, or the storage is unreachable (password masked).
         RuntimeError: an unexpected error outside a scenario (message masked).
     """
-    from autotune.sweep.spec import load_sweep
-
     _setup_logging(target)
     try:
         return Worker(load_sweep(sweep_path), target, label=label, parent_pid=parent_pid).run()

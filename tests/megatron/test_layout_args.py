@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from autotune.cli import main
 from autotune.config.megatron import parse_layout as project_parse_layout
 from autotune.errors import ConfigError
-from autotune.megatron.args import parse_int_list_expr, read_args
+from autotune.megatron.args import parse_int_list_expr
+from autotune.megatron.read import read_args
 from autotune.megatron.layout import expand_layout, first_last_counts, format_layout, parse_layout_string
 from autotune.megatron.rewrite import rewrite
 from autotune.megatron.run import build_run
