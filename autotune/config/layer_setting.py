@@ -714,11 +714,6 @@ def normalize(inp: LayerInputs, version: str = "1.8", *, emulate: bool = False) 
         select_only_vp=lay.select_only)
 
 
-def _compile(pattern: str, path: str) -> list[Any]:
-    """Compiled segments of a select pattern (kept for :mod:`autotune.cost.select_ops`)."""
-    return compile_segments(pattern, path)
-
-
 def layout_tables(num_layers: int, pp: int, vpp: int, *, offset: Any = 0, recompute: Any = False,
                   select_recompute: Any = False, select_comm_recompute: Any = False,
                   use_legacy: bool = True, version: str = "1.8"

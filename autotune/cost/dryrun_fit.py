@@ -54,7 +54,7 @@ from autotune.cost.inputs import ProfileArrays, class_counts
 from autotune.cost.simulate import compile_schedule
 from autotune.errors import ConfigError
 from autotune.profile.dryrun import DryRun
-from autotune.profile.merge import _check_path
+from autotune.profile.merge import check_field_path
 from autotune.profile.schema import RECOMPUTE_CLASSES, LayerKind, ModelProfile
 
 _RANK_TOL = 1e-9          # singular values below this × the largest one count as zero (scaled matrix)
@@ -277,7 +277,7 @@ def _build_rows(runs: Sequence[DryRun], layer_kinds: Sequence[tuple[str, int]],
 
 
 def _check_field(name: str) -> None:
-    _check_path(name)
+    check_field_path(name)
 
 
 def _value(terms: dict[str, float], theta: dict[str, float]) -> float:

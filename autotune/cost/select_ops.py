@@ -41,8 +41,9 @@ from dataclasses import replace
 import numpy as np
 
 from autotune.config.cells import FAMILIES, pattern_hits
-from autotune.config.layer_setting import DEFAULT_PATTERNS, FIELDS, Warning_, _compile
+from autotune.config.layer_setting import DEFAULT_PATTERNS, FIELDS, Warning_
 from autotune.config.layout import Layout
+from autotune.config.patterns import compile_segments
 from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays, StageCosts, first_layers, stage_costs
 
 
@@ -59,7 +60,7 @@ def pattern_matches(pattern: str, op_path: str, *, cells: bool = True) -> bool:
     Raises:
         ConfigError: a segment is not a valid regular expression (rule R_SELECT_PATTERN).
     """
-    segs = _compile(pattern, FIELDS["select_recompute"])
+    segs = compile_segments(pattern, FIELDS["select_recompute"])
     names = op_path.split(".")
     if len(segs) > len(names) or (not cells and len(segs) != len(names)):
         return False

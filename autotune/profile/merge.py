@@ -57,7 +57,12 @@ def leaf_fields(profile: ModelProfile) -> dict[str, float]:
     return out
 
 
-def _check_path(path: str) -> list[str]:
+def check_field_path(path: str) -> list[str]:
+    """The parts of a profile field path (``kinds.dense.fwd_ms``, ``head.static_mib``, ...).
+
+    Raises:
+        ConfigError: not a profile field path (rule ``profile_field``, field = the path).
+    """
     parts = path.split(".")
     ok = ((len(parts) == 1 and parts[0] in TOP_FIELDS)
           or (len(parts) == 2 and parts[0] in ("head", "tail") and parts[1] in END_FIELDS)
@@ -109,7 +114,7 @@ def merge_profile(base: ModelProfile | None, measured: Sequence[tuple[Mapping[st
                     prov[f"kinds.{k}.{f}"] = "default"
     for fields, label in measured:
         for path, value in fields.items():
-            parts = _check_path(path)
+            parts = check_field_path(path)
             val = float(value)
             tag = label
             if val < 0:

@@ -24,8 +24,8 @@ from autotune.errors import ConfigError
 from autotune.sweep.claims import open_claims
 from autotune.sweep.spec import Sweep, load_sweep
 from autotune.sweep.summary import read_baseline, write_outputs
-from autotune.sweep.worker import (MAX_CLAIMS, RESULT_ATTR, Worker, _one_line, _setup_logging, prepare,
-                                   read_states, run_worker)
+from autotune.sweep.worker import (MAX_CLAIMS, RESULT_ATTR, Worker, one_line, prepare, read_states, run_worker,
+                                   setup_logging)
 from autotune.tuner.storage import is_storage_error, mask_url, open_storage, redact, resolve_target
 
 log = logging.getLogger("autotune.sweep")
@@ -79,7 +79,7 @@ def _child(sweep_path: str, target: str, label: str, parent_pid: int, conn: Any)
     except ConfigError as exc:
         msg = ("config", exc.message, exc.field, exc.value, exc.rule)
     except BaseException as exc:  # noqa: BLE001 - reported by the parent as one line
-        msg = ("error", _one_line(exc, target))
+        msg = ("error", one_line(exc, target))
     conn.send(msg)
     conn.close()
 
@@ -181,7 +181,7 @@ def run_sweep(sweep_path: str | Path, *, storage: str | None = None, workers: in
     sweep = load_sweep(sweep_path)
     prev = read_baseline(baseline) if baseline is not None else None
     target = resolve_target(storage, out_dir)
-    _setup_logging(target)
+    setup_logging(target)
     lost = 0
     try:
         prepare(sweep, target, fresh=fresh)
@@ -195,7 +195,7 @@ def run_sweep(sweep_path: str | Path, *, storage: str | None = None, workers: in
     except ConfigError as exc:
         raise ConfigError(redact(exc.message, target), field=exc.field, value=exc.value, rule=exc.rule) from None
     except Exception as exc:  # noqa: BLE001 - mask the password whatever went wrong
-        msg = _one_line(exc, target)
+        msg = one_line(exc, target)
         if is_storage_error(exc):
             raise ConfigError(msg, field="--storage", value=mask_url(target), rule="storage") from None
         raise RuntimeError(msg) from None

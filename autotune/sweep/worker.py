@@ -140,10 +140,11 @@ class _Heartbeat(threading.Thread):
             try:
                 self.board.beat(*self.key, beat)
             except Exception as exc:  # noqa: BLE001 - a missed beat only risks a takeover
-                log.warning("heartbeat failed: %s", _one_line(exc, self.target))
+                log.warning("heartbeat failed: %s", one_line(exc, self.target))
 
 
-def _one_line(exc: BaseException, target: str | None) -> str:
+def one_line(exc: BaseException, target: str | None) -> str:
+    """``Type: first line of the message`` of an exception, the storage password masked."""
     text = str(exc).strip().splitlines()
     return redact(f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": "), target)
 
@@ -218,11 +219,11 @@ class Worker:
                         except Exception:  # noqa: BLE001 - the store is gone; the lease will expire
                             pass
                     raise ConfigError(f"lost the study storage {mask_url(self.target)} and could not reach it "
-                                      f"again for {spent:.0f} s: {_one_line(exc, self.target)}",
+                                      f"again for {spent:.0f} s: {one_line(exc, self.target)}",
                                       field="--storage", value=mask_url(self.target), rule="storage") from None
                 wait = min(delay, MAX_BACKOFF_S, max(0.1, self.sweep.storage_retry_seconds - spent))
                 log.warning("%s: storage error, retrying in %.0f s: %s", self.label, wait,
-                            _one_line(exc, self.target))
+                            one_line(exc, self.target))
                 time.sleep(wait)
                 spent += wait
                 delay *= 2
@@ -374,7 +375,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - storage errors are retried by run(); the rest is recorded
             if is_storage_error(exc):
                 raise
-            status, error = "failed", _one_line(exc, self.target)
+            status, error = "failed", one_line(exc, self.target)
             log.error("%s: scenario %s failed: %s", self.label, sc.name, error)
         if not self.board.is_current(sc.study_name, gen):
             log.warning("%s: scenario %s was taken over by another worker; not recording", self.label, sc.name)
@@ -438,19 +439,19 @@ def run_worker(sweep_path: str, target: str, label: str = "worker", parent_pid: 
         ConfigError: bad sweep file, or the storage is unreachable (password masked).
         RuntimeError: an unexpected error outside a scenario (message masked).
     """
-    _setup_logging(target)
+    setup_logging(target)
     try:
         return Worker(load_sweep(sweep_path), target, label=label, parent_pid=parent_pid).run()
     except ConfigError as exc:
         raise ConfigError(redact(exc.message, target), field=exc.field, value=exc.value, rule=exc.rule) from None
     except Exception as exc:  # noqa: BLE001 - keep the password out of whatever surfaces
-        msg = _one_line(exc, target)
+        msg = one_line(exc, target)
         if is_storage_error(exc):
             raise ConfigError(msg, field="--storage", value=mask_url(target), rule="storage") from None
         raise RuntimeError(msg) from None
 
 
-def _setup_logging(target: str | None = None) -> None:
+def setup_logging(target: str | None = None) -> None:
     """One ``autotune sweep:`` line per event on stderr; a background thread's uncaught error (e.g.
     Optuna's trial heartbeat when the database is gone) is one masked warning line, not a traceback."""
     if not log.handlers:
@@ -464,6 +465,6 @@ def _setup_logging(target: str | None = None) -> None:
         if args.exc_type is SystemExit:
             return
         name = args.thread.name if args.thread is not None else "thread"
-        log.warning("%s stopped: %s", name, _one_line(args.exc_value or args.exc_type(), target))
+        log.warning("%s stopped: %s", name, one_line(args.exc_value or args.exc_type(), target))
 
     threading.excepthook = hook
