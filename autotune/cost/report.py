@@ -141,7 +141,14 @@ class CostReport:
         return canonical_values(self.layout)
 
     def to_dict(self) -> dict[str, Any]:
-        """The stable JSON shape of ``autotune evaluate --format json``."""
+        """The stable JSON shape of ``autotune evaluate --format json``. ``config`` is None when
+        MindFormers cannot write the layout (e.g. an empty middle stage: Megatron-LM's
+        ``--pipeline-model-parallel-layout`` allows one, MindFormers' offset rules do not); the
+        cost model still evaluates it, so every other key is filled."""
+        try:
+            config = self.config_dict()
+        except ConfigError:
+            config = None
         return {
             "step_time_ms": self.step_time_ms,
             "bubble_fraction": self.bubble_fraction,
@@ -154,7 +161,7 @@ class CostReport:
             "seq_split_num": self.seq_split_num,
             "p2p_ms": self.p2p_ms,
             "stages": [s.to_dict() for s in self.stages],
-            "config": self.config_dict(),
+            "config": config,
             "warnings": [{"code": w.code, "field": w.field, "message": w.message} for w in self.warnings],
         }
 

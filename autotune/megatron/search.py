@@ -163,15 +163,7 @@ class MegatronResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON shape: the MindFormers ``search --format json`` keys plus ``megatron``."""
         def d(r: CostReport | None) -> dict[str, Any] | None:
-            if r is None:
-                return None
-            try:
-                return r.to_dict()
-            except ConfigError:   # e.g. an empty middle stage: Megatron allows it, MindFormers does not
-                return {"step_time_ms": r.step_time_ms, "bubble_fraction": r.bubble_fraction, "fits": r.fits,
-                        "hbm_budget_mib": r.hbm_budget_mib, "peak_mib": r.peak_mib, "schedule": r.schedule,
-                        "micro_batch_num": r.micro_batch_num, "stages": [x.to_dict() for x in r.stages],
-                        "config": None}
+            return None if r is None else r.to_dict()   # config None for an empty middle stage
         mf = None
         if self.mindformers is not None:
             mf = {k: (d(v) if isinstance(v, CostReport) else v) for k, v in self.mindformers.items()}
