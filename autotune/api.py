@@ -164,12 +164,10 @@ lass:`~autotune.megatron.search.MegatronResult`.
     from autotune.tuner.search import run_search  # noqa: PLC0415
 
     if megatron_args is not None or isinstance(config, MegatronRun):
-        if hbm_margin not in (None, 0):
-            raise ConfigError("hbm_margin is not supported for Megatron-LM input yet; lower hbm_mib instead",
-                              field="hbm_margin", value=hbm_margin, rule="usage")
         run = load_megatron(megatron_args if megatron_args is not None else config)
         return search_megatron(run, space=megatron_space, device="h100" if device == DEFAULT_DEVICE else device,
-                               hbm_mib=hbm_mib, overrides=overrides, seed=seed or 0, gap=gap)
+                               hbm_mib=hbm_mib, overrides=overrides, seed=seed or 0, gap=gap,
+                               hbm_margin=hbm_margin)
     if config is None:
         raise ConfigError("give a config (or megatron_args)", field="config", value=None, rule="missing_key")
     out = run_search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed, storage=storage,

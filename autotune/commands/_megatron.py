@@ -47,16 +47,17 @@ def is_megatron_input(path: str) -> bool:
 
 def run(path: str, *, device: str | None, hbm_mib: float | None, overrides: dict[str, float],
         space: str | None, seed: int, gap: float, fmt: str, out: str | None, force: bool, in_place: bool,
-        layout_flags: str | None, quiet: bool) -> None:
-    """Search a Megatron run and print / write the result (see README, Megatron mode)."""
+        layout_flags: str | None, quiet: bool, hbm_margin: str | None = None) -> None:
+    """Search a Megatron run and print / write the result (see README, Megatron mode); with
+    ``hbm_margin`` every config must peak at most the budget minus it."""
     if out and in_place:
         raise ConfigError("give --out or --in-place, not both", field="--in-place", value=True, rule="usage")
     run_ = build_run(path)
     sp = load_megatron_space(space)
     if layout_flags:
         sp = sp.model_copy(update={"layout_flags": layout_flags})
-    res = search_megatron(run_, space=sp, device=device or "h100", hbm_mib=hbm_mib, overrides=overrides,
-                          seed=seed, gap=gap, progress=False if quiet else False)
+    res = search_megatron(run_, space=sp, device=device or "h100", hbm_mib=hbm_mib, hbm_margin=hbm_margin,
+                          overrides=overrides, seed=seed, gap=gap, progress=False if quiet else False)
     wrote = None
     if out or in_place:
         text = rewrite(run_.args, res.flags)
@@ -74,18 +75,21 @@ def run(path: str, *, device: str | None, hbm_mib: float | None, overrides: dict
         click.echo(json.dumps(data, indent=2, default=str))
     else:
         rep = res.best or res.closest
-        title = (f"autotune search {path} (Megatron-LM, {res.device}, budget {res.hbm_mib:.0f} MiB): "
+        m = res.hbm_margin_mib
+        kept = f", margin {m:.0f} MiB" if m > 0 else ""
+        title = (f"autotune search {path} (Megatron-LM, {res.device}, budget {res.hbm_mib:.0f} MiB{kept}): "
                  f"{res.choice.label()}, vpp {res.vpp}; {res.evaluated} configs in {res.seconds:.1f} s "
                  f"({res.cpu_seconds:.1f} CPU s)")
         if res.best is None:
-            title = "NO CONFIGURATION FITS the HBM budget; closest found:"
-        click.echo(render_report(rep, title=title))
+            what = "the HBM budget" if m == 0 else "the HBM budget with the safety margin"
+            title = f"NO CONFIGURATION FITS {what}; closest found:"
+        click.echo(render_report(rep, title=title, margin_mib=m))
         click.echo("")
         if res.lower_bound_ms is not None:
             gap_txt = "n/a" if res.certified_gap is None else f"{res.certified_gap:.2%}"
             click.echo(f"lower bound {res.lower_bound_ms:.1f} ms (provable, per-stage-freedom relaxation) | "
                        f"certified gap {gap_txt} | {res.seconds:.1f} s, {res.cpu_seconds:.1f} CPU s")
-        click.echo(comparison_table(res.best, res.baselines))
+        click.echo(comparison_table(res.best, res.baselines, margin_mib=m))
         th = res.theoretical
         click.echo("\nMegatron's own estimate (report_theoretical_memory, first stage): "
                    f"weight+optimizer {th['best']['weight_and_optimizer_mb']:.0f} MB, activation "
@@ -103,6 +107,12 @@ def run(path: str, *, device: str | None, hbm_mib: float | None, overrides: dict
             click.echo(f"\nwrote {wrote}")
     if res.best is None:
         r = res.closest
+        if res.hbm_margin_mib > 0:
+            m = res.hbm_margin_mib
+            raise ConfigError(f"no configuration leaves the safety margin free: budget {res.hbm_mib:.0f} MiB - "
+                              f"margin {m:.0f} MiB = limit {res.hbm_mib - m:.0f} MiB; the closest found peaks at "
+                              f"{r.peak_mib:.0f} MiB: lower --hbm-margin, raise --hbm, add pipeline stages or "
+                              f"recompute", field="--hbm-margin", value=hbm_margin, rule="R_HBM_INFEASIBLE")
         raise ConfigError(f"no configuration fits the HBM budget of {res.hbm_mib:.0f} MiB; the closest found "
                           f"peaks at {r.peak_mib:.0f} MiB: raise --hbm, add pipeline stages or recompute",
                           field="--hbm", value=res.hbm_mib, rule="R_HBM_INFEASIBLE")

@@ -44,9 +44,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.config.layout import make_layout
+from autotune.config.margin import parse_margin_mib
 from autotune.config.training import read_yaml
 from autotune.cost.inputs import ProfileArrays
 from autotune.cost.report import CostReport, evaluate_layout
+from autotune.emit.render import report_json
 from autotune.errors import ConfigError
 from autotune.megatron.emit import flag_lines, flags_for
 from autotune.megatron.layout import first_last_counts
@@ -55,8 +57,7 @@ from autotune.megatron.profile import activation_components, megatron_profile, s
 from autotune.megatron.run import MODULES, MegatronRun
 from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile
 from autotune.profile.devices import get_device
-from autotune.tuner.bounds import lower_bound
-from autotune.tuner.bounds.device_dp import device_dp_bound
+from autotune.tuner.bounds import BoundContext, BoundOutcome, DeviceDP, LowerBound, lower_bound, tighten
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
 from autotune.units import BYTES_PER_MIB
 
@@ -129,7 +130,10 @@ class MegatronResult:
             value to set (None = remove); baselines: ``user``, ``even_full_recompute``,
             ``even_no_recompute``; lower_bound_ms / certified_gap; mindformers: the per-stage-freedom
             answer (report + its recompute table) or None; theoretical: Megatron's own estimate of
-            the best config and of the user's (MB); seconds, cpu_seconds; evaluated: configs scored.
+            the best config and of the user's (MB); seconds, cpu_seconds; evaluated: configs scored;
+            hbm_mib: the HBM budget per GPU as given (MiB); hbm_margin_mib: the safety margin kept
+            free below it (MiB; the reports' ``hbm_budget_mib`` is the limit budget − margin that
+            ``fits`` was checked against, as in the MindFormers search).
     """
 
     run: MegatronRun
@@ -151,6 +155,7 @@ class MegatronResult:
     device: str
     user_choice: Choice | None = None
     notes: list[str] = field(default_factory=list)
+    hbm_margin_mib: float = 0.0
 
     @property
     def step_time_ms(self) -> float | None:
@@ -161,9 +166,11 @@ class MegatronResult:
         return flag_lines(self.flags)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON shape: the MindFormers ``search --format json`` keys plus ``megatron``."""
+        """JSON shape: the MindFormers ``search --format json`` keys plus ``megatron``; each config
+        is :func:`autotune.emit.render.report_json` (budget, margin, limit and headroom explicit;
+        ``config`` None for an empty middle stage)."""
         def d(r: CostReport | None) -> dict[str, Any] | None:
-            return None if r is None else r.to_dict()   # config None for an empty middle stage
+            return None if r is None else report_json(r, self.hbm_margin_mib)
         mf = None
         if self.mindformers is not None:
             mf = {k: (d(v) if isinstance(v, CostReport) else v) for k, v in self.mindformers.items()}
@@ -171,6 +178,7 @@ class MegatronResult:
                 "baselines": {k: d(v) for k, v in self.baselines.items()},
                 "lower_bound_ms": self.lower_bound_ms, "certified_gap": self.certified_gap,
                 "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "trials": self.evaluated,
+                "hbm_margin_mib": self.hbm_margin_mib,
                 "megatron": {"flags": {k: v for k, v in self.flags.items()},
                              "flag_lines": self.flag_lines(), "recompute": self.choice.label(),
                              "virtual_pipeline": self.vpp, "layers_per_virtual_stage": self.layers_vp,
@@ -434,7 +442,8 @@ def _screen_and_refine(scorer: _Scorer, run: MegatronRun, sp: MegatronSpace, Vs:
 
 @dataclass
 class _Setup:
-    """What one Megatron search shares: the space, the device and budget (MiB), the analytic
+    """What one Megatron search shares: the space, the device, the budget, the safety margin and
+    the limit budget − margin the search packs against (``hbm``; MiB), the analytic
     base profile and assumptions, the module sets with their (act bytes, replay ms) per kind, the
     cost-model profiles and arrays per module set (``()`` = no selective recompute), and V's."""
 
@@ -442,6 +451,8 @@ class _Setup:
     sp: MegatronSpace
     device: str
     dev: Any
+    budget: float
+    margin_mib: float
     hbm: float
     overrides: dict[str, float] | None
     base: Any
@@ -466,11 +477,13 @@ class _Setup:
                                micro_batch_num=self.run.m, schedule=SCHEDULE, hbm_mib=self.hbm)
 
 
-def _setup(run: MegatronRun, sp: MegatronSpace, device: str, hbm_mib: float | None,
+def _setup(run: MegatronRun, sp: MegatronSpace, device: str, hbm_mib: float | None, hbm_margin: Any,
            overrides: dict[str, float] | None) -> _Setup:
-    """Device, budget, base profile, runnable V's and the profiles of every module set kept."""
+    """Device, budget and limit, base profile, runnable V's and the profiles of every module set kept."""
     dev = get_device(device)
-    hbm = float(hbm_mib) if hbm_mib is not None else dev.hbm_gib * 1024.0
+    budget = float(hbm_mib) if hbm_mib is not None else dev.hbm_gib * 1024.0
+    margin = parse_margin_mib(hbm_margin, budget)
+    hbm = budget - margin
     cfg = training_config(run, hbm_mib=hbm)
     base = analytic_profile(cfg, dev, overrides=overrides)
     A = dict(DEFAULT_ASSUMPTIONS)
@@ -487,7 +500,7 @@ def _setup(run: MegatronRun, sp: MegatronSpace, device: str, hbm_mib: float | No
     for s in sets:
         profiles[s] = megatron_profile(run, device, modules=s, overrides=overrides, base=base)
         arrays[s] = ProfileArrays.from_profile(profiles[s])
-    return _Setup(run, sp, device, dev, hbm, overrides, base, A, Vs, sets, vals, profiles, arrays)
+    return _Setup(run, sp, device, dev, budget, margin, hbm, overrides, base, A, Vs, sets, vals, profiles, arrays)
 
 
 def _relaxed_problem(su: _Setup) -> Problem:
@@ -570,7 +583,8 @@ def _mindformers_gain(su: _Setup, problem: Problem, bch: Choice, bc: Candidate, 
 
 def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | None = None, device: str = "h100",
                     hbm_mib: float | None = None, overrides: dict[str, float] | None = None, seed: int = 0,
-                    gap: float | None = 0.005, progress: bool | str = False) -> MegatronResult:
+                    gap: float | None = 0.005, progress: bool | str = False,
+                    hbm_margin: float | str | None = None) -> MegatronResult:
     """Find the fastest Megatron configuration of the space that fits the HBM budget.
 
     Args:
@@ -578,6 +592,9 @@ def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | Non
         space: :class:`MegatronSpace`, a YAML path, or None for ``search_spaces/megatron.yaml``.
         device: device preset (h100, h200, a100, b200, ascend-910b); hbm_mib: budget per GPU (MiB),
             default the device's HBM; overrides: analytic-profile assumptions (``--set``).
+        hbm_margin: HBM kept free below the budget: a fraction (0.05, "5%") or a size ("2GB");
+            None/0 = none. Every config must peak at most budget − margin
+            (:func:`autotune.config.margin.parse_margin_mib`), as in the MindFormers search.
         seed, gap: passed to the relaxation search (:func:`autotune.search`).
 
     Returns:
@@ -585,11 +602,12 @@ def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | Non
         bound and the certified gap.
 
     Raises:
-        ConfigError: bad space, no runnable virtual-pipeline size, unknown device/assumption.
+        ConfigError: bad space, no runnable virtual-pipeline size, unknown device/assumption, a
+            bad margin (rule ``R_HBM_MARGIN``, field ``--hbm-margin``).
     """
     t0, c0 = time.monotonic(), _cpu()
     sp = space if isinstance(space, MegatronSpace) else load_megatron_space(space)
-    su = _setup(run, sp, device, hbm_mib, overrides)
+    su = _setup(run, sp, device, hbm_mib, hbm_margin, overrides)
     N, P, m, Vs = run.num_layers, run.pp, run.m, su.Vs
     notes: list[str] = []
     max_layers = max(2, -(-N // (P * min(Vs))) + 3)
@@ -618,8 +636,8 @@ def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | Non
         run=run, best=best_rep if fits else None, closest=None if fits else best_rep, choice=bch, vpp=bV,
         layers_vp=bc.layers.tolist(), flags=flags_for(run, bch, bc.layers.tolist(), sp.layout_flags),
         baselines=baselines, lower_bound_ms=lb, certified_gap=cert, mindformers=mf, theoretical=theo,
-        seconds=time.monotonic() - t0, cpu_seconds=_cpu() - c0, evaluated=scorer.evaluated, hbm_mib=su.hbm,
-        device=su.dev.name, user_choice=user_choice, notes=notes)
+        seconds=time.monotonic() - t0, cpu_seconds=_cpu() - c0, evaluated=scorer.evaluated, hbm_mib=su.budget,
+        device=su.dev.name, user_choice=user_choice, notes=notes, hbm_margin_mib=su.margin_mib)
 
 
 def _with(run: MegatronRun, ch: Choice, V: int, layers: list[list[int]]) -> MegatronRun:
@@ -631,29 +649,44 @@ def _with(run: MegatronRun, ch: Choice, V: int, layers: list[list[int]]) -> Mega
                                recompute_num_layers=ch.n if ch.kind == "full" else None, modules=list(ch.modules))
 
 
-def relaxation_bound(problem: Any, upper_ms: float, target_gap: float = 0.0) -> float:
+@dataclass(frozen=True)
+class _AgainstIncumbent:
+    """A :class:`~autotune.tuner.bounds.LowerBound` run against a fixed incumbent ``upper_ms`` (ms),
+    whatever ``ctx.upper_ms`` says: :func:`~autotune.tuner.bounds.tighten` then skips by a lower
+    threshold (the gap target, see :func:`relaxation_bound`) while the proof still prunes by the
+    incumbent."""
+
+    proof: LowerBound
+    upper_ms: float
+
+    @property
+    def name(self) -> str:
+        return self.proof.name
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return self.proof.applies(problem, V)
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        return self.proof.bound(problem, V, dataclasses.replace(ctx, upper_ms=self.upper_ms))
+
+
+def relaxation_bound(problem: Problem, upper_ms: float, target_gap: float = 0.0) -> float:
     """A lower bound (ms) on every memory-feasible layout of ``problem`` (all its V candidates):
     the project's path / stage DP bound (:func:`autotune.tuner.bounds.lower_bound`), raised for
-    V > 1 by the device-by-device DP (:func:`autotune.tuner.bounds.device_dp.device_dp_bound`; lowest V
-    first, until the bound is within ``target_gap`` of ``upper_ms``), never
-    above ``upper_ms`` (a step time some layout of ``problem`` reaches). The integer program of the
-    full MindFormers search is skipped: it costs minutes on 40 virtual stages × 64 micro-batches."""
+    V > 1 by the device-by-device DP (:class:`autotune.tuner.bounds.DeviceDP`) through
+    :func:`autotune.tuner.bounds.tighten` with the ``dominated`` skip rule: lowest V first, a V
+    skipped once a V that is done is at or below it, or once its bound is within ``target_gap``
+    of ``upper_ms`` (the skip threshold is upper_ms / (1 + target_gap); the DP itself prunes
+    against ``upper_ms``). Never above ``upper_ms`` (a step time some layout of ``problem``
+    reaches). The integer program of the full MindFormers search is skipped: it costs minutes on
+    40 virtual stages × 64 micro-batches."""
     b = lower_bound(problem, upper_ms=upper_ms)
-    per = {V: float(v) for V, v in b.per_v_ms.items()}
-    if not per:
+    if not b.per_v_ms:
         return float(upper_ms)
-    # raise the lowest V first; stop once the minimum is within ``target_gap`` of upper_ms (the
-    # bound is the minimum over V: raising another V cannot change it)
-    tried: set[int] = set()
-    while True:
-        V = min(per, key=lambda v: per[v])
-        if V in tried or V == 1 or per[V] >= upper_ms or upper_ms <= per[V] * (1 + target_gap):
-            break
-        tried.add(V)
-        dd = device_dp_bound(problem, V, upper_ms=upper_ms)
-        if dd is not None:
-            per[V] = max(per[V], float(dd.bound_ms))
-    return float(min(min(per.values()), upper_ms))
+    upper = float(upper_ms)
+    t = tighten(problem, (_AgainstIncumbent(DeviceDP(), upper),), b.per_v_ms,
+                ctx=BoundContext(upper_ms=upper / (1 + target_gap)), skip="dominated")
+    return float(min(t.bound_ms, upper))
 
 
 def per_stage_recompute(problem: Any, cand: Any, kind: str, max_rounds: int = 40) -> tuple[Any, int]:
