@@ -112,21 +112,26 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
            overrides: dict[str, float] | None = None, progress: bool | str = False,
            gap: float | None = 0.005, objective: str = "time", megatron_args: Any = None,
            megatron_space: Any = None, hbm_margin: float | str | None = None,
-           safety_net: bool = True) -> Any:
+           safety_net: bool = True, progress_every_s: float = 10.0) -> Any:
     """Tune offset, pp_interleave_num and recompute (and the space's other free knobs) for a config.
 
     Args:
         config: YAML path or :class:`TrainingConfig`.
         profile: profile path/object; None derives the analytic one for ``device``.
         space: search space (object, YAML path, or None for ``search_spaces/default.yaml``).
-        trials: Optuna trials per sub-problem (baselines and heuristic seeds included).
+        trials: most Optuna trials per sub-problem (baselines and solver seeds included); a study
+            stops earlier at the certified-gap target, or when no neighbour of its best trial is
+            faster (``stopped_by="neighbourhood"``).
         timeout: wall-clock limit (s) for the whole search; None (default) = bounded by work only
             (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net on the trial phase.
-            seed: sampler seed.
+            seed: kept for reproducible APIs (the neighbourhood sampler is deterministic).
         safety_net: False drops that safety net too (no wall clock at all: a nightly sweep's
             scenarios, whose rows must not depend on the machine's load).
-        progress: False, True / "bar" (tqdm bar with best value and certified gap), or "lines"
-            (one line on stderr every few seconds, for logs).
+        progress: False, True / "bar" (a tqdm bar from the start: the phase, the best step time
+            and the lower bound as they move), "lines" (one line on stderr when a phase starts and
+            every ``progress_every_s`` seconds, for logs) or a
+            :class:`autotune.tuner.progress.Progress` (phases ``reading``, ``bounds``, ``search``,
+            ``polish``).
         storage: None (in memory), a journal file path, a database URL (PostgreSQL: heartbeats,
             a trial whose worker died is failed and retried by Optuna) or an Optuna storage object
             (e.g. one ``RDBStorage`` reused for many searches); an existing study is resumed up
@@ -173,5 +178,5 @@ lass:`~autotune.megatron.search.MegatronResult`.
     out = run_search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed, storage=storage,
                      study_name=study_name, device=device, hbm_mib=hbm_mib, overrides=overrides,
                      progress=progress, gap=gap, objective=objective, hbm_margin=hbm_margin,
-                     safety_net=safety_net)
+                     safety_net=safety_net, progress_every_s=progress_every_s)
     return SearchResult(**vars(out))

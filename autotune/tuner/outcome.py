@@ -36,8 +36,11 @@ class SearchOutcome:
         timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the search;
             ``certified_gap`` is then the gap at that moment.
         stopped_by: why the search ended: ``"gap"`` (the certified-gap target was reached),
-            ``"trials"`` (the trial budget was used), ``"timeout"`` (the ``timeout`` wall clock) or
-            ``"safety_net"`` (the :data:`SAFETY_TIMEOUT_S` wall clock of a search without one).
+            ``"neighbourhood"`` (no neighbour of the best config beats it: a local optimum, more
+            trials could not help), ``"trials"`` (the trial budget was used), ``"timeout"`` (the
+            ``timeout`` wall clock), ``"safety_net"`` (the :data:`SAFETY_TIMEOUT_S` wall clock of a
+            search without one) or ``"static_memory"`` (no layout can fit: static memory alone
+            exceeds the budget, ``min_static_mib``; decided before the bound phase, no trials).
         time_limit_s: the wall-clock limit that applied (s; None when the search had none).
         settings: YAML path -> value of the free space knobs the answer changed (written to
             ``recompute_config`` / ``parallel_config`` / ``runner_config`` / ``parallel.pipeline_config``).
@@ -53,6 +56,9 @@ class SearchOutcome:
         user_config_error: why the "user" baseline is missing (``{"rule", "field", "message"}``:
             the config's own layout breaks a rule, or lies outside the searched space); None when
             it was evaluated.
+        min_static_mib: with ``stopped_by="static_memory"``, a lower bound on the worst stage's
+            static MiB over every layout (:meth:`autotune.tuner.problem.Problem.min_static_mib`),
+            above the budget (less the margin); None otherwise.
     """
 
     best: CostReport | None
@@ -77,6 +83,7 @@ class SearchOutcome:
     subproblems: int = 1
     hbm_margin_mib: float = 0.0
     user_config_error: dict[str, Any] | None = None
+    min_static_mib: float | None = None
 
     def stop_text(self) -> str:
         """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
@@ -88,6 +95,15 @@ class SearchOutcome:
                      else f"the {self.time_limit_s:g} s safety net")
             return (f"CUT SHORT by {which} (a wall clock: the answer may depend on the machine's speed "
                     f"and load); certified gap then {gap}")
+        if self.stopped_by == "static_memory":
+            limit = self.config.hbm_mib
+            return (f"stopped before the bound phase: static memory alone (weights, gradients, optimizer "
+                    f"state, embedding / LM head) needs at least {self.min_static_mib:.0f} MiB on the worst "
+                    f"stage of every layout, above the limit of {limit:.0f} MiB; no trials run")
+        if self.stopped_by == "neighbourhood":
+            return (f"stopped at a local optimum after {self.trials} trials: no neighbour of the best "
+                    f"config (one or two layers moved, one stage's recompute changed) is faster, so more "
+                    f"trials could not help; certified gap {gap}")
         if self.stopped_by == "gap":
             return f"stopped at the certified-gap target after {self.trials} trials; certified gap {gap}"
         return f"stopped after the trial budget ({self.trials} trials); certified gap {gap}"

@@ -1,17 +1,21 @@
-"""Trial parameters <-> candidate layouts (valid by construction, fixed-size parameter set).
+"""Trial parameters <-> candidate layouts, in the config's own terms.
 
-Parameters (all present in every trial, so multivariate TPE models them jointly):
+A trial's parameters are the layout itself, one integer per mini-stage (stage s, interleave chunk
+v of MindFormers' ``[chunk][stage]`` order), so ``study.trials_dataframe()`` and optuna-dashboard
+show what a user writes in the YAML:
 
 - ``pp_interleave_num``: categorical over the runnable candidates;
-- ``w{i}`` for i < Vmax·P: float in [0, 4], the weight of mini-stage i (layer order); the layers
-  are apportioned in proportion to the first V·P weights, rounded to whole layers within the
-  validity bounds (first/last mini-stage >= 0 layers, others >= 1) — always a valid offset;
-- ``{kind}{i}`` for kind in full/select/comm: float in [0, 1], the fraction of mini-stage i's
-  layers with that recompute; count = round(fraction × layers). With the space's
-  ``recompute_granularity: stage`` (``problem.recompute_granularity``) there is one fraction per
-  pipeline stage (i < P), shared by the stage's chunks: count[v, p] = round(fraction_p × layers[v, p]).
+- ``layers_s{s}_v{v}``: layers of mini-stage (v, s), int in [0, num_layers] (the offset is these
+  minus the even split);
+- ``recompute_s{s}_v{v}``, ``select_recompute_s{s}_v{v}``, ``select_comm_recompute_s{s}_v{v}``:
+  how many of its layers get full / select / comm recompute (only the kinds the space may set),
+  int in [0, num_layers].
 
-Encoding a layout gives parameters that decode back to exactly the same layout (seeds).
+Only the mini-stages of the trial's ``pp_interleave_num`` are suggested (conditional parameters).
+:func:`decode` checks a parameter set is a valid layout (:func:`layout_error`); :func:`encode`
+is its inverse. With the space's ``recompute_granularity: stage`` a stage's chunks share one
+recompute fraction f_s (count[v, s] = round(f_s · layers[v, s])); :func:`representable` rejects
+layouts that break it.
 """
 
 from __future__ import annotations
@@ -22,95 +26,98 @@ import numpy as np
 
 from autotune.tuner.problem import Candidate, Problem
 
-W_MAX = 4.0
-KIND_PREFIX = {"full": "full", "select": "sel", "comm": "comm"}
+#: Parameter name prefix of each recompute kind (the MindFormers key it counts).
+KIND_PREFIX = {"full": "recompute", "select": "select_recompute", "comm": "select_comm_recompute"}
 
 
-def apportion(N: int, weights: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Split N whole layers in proportion to ``weights`` within [lo, hi] (largest remainder).
-
-    Args: weights, lo, hi: float/int [n]. Returns int [n] summing to N (requires sum(lo) <= N <= sum(hi)).
-    """
-    w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
-    if w.sum() <= 0:
-        w = np.ones_like(w)
-    target = N * w / w.sum()
-    x = np.clip(np.floor(target + 1e-9), lo, hi).astype(np.int64)
-    while x.sum() < N:
-        gap = np.where(x < hi, target - x, -np.inf)
-        x[int(np.argmax(gap))] += 1
-    while x.sum() > N:
-        gap = np.where(x > lo, x - target, -np.inf)
-        x[int(np.argmax(gap))] -= 1
-    return x
+def name(prefix: str, stage: int, chunk: int) -> str:
+    """Parameter name of mini-stage (chunk, stage), e.g. ``layers_s0_v1``."""
+    return f"{prefix}_s{stage}_v{chunk}"
 
 
 def granularity(problem: Problem) -> str:
-    """``mini_stage`` (default) or ``stage``: how many recompute fractions a trial has."""
+    """``mini_stage`` (default) or ``stage`` (see module docstring)."""
     return problem.recompute_granularity
 
 
-def param_names(problem: Problem) -> list[str]:
-    """All float parameter names, in a fixed order."""
-    n = max(problem.vpp_candidates) * problem.P
-    names = [f"w{i}" for i in range(n)]
-    nr = problem.P if granularity(problem) == "stage" else n
-    for k in problem.kinds:
-        names += [f"{KIND_PREFIX[k]}{i}" for i in range(nr)]
-    return names
+def param_names(problem: Problem, V: int) -> list[str]:
+    """The integer parameter names of a trial with pp_interleave_num ``V``, in suggestion order:
+    layers then each allowed recompute kind, chunk-major (MindFormers' order)."""
+    prefixes = ["layers"] + [KIND_PREFIX[k] for k in ("full", "select", "comm") if k in problem.kinds]
+    return [name(pre, s, v) for pre in prefixes for v in range(V) for s in range(problem.P)]
+
+
+def layout_error(problem: Problem, cand: Candidate) -> str | None:
+    """Why ``cand`` is not a layout of the problem's space (None when it is): V not runnable,
+    layers outside :meth:`Problem.bounds` or not summing to num_layers, a recompute count outside
+    [0, layers], a kind the space may not set."""
+    if cand.V not in problem.vpp_candidates:
+        return f"pp_interleave_num {cand.V} is not one of {list(problem.vpp_candidates)}"
+    lo, hi = problem.bounds(cand.V)
+    if int(cand.layers.sum()) != problem.N:
+        return f"layers sum to {int(cand.layers.sum())}, not num_layers {problem.N}"
+    if (cand.layers < lo).any() or (cand.layers > hi).any():
+        return f"layers {cand.layers.tolist()} outside the bounds {lo.tolist()}..{hi.tolist()}"
+    for k, t in (("full", cand.rec), ("select", cand.sel), ("comm", cand.com)):
+        if (t < 0).any() or (t > cand.layers).any():
+            return f"{KIND_PREFIX[k]} counts {t.tolist()} outside [0, layers]"
+        if k not in problem.kinds and t.any():
+            return f"{KIND_PREFIX[k]} is not in the searched space"
+    return None
 
 
 def decode(problem: Problem, params: dict[str, Any]) -> Candidate:
-    """Candidate for a parameter dict (see module docstring)."""
-    V = int(params["pp_interleave_num"])
-    P = problem.P
-    n = V * P
-    lo, hi = problem.bounds(V)
-    w = np.array([params[f"w{i}"] for i in range(n)])
-    layers = apportion(problem.N, w, lo.reshape(-1), hi.reshape(-1)).reshape(V, P)
-    tables = {}
-    for k in ("full", "select", "comm"):
-        if k in problem.kinds:
-            if granularity(problem) == "stage":
-                f = np.broadcast_to(np.array([params[f"{KIND_PREFIX[k]}{i}"] for i in range(P)]), (V, P))
-            else:
-                f = np.array([params[f"{KIND_PREFIX[k]}{i}"] for i in range(n)]).reshape(V, P)
-            tables[k] = np.minimum(np.rint(f * layers).astype(np.int64), layers)
-        else:
-            tables[k] = np.zeros((V, P), dtype=np.int64)
-    return Candidate(V, layers, tables["full"], tables["select"], tables["comm"])
+    """The candidate of a parameter dict (module docstring).
+
+    Raises:
+        KeyError: a parameter of the trial's V is missing. ValueError: not a valid layout
+            (:func:`layout_error` says why).
+    """
+    V, P = int(params["pp_interleave_num"]), problem.P
+
+    def table(prefix: str) -> np.ndarray:
+        return np.array([[int(params[name(prefix, s, v)]) for s in range(P)] for v in range(V)], dtype=np.int64)
+
+    z = np.zeros((V, P), dtype=np.int64)
+    tabs = [table(KIND_PREFIX[k]) if k in problem.kinds else z.copy() for k in ("full", "select", "comm")]
+    cand = Candidate(V, table("layers"), *tabs)
+    err = layout_error(problem, cand)
+    if err is not None:
+        raise ValueError(err)
+    return cand
 
 
 def encode(problem: Problem, cand: Candidate) -> dict[str, Any]:
-    """Parameters that decode to ``cand`` (unused mini-stages of a smaller V get neutral values)."""
-    V, P = cand.V, problem.P
-    nmax = max(problem.vpp_candidates) * P
-    flat = cand.layers.reshape(-1).astype(np.float64)
-    mean = problem.N / flat.size
-    params: dict[str, Any] = {"pp_interleave_num": V}
-    for i in range(nmax):
-        params[f"w{i}"] = float(min(W_MAX, flat[i] / mean)) if i < flat.size else 1.0
-    for k, table in (("full", cand.rec), ("select", cand.sel), ("comm", cand.com)):
-        if k not in problem.kinds:
-            continue
-        if granularity(problem) == "stage":
-            tot_l, tot_t = cand.layers.sum(axis=0), table.sum(axis=0)
-            for i in range(P):
-                params[f"{KIND_PREFIX[k]}{i}"] = float(tot_t[i] / tot_l[i]) if tot_l[i] > 0 else 0.0
-            continue
-        t = table.reshape(-1)
-        for i in range(nmax):
-            params[f"{KIND_PREFIX[k]}{i}"] = float(t[i] / flat[i]) if i < flat.size and flat[i] > 0 else 0.0
-    return params
+    """The parameters of ``cand`` (:func:`decode` gives it back)."""
+    out: dict[str, Any] = {"pp_interleave_num": int(cand.V)}
+    tabs = {"layers": cand.layers, "full": cand.rec, "select": cand.sel, "comm": cand.com}
+    for v in range(cand.V):
+        for s in range(problem.P):
+            out[name("layers", s, v)] = int(cand.layers[v, s])
+    for k in ("full", "select", "comm"):
+        if k in problem.kinds:
+            for v in range(cand.V):
+                for s in range(problem.P):
+                    out[name(KIND_PREFIX[k], s, v)] = int(tabs[k][v, s])
+    return out
+
+
+def stage_counts(layers: np.ndarray, fraction: np.ndarray) -> np.ndarray:
+    """Recompute counts int [V, P] of a stage-granularity layout: round(fraction[s] · layers[v, s])."""
+    return np.minimum(np.rint(np.asarray(fraction)[None, :] * layers).astype(np.int64), layers)
 
 
 def representable(problem: Problem, cand: Candidate) -> bool:
-    """True when ``decode(encode(cand))`` gives ``cand`` back (V runnable, weights in range, the
-    recompute kinds used allowed by the space)."""
-    if cand.V not in problem.vpp_candidates:
+    """True when ``cand`` is a layout of the space (:func:`layout_error`) and, with
+    ``recompute_granularity: stage``, each stage's counts follow one fraction (f_s = the stage's
+    recomputed layers / its layers)."""
+    if layout_error(problem, cand) is not None:
         return False
-    back = decode(problem, encode(problem, cand))
-    same = np.array_equal(back.layers, cand.layers)
-    for k, a, b in (("full", back.rec, cand.rec), ("select", back.sel, cand.sel), ("comm", back.com, cand.com)):
-        same = same and (np.array_equal(a, b) if k in problem.kinds else not b.any())
-    return bool(same)
+    if granularity(problem) != "stage":
+        return True
+    tot = cand.layers.sum(axis=0)
+    for t in (cand.rec, cand.sel, cand.com):
+        f = np.where(tot > 0, t.sum(axis=0) / np.maximum(tot, 1), 0.0)
+        if not np.array_equal(stage_counts(cand.layers, f), t):
+            return False
+    return True

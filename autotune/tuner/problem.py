@@ -116,6 +116,41 @@ class Problem:
             hi = np.minimum(hi, b + self.max_abs_offset)
         return lo, hi
 
+    def min_static_mib(self) -> float:
+        """A lower bound (MiB) on the worst stage's static memory over every layout of the space
+        (every V candidate, any recompute): no layout fits when it exceeds ``hbm_mib``.
+
+        Stage s of a layout with V chunks holds n_s >= Σ_v lo[v, s] layers (:meth:`bounds`), Σ n_s
+        = N, and its static memory is at least c_s + n_s · a, where a is the least static MiB a
+        layer of this model adds (the cheapest layer kind present, with the most negative static
+        change of any recompute class) and c_s the per-stage constant plus the embedding / LM head
+        on the stages that hold them (:func:`autotune.cost.inputs.stage_costs`). The least
+        max_s (c_s + n_s · a) is the water-filling of the N layers over the stages (each layer to
+        the stage with the least static so far); exact when every layer has the same static
+        memory (pipeline_stage 1: the whole model's weights, gradients and optimizer state).
+        """
+        pa = self.pa
+        present = pa.kind_prefix[:, -1] > 0
+        per_layer = pa.static_k[present].astype(np.float64)
+        if pa.static_dc is not None and pa.static_dc.size:
+            per_layer = per_layer + np.minimum(0.0, pa.static_dc[present].min(axis=1))
+        a = max(0.0, float(per_layer.min())) if per_layer.size else 0.0
+        best = float("inf")
+        for V in self.vpp_candidates:
+            pos = np.asarray(get_schedule(self.schedule).virtual_position(self.P, V))
+            hp, tp = int(np.argwhere(pos == 0)[0][1]), int(np.argwhere(pos == V * self.P - 1)[0][1])
+            c = np.full(self.P, pa.stage_const_mib, dtype=np.float64)
+            c[hp] += pa.head.static_mib
+            c[tp] += pa.tail.static_mib
+            lo, _ = self.bounds(V)
+            n = lo.sum(axis=0).astype(np.int64)
+            load = c + a * n
+            for _ in range(int(self.N - n.sum())):  # water-filling, one layer at a time
+                i = int(np.argmin(load))
+                load[i] += a
+            best = min(best, float(load.max()))
+        return best
+
     def costs(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
               com: np.ndarray) -> StageCosts:
         """Per-mini-stage costs of a batch (arrays int [B, V, P]); ``static_mib`` [B, P] needs no

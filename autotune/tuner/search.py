@@ -31,6 +31,7 @@ from autotune.tuner.inputs import DEFAULT_DEVICE, as_config, config_schedule
 from autotune.tuner.outcome import SAFETY_TIMEOUT_S, SearchOutcome
 from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
+from autotune.tuner.progress import LINE_EVERY_S, Progress, as_progress
 from autotune.tuner.runner import candidate_from_trial, open_storage, run_study
 from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds
 from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search_space
@@ -59,6 +60,7 @@ class StudiesOutcome:
     trials: int = 0
     timed_out: bool = False
     gap_met: bool = False
+    local_optimum: bool = False
     time_limit_s: float | None = None
     pareto_pool: list[tuple[Variant, Candidate]] = field(default_factory=list)
     pareto_exact: bool = True
@@ -129,31 +131,53 @@ def outside_space_error(user: Layout, prepared: list[Prepared]) -> dict[str, Any
                        f"{list(prob0.vpp_candidates)} runnable with these sizes)"}
 
 
+def base_seeds(cfg: TrainingConfig, problem: Problem, user: Layout | None) -> list[Candidate]:
+    """The seeds every sub-problem starts from: the user's layout (when its V is runnable here),
+    the even split with full recompute (when the space may write it) and with none."""
+    seeds: list[Candidate] = []
+    if user is not None and user.vpp in problem.vpp_candidates:
+        seeds.append(Candidate.from_layout(user, origin="user"))
+    V0 = cfg.pp_interleave_num if cfg.pp_interleave_num in problem.vpp_candidates else problem.vpp_candidates[0]
+    even = even_layers(cfg.num_layers, cfg.pipeline_stage, V0)
+    z = np.zeros_like(even)
+    full = Candidate(V0, even, even.copy(), z, z, origin="even_full_recompute")
+    none = Candidate(V0, even, z, z, z, origin="even_no_recompute")
+    return seeds + ([full] if "full" in problem.kinds else []) + [none]
+
+
+def baselines_of(cfg: TrainingConfig, var: Variant, problem: Problem,
+                 user: Layout | None) -> dict[str, CostReport | None]:
+    """The baselines on a sub-problem (the first one: the config's own knobs, the first scheduler
+    candidate): your config, the even split with full and with no recompute."""
+    V0 = cfg.pp_interleave_num if cfg.pp_interleave_num in problem.vpp_candidates else problem.vpp_candidates[0]
+    even = even_layers(cfg.num_layers, cfg.pipeline_stage, V0)
+    z = np.zeros_like(even)
+    mine = user is not None and user.vpp in problem.vpp_candidates
+    return {"user": report(cfg, var, Candidate.from_layout(user, origin="user")) if mine else None,
+            "even_full_recompute": report(cfg, var, Candidate(V0, even, even.copy(), z, z)),
+            "even_no_recompute": report(cfg, var, Candidate(V0, even, z, z, z))}
+
+
 def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
-            timeout: float | None, t0: float) -> tuple[dict[str, CostReport | None], list[Prepared]]:
-    """The baselines (on the first sub-problem: the config's own knobs, the first scheduler
-    candidate) and each sub-problem's seeds and bound; with ``timeout`` the k-th sub-problem's
-    solvers stop at ``t0 + timeout / 2 · (k + 1) / len(subs)``."""
-    N, P = cfg.num_layers, cfg.pipeline_stage
-    baselines: dict[str, CostReport | None] = {"user": None}
+            timeout: float | None, t0: float,
+            prog: Progress | None = None) -> tuple[dict[str, CostReport | None], list[Prepared]]:
+    """The baselines (:func:`baselines_of` on the first sub-problem) and each sub-problem's seeds
+    and bound; with ``timeout`` the k-th sub-problem's solvers stop at ``t0 + timeout / 2 · (k +
+    1) / len(subs)``. ``prog`` shows the ``bounds`` phase (sub-problem, solver step, best and bound
+    so far)."""
+    prog = prog or Progress()
+    baselines = baselines_of(cfg, subs[0][0], subs[0][1], user)
     prepared = []
     for k, (var, problem) in enumerate(subs):
-        seeds: list[Candidate] = []
-        if user is not None and user.vpp in problem.vpp_candidates:
-            seeds.append(Candidate.from_layout(user, origin="user"))
-            if k == 0:
-                baselines["user"] = report(cfg, var, seeds[0])
-        V0 = cfg.pp_interleave_num if cfg.pp_interleave_num in problem.vpp_candidates else problem.vpp_candidates[0]
-        even = even_layers(N, P, V0)
-        z = np.zeros_like(even)
-        full = Candidate(V0, even, even.copy(), z, z, origin="even_full_recompute")
-        none = Candidate(V0, even, z, z, z, origin="even_no_recompute")
-        if k == 0:
-            baselines["even_full_recompute"] = report(cfg, var, full)
-            baselines["even_no_recompute"] = report(cfg, var, none)
-        seeds += ([full] if "full" in problem.kinds else []) + [none]  # only what the space may write
         share = None if timeout is None else t0 + timeout * 0.5 * (k + 1) / len(subs)
-        prepared.append(Prepared(var, problem, bound_and_seeds(problem, seeds, deadline=share)))
+        which = f"sub-problem {k + 1}/{len(subs)}"
+        prog.phase("bounds", which)
+
+        def say(step: str, best: float | None, bound: float | None, which: str = which) -> None:
+            prog.update(detail=f"{which}: {step}", best_ms=best, bound_ms=bound)
+
+        bs = bound_and_seeds(problem, base_seeds(cfg, problem, user), deadline=share, report=say)
+        prepared.append(Prepared(var, problem, bs))
     return baselines, prepared
 
 
@@ -176,7 +200,7 @@ def _front_of(pr: Prepared, outcome: Any, sp: SearchSpace) -> list[tuple[Variant
 
 def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, trials: int,
                 timeout: float | None, t0: float, seed: int | None, storage: Any, study_name: str | None,
-                progress: bool | str, gap: float | None, safety_net: bool = True) -> StudiesOutcome:
+                progress: "bool | str | Progress", gap: float | None, safety_net: bool = True) -> StudiesOutcome:
     """Run the sub-problems' studies in order of their lower bound (module docstring, step 3).
 
     Without ``timeout`` the studies get :data:`SAFETY_TIMEOUT_S` counted from ``t0`` (the bound
@@ -187,6 +211,7 @@ def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, tria
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
     limit = (SAFETY_TIMEOUT_S if safety_net else None) if timeout is None else timeout
     out = StudiesOutcome(time_limit_s=limit)
+    runs: list[str] = []
     for i in sorted(range(len(prepared)), key=lambda i: (bounds[i], i)):
         pr = prepared[i]
         best = out.best
@@ -202,6 +227,7 @@ def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, tria
         out.trials += outcome.trials
         out.timed_out = out.timed_out or outcome.timed_out
         out.gap_met = out.gap_met or outcome.stopped_by == "gap"
+        runs.append(outcome.stopped_by)
         if out.study is None:
             out.study = outcome.study
         if outcome.best is not None and (best is None or outcome.best.step_ms < best[1].step_ms - 1e-9):
@@ -215,6 +241,7 @@ def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, tria
             out.pareto_pool += _front_of(pr, outcome, sp)
             out.pareto_exact = out.pareto_exact and pr.bs.exact and (
                 sp.recompute_granularity == "mini_stage" or pr.problem.vpp_candidates == (1,))
+    out.local_optimum = bool(runs) and all(r == "neighbourhood" for r in runs)
     return out
 
 
@@ -242,14 +269,67 @@ def pareto_front(cfg: TrainingConfig, pool: list[tuple[Variant, Candidate]], use
     return front
 
 
+def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
+                   user_error: dict[str, Any] | None, margin_mib: float, t0: float) -> SearchOutcome | None:
+    """The answer without a bound phase when no layout of any sub-problem can fit: the least
+    static memory of every layout (:meth:`Problem.min_static_mib`) exceeds the budget (less the
+    margin). Seconds, not minutes: the baselines are evaluated, nothing is searched. None when
+    some layout may fit."""
+    floor = min(p.min_static_mib() for _, p in subs)
+    if not floor > float(cfg.hbm_mib):
+        return None
+    var, problem = subs[0]
+    baselines = baselines_of(cfg, var, problem, user)
+    if baselines["user"] is None and user_error is None and user is not None:
+        user_error = outside_space_error(user, [Prepared(var, problem, BoundAndSeeds([], float("inf")))])
+    sel_p, comm_p = _patterns(user)
+    return SearchOutcome(best=None, closest=baselines["even_full_recompute"] or baselines["even_no_recompute"],
+                         baselines=baselines, trials=0, seconds=time.monotonic() - t0, config=var.cfg,
+                         profile=var.profile, select_patterns=var.select_patterns or sel_p,
+                         comm_patterns=var.comm_patterns or comm_p, stopped_by="static_memory",
+                         settings=dict(var.settings), subproblems=len(subs), hbm_margin_mib=margin_mib,
+                         user_config_error=user_error, min_static_mib=floor)
+
+
+def _stopped_by(st: StudiesOutcome, timed_out: bool, timeout: float | None, stop_at: float | None) -> str:
+    """Why the search ended (:attr:`SearchOutcome.stopped_by`)."""
+    best = st.best
+    if timed_out:
+        return "timeout" if timeout is not None else "safety_net"
+    if st.gap_met or (stop_at is not None and best is not None and best[1].step_ms <= stop_at):
+        return "gap"
+    return "neighbourhood" if st.local_optimum else "trials"
+
+
 def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
                space: SearchSpace | str | Path | None = None, trials: int = 200,
                timeout: float | None = None, seed: int | None = 0, storage: Any = None,
                study_name: str | None = None, device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
-               overrides: dict[str, float] | None = None, progress: bool | str = False,
+               overrides: dict[str, float] | None = None, progress: "bool | str | Progress" = False,
                gap: float | None = 0.005, objective: str = "time",
-               hbm_margin: float | str | None = None, safety_net: bool = True) -> SearchOutcome:
-    """The search of :func:`autotune.search` (same arguments and errors; module docstring)."""
+               hbm_margin: float | str | None = None, safety_net: bool = True,
+               progress_every_s: float = LINE_EVERY_S) -> SearchOutcome:
+    """The search of :func:`autotune.search` (same arguments and errors; module docstring).
+    ``progress``: False, True / "bar", "lines" or a :class:`~autotune.tuner.progress.Progress`
+    (phases ``reading``, ``bounds``, ``search``, ``polish``); ``progress_every_s``: seconds between
+    status lines with "lines"."""
+    prog, own = as_progress(progress, progress_every_s)
+    try:
+        prog.phase("reading", "config, profile, search space")
+        return _run_search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
+                           storage=storage, study_name=study_name, device=device, hbm_mib=hbm_mib,
+                           overrides=overrides, prog=prog, gap=gap, objective=objective,
+                           hbm_margin=hbm_margin, safety_net=safety_net)
+    finally:
+        if own:
+            prog.close()
+
+
+def _run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None, *,
+                space: SearchSpace | str | Path | None, trials: int, timeout: float | None, seed: int | None,
+                storage: Any, study_name: str | None, device: str, hbm_mib: float | None,
+                overrides: dict[str, float] | None, prog: Progress, gap: float | None, objective: str,
+                hbm_margin: float | str | None, safety_net: bool) -> SearchOutcome:
     t0 = time.monotonic()
     objective = check_arguments(gap, objective)
     cfg = as_config(config, hbm_mib)
@@ -263,7 +343,10 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
         config_schedule(cfg)
     subs = subproblems(cfg, sp, expand_space(cfg, sp, profile, device=device, overrides=overrides))
     user, user_error = user_layout(cfg)
-    baselines, prepared = prepare(cfg, subs, user, timeout, t0)
+    verdict = static_verdict(cfg, subs, user, user_error, margin_mib, t0)
+    if verdict is not None:
+        return verdict
+    baselines, prepared = prepare(cfg, subs, user, timeout, t0, prog)
     # an explicit timeout whose bound-phase share ran out may have cut a local search short
     cut_in_bounds = timeout is not None and time.monotonic() > t0 + timeout * 0.5
     if baselines["user"] is None and user_error is None and user is not None:
@@ -271,17 +354,11 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
     lb = min(pr.bs.bound_ms for pr in prepared)
     pareto = objective == "time,memory"
     st = run_studies(prepared, sp, pareto=pareto, trials=trials, timeout=timeout, t0=t0, seed=seed,
-                     storage=storage, study_name=study_name, progress=progress, gap=gap,
+                     storage=storage, study_name=study_name, progress=prog, gap=gap,
                      safety_net=safety_net)
     best, closest = st.best, st.closest
     timed_out = st.timed_out or cut_in_bounds
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
-    if timed_out:
-        stopped_by = "timeout" if timeout is not None else "safety_net"
-    elif st.gap_met or (stop_at is not None and best is not None and best[1].step_ms <= stop_at):
-        stopped_by = "gap"
-    else:
-        stopped_by = "trials"
     cert = None
     if best is not None and np.isfinite(lb) and lb > 0:
         cert = max(0.0, (best[1].step_ms - lb) / lb)
@@ -300,7 +377,7 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
                          select_patterns=sel_p, comm_patterns=comm_p,
                          lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
                          exact=all(pr.bs.exact for pr in prepared), timed_out=timed_out,
-                         stopped_by=stopped_by, time_limit_s=st.time_limit_s,
+                         stopped_by=_stopped_by(st, timed_out, timeout, stop_at), time_limit_s=st.time_limit_s,
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -50,6 +51,10 @@ IMPROVE_SHARE = 0.8
 LOCAL_STARTS = 3
 #: Moves per local search.
 LOCAL_ITERS = 60
+
+
+#: A progress callback: (step name, best feasible step ms or None, lower bound ms or None).
+Report = Callable[[str, "float | None", "float | None"], None]
 
 
 @dataclass
@@ -159,7 +164,7 @@ def _exact(problem: Problem, deadline: float | None, notes: list[str]) -> ExactR
 
 
 def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
-                    deadline: float | None = None) -> BoundAndSeeds:
+                    deadline: float | None = None, report: Report | None = None) -> BoundAndSeeds:
     """The exact optimum as the seed and the bound when the space is small; otherwise the module's
     pipeline: solver seeds and the lower bound of the passes of
     :data:`autotune.tuner.bounds.REGISTRY` (the first one before the local search, the others
@@ -170,9 +175,13 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         seeds: caller's seeds (user config, baselines), kept first.
         deadline: time.monotonic() limit of the whole pipeline (None: bounded by work only); the
             first bound pass and the local searches stop at FIRST_PASS_SHARE / IMPROVE_SHARE of it.
+        report: called as each step starts with (step name, best feasible step ms so far or None,
+            lower bound ms so far or None): the progress output (:mod:`autotune.tuner.progress`).
     """
     out = list(seeds)
     notes: list[str] = []
+    say = report or (lambda step, best, bound: None)
+    say("exact enumeration or even splits", None, None)
     ex = _exact(problem, deadline, notes)
     if ex is not None:
         return BoundAndSeeds(out + ([ex.best] if ex.best is not None else []),
@@ -186,17 +195,21 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     ub = _incumbent(starts + out)
     first, *later = REGISTRY
+    say("first bound pass", ub, None)
     b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=share(FIRST_PASS_SHARE)),
                 skip=first.skip)
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
     out += starts + relaxed
+    say("local search", _incumbent(out), min(b.per_v_ms.values()))
     out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=share(IMPROVE_SHARE))
+    say("recompute polish", _incumbent(out), None)
     out += polish(problem, out, dict(b.per_v_ms), deadline=deadline)
     out += finish(problem, out, deadline=deadline)
     per_v = b.per_v_ms
     ub2 = _incumbent(out)
     for p in later:
+        say(f"bound pass {p.seed_tag}", ub2, min(per_v.values()))
         t = tighten(problem, p.proofs, per_v, skip=p.skip,
                     ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline))
         per_v = t.per_v_ms

@@ -1,0 +1,200 @@
+"""The project's neighbourhood search as an Optuna sampler: every trial is a real proposal.
+
+:class:`NeighbourhoodSampler` proposes, for each trial that is not enqueued, the best-ranked layout
+one move away from the study's incumbent (its best trial: feasible first, then fastest) that the
+study does not hold yet and that beats the incumbent. The moves are those of the solver's local
+search (:mod:`autotune.tuner.moves`), tried in order:
+
+1. one layer from one mini-stage to another, the touched stages' recompute re-fitted (greedy fit
+   for pp_interleave_num 1, the edge-weighted exact fit otherwise, as in
+   :func:`autotune.tuner.solve.improve`);
+2. the 1-opt moves (:class:`autotune.tuner.moves.OneOptMoves`: one layer moved with the counts
+   kept, or one recompute count ±1);
+3. two single-layer moves at once, among the best ones (:func:`autotune.tuner.moves.pair_moves`);
+4. one stage's recompute replaced by another fitting combination of its chunks' options
+   (:func:`autotune.tuner.fit.stage_options`, the :data:`TRADE_TOP` least-replay ones).
+
+Each neighbourhood is simulated in one batch (memoised per incumbent), so a proposal is known to
+improve before its trial runs, and the trial records it. When no neighbour beats the incumbent
+(a local optimum of all four neighbourhoods), :meth:`NeighbourhoodSampler.propose` returns None
+and the runner stops the study: more trials could not help this search.
+
+The proposal is a pure function of the study's trials (no random state), so the same study gives
+the same trials in any process: a resumed or taken-over sweep study goes on exactly where it was.
+
+Memory goes where Optuna's samplers and optuna-dashboard read it: after each COMPLETE or PRUNED
+trial, :meth:`NeighbourhoodSampler.after_trial` stores the system attribute ``constraints`` =
+``(peak - budget MiB,)`` (Optuna 5.0.0's ``_process_constraints_after_trial``, the helper its
+TPE / NSGA-II ``constraints_func`` use; feasible when <= 0), read from the trial's
+``hbm_excess_mib`` user attribute.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import numpy as np
+import optuna
+from optuna.samplers._base import _process_constraints_after_trial
+
+from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
+from autotune.tuner.heuristic import _better, _pair_top
+from autotune.tuner.moves import OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
+from autotune.tuner.params import encode, representable
+from autotune.tuner.problem import Candidate, Problem
+
+#: User attribute holding a trial's memory excess (MiB, peak - budget; <= 0 fits).
+EXCESS_ATTR = "hbm_excess_mib"
+#: Recompute combinations per stage the third neighbourhood tries (a work cap).
+TRADE_TOP = 200
+#: Incumbents whose scans are remembered (bounds memory).
+SCAN_MEMO = 8
+
+
+def trial_layout(trial: optuna.trial.FrozenTrial) -> Candidate | None:
+    """The layout a trial holds (its ``layout`` user attribute), scored from its value and
+    ``hbm_excess_mib`` when it has them; None without one."""
+    raw = trial.user_attrs.get("layout")
+    if raw is None:
+        return None
+    d = json.loads(raw)
+    arr = lambda k: np.asarray(d[k], dtype=np.int64)  # noqa: E731
+    c = Candidate(int(d["V"]), arr("layers"), arr("rec"), arr("sel"), arr("com"),
+                  origin=trial.user_attrs.get("origin", "neighbour"))
+    if trial.values:
+        c.step_ms = float(trial.values[0])
+    if EXCESS_ATTR in trial.user_attrs:
+        c.excess_mib = float(trial.user_attrs[EXCESS_ATTR])
+        c.peak_mib = float(trial.user_attrs.get("peak_mib", float("nan")))
+    return c
+
+
+def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    return (float(trial.user_attrs[EXCESS_ATTR]),)
+
+
+class NeighbourhoodSampler(optuna.samplers.BaseSampler):
+    """Proposes neighbours of the study's incumbent (module docstring).
+
+    Args:
+        problem: the tuning problem the study searches (its parameters are
+            :mod:`autotune.tuner.params`'s).
+
+    A parameter the sampler has no proposal for (a study not made by autotune, or the study holds
+    no evaluated layout yet) is drawn by Optuna's ``RandomSampler(seed=0)``, so the sampler never
+    fails a trial.
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self._scans: dict[tuple, list[Candidate]] = {}
+        self._by_trial: dict[int, dict[str, Any] | None] = {}
+        self._fallback = optuna.samplers.RandomSampler(seed=0)
+        self.proposed = 0
+
+    # --- Optuna's sampler interface -------------------------------------------------------------
+    def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, search_space: dict) -> dict:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: optuna.distributions.BaseDistribution) -> Any:
+        if trial.number not in self._by_trial:
+            c = self.propose(study)
+            self._by_trial[trial.number] = None if c is None else encode(self.problem, c)
+            self.proposed += c is not None
+        params = self._by_trial[trial.number]
+        if params is not None and param_name in params:
+            return params[param_name]
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                    state: optuna.trial.TrialState, values: Sequence[float] | None) -> None:
+        self._by_trial.pop(trial.number, None)
+        if EXCESS_ATTR in trial.user_attrs:
+            _process_constraints_after_trial(_constraints, study, trial, state)
+
+    # --- the proposal ---------------------------------------------------------------------------
+    def incumbent(self, trials: list[optuna.trial.FrozenTrial]) -> Candidate | None:
+        """The best evaluated layout of ``trials`` (least clipped excess, then step, then trial
+        number); None when none is evaluated."""
+        best = None
+        for t in trials:
+            if t.state != optuna.trial.TrialState.COMPLETE:
+                continue
+            c = trial_layout(t)
+            if c is None or not np.isfinite(c.step_ms) or not np.isfinite(c.excess_mib):
+                continue
+            if best is None or _better(c, best):
+                best = c
+        return best
+
+    def propose(self, study: optuna.Study) -> Candidate | None:
+        """The best-ranked neighbour of the incumbent that beats it and the study does not hold
+        (module docstring); None at a local optimum or when nothing is evaluated yet."""
+        trials = study.get_trials(deepcopy=False)
+        inc = self.incumbent(trials)
+        if inc is None:
+            return None
+        held = {t.user_attrs["layout"] for t in trials if "layout" in t.user_attrs}
+        for c in self._ranked(inc):
+            if not _better(c, inc):
+                break  # ranked: no later neighbour beats the incumbent either
+            if layout_json(c) not in held:
+                return c
+        return None
+
+    def _ranked(self, inc: Candidate) -> list[Candidate]:
+        """The representable neighbours of ``inc`` that beat it, best first, over the four
+        neighbourhoods in order (the first that has any wins; memoised)."""
+        key = inc.key()
+        if key in self._scans:
+            return self._scans[key]
+        p = self.problem
+        fit = GREEDY if inc.V == 1 else edge_weighted_fit(inc.V)
+        memo = fit_cache(p)
+        out: list[Candidate] = []
+        single = scan(p, inc, SingleLayerMoves(), fit=fit, memo=memo)
+        out = self._improving(inc, single)
+        if not out:
+            out = self._improving(inc, scan(p, inc, OneOptMoves(), fit=fit, memo=memo))
+        if not out and single is not None:
+            top = _pair_top(p, inc.V, None)
+            if top >= 2:
+                order = np.lexsort((single.step_ms, single.excess_mib(p)))
+                out = self._improving(inc, scan(p, inc, PairMoves(singles=single.layouts.layers, order=order,
+                                                                     top=top), fit=fit, memo=memo))
+        if not out:
+            opts = stage_options(p, inc, TRADE_TOP)
+            for s in range(p.P):
+                if opts[s] is not None:
+                    out += self._improving(inc, scan(p, inc, RecomputeTrades(((s, opts[s]),))))
+            out.sort(key=lambda c: c.rank())
+        if len(self._scans) >= SCAN_MEMO:
+            self._scans.pop(next(iter(self._scans)))
+        self._scans[key] = out
+        return out
+
+    def _improving(self, inc: Candidate, sc: Scan | None) -> list[Candidate]:
+        """The neighbours of a scan that beat ``inc`` and are layouts of the space, best first."""
+        if sc is None:
+            return []
+        p = self.problem
+        order = np.lexsort((sc.step_ms, sc.excess_mib(p)))
+        out = []
+        for i in order:
+            c = sc.candidate(p, int(i), origin="neighbour")
+            if not _better(c, inc):
+                break
+            if representable(p, c):
+                out.append(c)
+        return out
+
+
+def layout_json(c: Candidate) -> str:
+    """The ``layout`` user attribute of a candidate (the key a study holds it by)."""
+    return json.dumps({"V": c.V, "layers": c.layers.tolist(), "rec": c.rec.tolist(),
+                       "sel": c.sel.tolist(), "com": c.com.tolist()})
