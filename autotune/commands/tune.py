@@ -169,6 +169,9 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--study-name", default=None, help="Study name in --storage (default: autotune).")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress output (bar on a terminal, status lines on a log).")
+@click.option("--progress-every", "progress_every", default=10.0, show_default=True,
+              type=click.FloatRange(0, min_open=True), metavar="S",
+              help="On a log (stderr not a terminal): seconds between status lines (one also starts each phase).")
 @click.option("--gap", default=0.005, show_default=True, type=click.FloatRange(0),
               help="Stop once the certified gap (best - lower bound) / lower bound is at most this.")
 @click.option("--objective", default="time", show_default=True,
@@ -183,7 +186,8 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
                hbm_margin: str | None, sets: tuple[str, ...], hf_config: str | None,
                out: str | None, force: bool, space: str | None,
                trials: int, timeout: float | None, seed: int, storage: str | None, study_name: str | None,
-               fmt: str, quiet: bool, gap: float, objective: str, dry_run: bool, report_dir: str | None,
+               fmt: str, quiet: bool, progress_every: float, gap: float, objective: str, dry_run: bool,
+               report_dir: str | None,
                source_kind: str = "auto", megatron_args: str | None = None, in_place: bool = False,
                layout_flags: str | None = None) -> None:
     """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table, the lower
@@ -213,91 +217,123 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
         raise ConfigError("--in-place and --layout-flags are for Megatron input (MindFormers: use autotune apply)",
                           field="--in-place" if in_place else "--layout-flags", value=True, rule="usage")
     device = device or "ascend-910b"
+    # a bar on a terminal; on a log (stderr not a TTY) a line per phase and every --progress-every s
+    from autotune.tuner.progress import Progress
 
-    cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)  # a bad margin stops here, before the work
-    if dry_run:
-        from autotune.tuner.describe import describe_space
-
-        info = describe_space(_cfg(config, hf_config), profile, space=space, device=device, hbm_mib=cfg.hbm_mib,
-                              overrides=_overrides(sets))
-        if margin > 0:
-            info["hbm_margin_mib"] = margin
-        if fmt == "json":
-            click.echo(json.dumps(info, indent=2))
-        else:
-            for k, v in info.items():
-                click.echo(f"{k}: {v}")
-        return
-    from autotune.emit.render import comparison_table, headroom_text, render_report
-    from autotune.emit.yaml_block import dump_yaml
-
-    _profile_warnings(profile)
-    # a bar on a terminal; on a log (stderr not a TTY) one status line every few seconds
-    progress = False if quiet else ("bar" if sys.stderr.isatty() else "lines")
-    result = search(_cfg(config, hf_config), profile, space=space, trials=trials, timeout=_search_timeout(timeout),
-                    seed=seed,
-                    storage=storage, study_name=study_name, device=device, hbm_mib=_hbm(hbm),
-                    overrides=_overrides(sets), progress=progress, gap=gap, objective=objective,
-                    hbm_margin=hbm_margin)
-    if timeout is not None and result.time_limit_s is not None:
-        result.time_limit_s = timeout  # the user's limit, counted from the command's start
-    m = result.hbm_margin_mib
-    if out:
-        write_text(out, result.to_yaml(full=True))
-    if report_dir:
-        files = result.write_report(report_dir)
-        if fmt != "json":
-            click.echo(f"wrote {len(files)} report files to {report_dir} (open report.html)", err=True)
+    prog = Progress(None if quiet or dry_run else ("bar" if sys.stderr.isatty() else "lines"),
+                    every_s=progress_every)
+    try:
+        prog.phase("reading", config)
+        cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)  # a bad margin stops here, before the work
+        if dry_run:
+            _dry_run(config, hf_config, profile, space, device, cfg.hbm_mib, sets, margin, fmt)
+            return
+        _profile_warnings(profile)
+        result = search(_cfg(config, hf_config), profile, space=space, trials=trials,
+                        timeout=_search_timeout(timeout), seed=seed, storage=storage, study_name=study_name,
+                        device=device, hbm_mib=_hbm(hbm), overrides=_overrides(sets), progress=prog, gap=gap,
+                        objective=objective, hbm_margin=hbm_margin)
+        if timeout is not None and result.time_limit_s is not None:
+            result.time_limit_s = timeout  # the user's limit, counted from the command's start
+        prog.phase("writing", out or report_dir or "results")
+        if out:
+            write_text(out, result.to_yaml(full=True))
+        files = result.write_report(report_dir) if report_dir else None
+    finally:
+        prog.close()
+    if files is not None and fmt != "json":
+        click.echo(f"wrote {len(files)} report files to {report_dir} (open report.html)", err=True)
     if result.timed_out and not quiet:  # also on stderr, where a log reader looks for trouble
         click.echo(f"warning: {result.stop_text()}", err=True)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        if result.best is None:
-            r = result.closest
-            what = "the HBM budget" if m == 0 else "the HBM budget with the safety margin"
-            click.echo(render_report(r, title=f"NO CONFIGURATION FITS {what}; closest found:", margin_mib=m))
-            click.echo(f"\nclosest config exceeds memory by {r.excess_mib:.0f} MiB on its worst stage")
-        else:
-            click.echo(render_report(result.best, title=f"autotune search {config}: best of {result.trials} "
-                                     f"trials in {result.seconds:.1f} s", margin_mib=m))
-        click.echo("")
-        if result.lower_bound_ms is not None:
-            gap_txt = "n/a" if result.certified_gap is None else f"{result.certified_gap:.2%}"
-            how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
-            click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
-                       f"{result.trials} trials | {result.seconds:.1f} s")
-        click.echo(result.stop_text())
-        click.echo(comparison_table(result.best, result.baselines, margin_mib=m))
-        best = result.best
-        if best is not None and m == 0 and best.hbm_budget_mib and \
-                best.hbm_budget_mib - best.peak_mib < TIGHT_HEADROOM * best.hbm_budget_mib:
-            click.echo(f"\nnote: the worst stage leaves {headroom_text(best.peak_mib, best.hbm_budget_mib)}; "
-                       f"peak memory is an estimate, so --hbm-margin 0.05 (or e.g. 2GB) keeps that much free")
-        if result.user_config_error:
-            e = result.user_config_error
-            click.echo(f"your config was not evaluated: [{e['rule']}] {e['field']}: {e['message']}")
-        if result.settings:
-            click.echo("\nother settings chosen: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
-        if result.pareto is not None:
-            click.echo("\n" + pareto_table(result.pareto, exact=result.pareto_exact, margin_mib=m))
-        click.echo("\nMindFormers keys to paste:")
-        click.echo(dump_yaml(result.tuned_block()).rstrip())
-        if out:
-            click.echo(f"\nwrote {out}")
+        _print_search(result, config, out)
+    if result.best is None:
+        _raise_infeasible(result, hbm, hbm_margin)
+
+
+def _dry_run(config: str, hf_config: str | None, profile: str | None, space: str | None, device: str,
+             hbm_mib: float, sets: tuple[str, ...], margin: float, fmt: str) -> None:
+    """``search --dry-run``: print the search space (size, free knobs, constraints)."""
+    from autotune.tuner.describe import describe_space
+
+    info = describe_space(_cfg(config, hf_config), profile, space=space, device=device, hbm_mib=hbm_mib,
+                          overrides=_overrides(sets))
+    if margin > 0:
+        info["hbm_margin_mib"] = margin
+    if fmt == "json":
+        click.echo(json.dumps(info, indent=2))
+    else:
+        for k, v in info.items():
+            click.echo(f"{k}: {v}")
+
+
+def _print_search(result: object, config: str, out: str | None) -> None:
+    """The text output of ``search``: per-stage table, bound and gap, why it stopped, comparison,
+    notes, Pareto front, the MindFormers keys."""
+    from autotune.emit.render import comparison_table, headroom_text, render_report
+    from autotune.emit.yaml_block import dump_yaml
+
+    m = result.hbm_margin_mib
     if result.best is None:
         r = result.closest
-        field = "--hbm" if hbm is not None else "context.max_device_memory"
-        if m > 0:
-            raise ConfigError(f"no configuration leaves the safety margin free: budget {r.hbm_budget_mib + m:.0f} "
-                              f"MiB - margin {m:.0f} MiB = limit {r.hbm_budget_mib:.0f} MiB; the closest found "
-                              f"peaks at {r.peak_mib:.0f} MiB (exceeds the limit by {r.excess_mib:.0f} MiB on its "
-                              f"worst stage): lower --hbm-margin, raise the budget or add pipeline stages",
-                              field="--hbm-margin", value=hbm_margin, rule="R_HBM_INFEASIBLE")
-        raise ConfigError(f"no configuration fits the HBM budget of {r.hbm_budget_mib:.0f} MiB; the closest "
-                          f"found peaks at {r.peak_mib:.0f} MiB (exceeds by {r.excess_mib:.0f} MiB on its worst "
-                          f"stage): raise the budget or add pipeline stages", field=field,
-                          value=hbm if hbm is not None else r.hbm_budget_mib, rule="R_HBM_INFEASIBLE")
+        what = "the HBM budget" if m == 0 else "the HBM budget with the safety margin"
+        click.echo(render_report(r, title=f"NO CONFIGURATION FITS {what}; closest found:", margin_mib=m))
+        click.echo(f"\nclosest config exceeds memory by {r.excess_mib:.0f} MiB on its worst stage")
+    else:
+        click.echo(render_report(result.best, title=f"autotune search {config}: best of {result.trials} "
+                                 f"trials in {result.seconds:.1f} s", margin_mib=m))
+    click.echo("")
+    if result.lower_bound_ms is not None:
+        gap_txt = "n/a" if result.certified_gap is None else f"{result.certified_gap:.2%}"
+        how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
+        click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
+                   f"{result.trials} trials | {result.seconds:.1f} s")
+    click.echo(result.stop_text())
+    click.echo(comparison_table(result.best, result.baselines, margin_mib=m))
+    best = result.best
+    if best is not None and m == 0 and best.hbm_budget_mib and \
+            best.hbm_budget_mib - best.peak_mib < TIGHT_HEADROOM * best.hbm_budget_mib:
+        click.echo(f"\nnote: the worst stage leaves {headroom_text(best.peak_mib, best.hbm_budget_mib)}; "
+                   f"peak memory is an estimate, so --hbm-margin 0.05 (or e.g. 2GB) keeps that much free")
+    if result.user_config_error:
+        e = result.user_config_error
+        click.echo(f"your config was not evaluated: [{e['rule']}] {e['field']}: {e['message']}")
+    if result.settings:
+        click.echo("\nother settings chosen: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
+    if result.pareto is not None:
+        click.echo("\n" + pareto_table(result.pareto, exact=result.pareto_exact, margin_mib=m))
+    click.echo("\nMindFormers keys to paste:")
+    click.echo(dump_yaml(result.tuned_block()).rstrip())
+    if out:
+        click.echo(f"\nwrote {out}")
+
+
+def _raise_infeasible(result: object, hbm: str | None, hbm_margin: str | None) -> None:
+    """The R_HBM_INFEASIBLE error (exit 2) of a search where nothing fits: the static-memory floor
+    when it alone exceeds the limit (decided before the bound phase), else the closest config."""
+    r, m = result.closest, result.hbm_margin_mib
+    field = "--hbm-margin" if m > 0 else ("--hbm" if hbm is not None else "context.max_device_memory")
+    value = hbm_margin if m > 0 else (hbm if hbm is not None else r.hbm_budget_mib)
+    limit = (f"budget {r.hbm_budget_mib + m:.0f} MiB - margin {m:.0f} MiB = limit {r.hbm_budget_mib:.0f} MiB"
+             if m > 0 else f"the HBM budget of {r.hbm_budget_mib:.0f} MiB")
+    fix = ("lower --hbm-margin, raise the budget or add pipeline stages" if m > 0
+           else "raise the budget or add pipeline stages")
+    if result.stopped_by == "static_memory":
+        raise ConfigError(f"no configuration can fit {limit}: on the worst stage of every layout, static memory "
+                          f"(weights, gradients, optimizer state, embedding / LM head) needs at least "
+                          f"{result.min_static_mib:.0f} MiB and with one micro-batch's activations at least "
+                          f"{result.min_peak_mib:.0f} MiB (exceeds by {result.min_peak_mib - r.hbm_budget_mib:.0f} "
+                          f"MiB; decided before the bound phase): {fix}", field=field, value=value,
+                          rule="R_HBM_INFEASIBLE")
+    if m > 0:
+        raise ConfigError(f"no configuration leaves the safety margin free: {limit}; the closest found "
+                          f"peaks at {r.peak_mib:.0f} MiB (exceeds the limit by {r.excess_mib:.0f} MiB on its "
+                          f"worst stage): {fix}", field=field, value=value, rule="R_HBM_INFEASIBLE")
+    raise ConfigError(f"no configuration fits {limit}; the closest found peaks at {r.peak_mib:.0f} MiB (exceeds "
+                      f"by {r.excess_mib:.0f} MiB on its worst stage): {fix}", field=field, value=value,
+                      rule="R_HBM_INFEASIBLE")
 
 
 def pareto_table(front: list[dict], *, exact: bool = False, margin_mib: float = 0.0) -> str:

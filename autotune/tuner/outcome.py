@@ -56,9 +56,10 @@ class SearchOutcome:
         user_config_error: why the "user" baseline is missing (``{"rule", "field", "message"}``:
             the config's own layout breaks a rule, or lies outside the searched space); None when
             it was evaluated.
-        min_static_mib: with ``stopped_by="static_memory"``, a lower bound on the worst stage's
-            static MiB over every layout (:meth:`autotune.tuner.problem.Problem.min_static_mib`),
-            above the budget (less the margin); None otherwise.
+        min_static_mib, min_peak_mib: with ``stopped_by="static_memory"``, lower bounds on the
+            worst stage's static MiB, and static + one micro-batch's activations, over every layout
+            (:meth:`autotune.tuner.problem.Problem.memory_floor_mib`); the second is above the
+            budget (less the margin). None otherwise.
     """
 
     best: CostReport | None
@@ -84,6 +85,7 @@ class SearchOutcome:
     hbm_margin_mib: float = 0.0
     user_config_error: dict[str, Any] | None = None
     min_static_mib: float | None = None
+    min_peak_mib: float | None = None
 
     def stop_text(self) -> str:
         """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
@@ -97,9 +99,10 @@ class SearchOutcome:
                     f"and load); certified gap then {gap}")
         if self.stopped_by == "static_memory":
             limit = self.config.hbm_mib
-            return (f"stopped before the bound phase: static memory alone (weights, gradients, optimizer "
-                    f"state, embedding / LM head) needs at least {self.min_static_mib:.0f} MiB on the worst "
-                    f"stage of every layout, above the limit of {limit:.0f} MiB; no trials run")
+            return (f"stopped before the bound phase: on the worst stage of every layout, static memory "
+                    f"(weights, gradients, optimizer state, embedding / LM head) needs at least "
+                    f"{self.min_static_mib:.0f} MiB and with one micro-batch's activations at least "
+                    f"{self.min_peak_mib:.0f} MiB, above the limit of {limit:.0f} MiB; no trials run")
         if self.stopped_by == "neighbourhood":
             return (f"stopped at a local optimum after {self.trials} trials: no neighbour of the best "
                     f"config (one or two layers moved, one stage's recompute changed) is faster, so more "

@@ -116,40 +116,44 @@ class Problem:
             hi = np.minimum(hi, b + self.max_abs_offset)
         return lo, hi
 
-    def min_static_mib(self) -> float:
-        """A lower bound (MiB) on the worst stage's static memory over every layout of the space
-        (every V candidate, any recompute): no layout fits when it exceeds ``hbm_mib``.
+    def memory_floor_mib(self) -> tuple[float, float]:
+        """Lower bounds (MiB) on the worst stage's memory over every layout of the space (every V
+        candidate, any recompute): (static memory alone, static + the activations one micro-batch
+        keeps). No layout fits when the second exceeds ``hbm_mib``.
 
         Stage s of a layout with V chunks holds n_s >= Σ_v lo[v, s] layers (:meth:`bounds`), Σ n_s
-        = N, and its static memory is at least c_s + n_s · a, where a is the least static MiB a
-        layer of this model adds (the cheapest layer kind present, with the most negative static
-        change of any recompute class) and c_s the per-stage constant plus the embedding / LM head
-        on the stages that hold them (:func:`autotune.cost.inputs.stage_costs`). The least
-        max_s (c_s + n_s · a) is the water-filling of the N layers over the stages (each layer to
-        the stage with the least static so far); exact when every layer has the same static
-        memory (pipeline_stage 1: the whole model's weights, gradients and optimizer state).
+        = N. Its static memory is at least c_s + n_s · a: a is the least static MiB a layer of
+        this model adds (the cheapest layer kind present, with the most negative static change of
+        any recompute class), c_s the per-stage constant plus the embedding / LM head on the
+        stages that hold them (:func:`autotune.cost.inputs.stage_costs`). When its first backward
+        starts, the stage still keeps the forward activations of micro-batch 0 in every one of its
+        layers (that backward needs the whole forward of the micro-batch), at least n_s · b MiB
+        (b: the least activation a layer keeps, any recompute class) plus the head's / tail's;
+        with ``seq_split_num > 1`` this term is left out. The least max_s over splits is the
+        water-filling of the N layers over the stages (each layer to the least loaded stage);
+        exact for the static part when every layer has the same static memory (pipeline_stage 1:
+        the whole model's weights, gradients and optimizer state).
         """
         pa = self.pa
         present = pa.kind_prefix[:, -1] > 0
-        per_layer = pa.static_k[present].astype(np.float64)
+        st = pa.static_k[present].astype(np.float64)
         if pa.static_dc is not None and pa.static_dc.size:
-            per_layer = per_layer + np.minimum(0.0, pa.static_dc[present].min(axis=1))
-        a = max(0.0, float(per_layer.min())) if per_layer.size else 0.0
-        best = float("inf")
+            st = st + np.minimum(0.0, pa.static_dc[present].min(axis=1))
+        act = pa.act_kc[present].min(axis=1) if self.seq_split_num == 1 else np.zeros(int(present.sum()))
+        a = max(0.0, float(st.min())) if st.size else 0.0
+        b = max(0.0, float((st + act).min())) if st.size else 0.0
+        keep = 1.0 if self.seq_split_num == 1 else 0.0
+        floors = [float("inf"), float("inf")]
         for V in self.vpp_candidates:
             pos = np.asarray(get_schedule(self.schedule).virtual_position(self.P, V))
             hp, tp = int(np.argwhere(pos == 0)[0][1]), int(np.argwhere(pos == V * self.P - 1)[0][1])
-            c = np.full(self.P, pa.stage_const_mib, dtype=np.float64)
-            c[hp] += pa.head.static_mib
-            c[tp] += pa.tail.static_mib
-            lo, _ = self.bounds(V)
-            n = lo.sum(axis=0).astype(np.int64)
-            load = c + a * n
-            for _ in range(int(self.N - n.sum())):  # water-filling, one layer at a time
-                i = int(np.argmin(load))
-                load[i] += a
-            best = min(best, float(load.max()))
-        return best
+            n = self.bounds(V)[0].sum(axis=0).astype(np.int64)
+            for i, (per, h, t) in enumerate(((a, 0.0, 0.0), (b, keep * pa.head.act_mib, keep * pa.tail.act_mib))):
+                c = np.full(self.P, pa.stage_const_mib, dtype=np.float64)
+                c[hp] += pa.head.static_mib + h
+                c[tp] += pa.tail.static_mib + t
+                floors[i] = min(floors[i], _water_fill(c + per * n, per, int(self.N - n.sum())))
+        return floors[0], floors[1]
 
     def costs(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
               com: np.ndarray) -> StageCosts:
@@ -202,6 +206,16 @@ def fits(peak_mib: np.ndarray | float, hbm_mib: float) -> np.ndarray | bool:
 def improves(step_ms: np.ndarray | float, than_ms: float) -> np.ndarray | bool:
     """True where a step time (ms) is faster than ``than_ms`` by more than :data:`REL_TOL` of it."""
     return np.asarray(step_ms) < than_ms * (1.0 - REL_TOL)
+
+
+def _water_fill(load: np.ndarray, per: float, k: int) -> float:
+    """The least max of ``load`` after adding ``per`` to its entries k times in all (float [P])."""
+    load = load.copy()
+    if per <= 0 or k <= 0:
+        return float(load.max())
+    for _ in range(k):  # each to the least loaded entry
+        load[int(np.argmin(load))] += per
+    return float(load.max())
 
 
 def even_layers(N: int, P: int, V: int) -> np.ndarray:

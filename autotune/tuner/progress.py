@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Any, TextIO
 
+from autotune.tuner.progress_bar import tqdm_class
+
 #: Seconds between two status lines on a log (non-TTY stderr), at most.
 LINE_EVERY_S = 10.0
 #: Seconds between two refreshes of the terminal bar.
@@ -71,8 +73,6 @@ class Progress:
         if self.mode is None or self._thread is not None:
             return
         if self.mode == "bar":
-            from autotune.tuner.progress_bar import tqdm_class
-
             self._bar = tqdm_class()(total=None, desc="reading", unit="trial", leave=False,
                                      dynamic_ncols=True, file=self._out())
         self._thread = threading.Thread(target=self._beat, name="autotune-progress", daemon=True)
@@ -135,7 +135,8 @@ class Progress:
     def update(self, *, detail: str | None = None, done: int | None = None, best_ms: float | None = None,
                bound_ms: float | None = None) -> None:
         """Set the phase's detail, the bar's count, the best step time (the least given so far in
-        this run) and the lower bound (ms; None or a non-finite value leaves a value as it is). Prints a status line when one is due (``"lines"``)."""
+        this run) and the lower bound (ms; None or a non-finite value leaves a value as it is).
+        Prints a status line when one is due (``"lines"``)."""
         with self._lock:
             if detail is not None:
                 self._state["detail"] = detail

@@ -272,10 +272,11 @@ def pareto_front(cfg: TrainingConfig, pool: list[tuple[Variant, Candidate]], use
 def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
                    user_error: dict[str, Any] | None, margin_mib: float, t0: float) -> SearchOutcome | None:
     """The answer without a bound phase when no layout of any sub-problem can fit: the least
-    static memory of every layout (:meth:`Problem.min_static_mib`) exceeds the budget (less the
-    margin). Seconds, not minutes: the baselines are evaluated, nothing is searched. None when
-    some layout may fit."""
-    floor = min(p.min_static_mib() for _, p in subs)
+    worst-stage static memory plus one micro-batch's activations of every layout
+    (:meth:`Problem.memory_floor_mib`) exceeds the budget (less the margin). Seconds, not minutes:
+    the baselines are evaluated, nothing is searched. None when some layout may fit."""
+    floors = [p.memory_floor_mib() for _, p in subs]
+    static, floor = min(f[0] for f in floors), min(f[1] for f in floors)
     if not floor > float(cfg.hbm_mib):
         return None
     var, problem = subs[0]
@@ -288,7 +289,7 @@ def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], use
                          profile=var.profile, select_patterns=var.select_patterns or sel_p,
                          comm_patterns=var.comm_patterns or comm_p, stopped_by="static_memory",
                          settings=dict(var.settings), subproblems=len(subs), hbm_margin_mib=margin_mib,
-                         user_config_error=user_error, min_static_mib=floor)
+                         user_config_error=user_error, min_static_mib=static, min_peak_mib=floor)
 
 
 def _stopped_by(st: StudiesOutcome, timed_out: bool, timeout: float | None, stop_at: float | None) -> str:
@@ -315,7 +316,8 @@ def run_search(config: str | Path | TrainingConfig, profile: str | Path | ModelP
     status lines with "lines"."""
     prog, own = as_progress(progress, progress_every_s)
     try:
-        prog.phase("reading", "config, profile, search space")
+        if prog.phases[-1:] != ["reading"]:  # the CLI entered it already
+            prog.phase("reading", "config, profile, search space")
         return _run_search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed,
                            storage=storage, study_name=study_name, device=device, hbm_mib=hbm_mib,
                            overrides=overrides, prog=prog, gap=gap, objective=objective,
