@@ -14,7 +14,7 @@ from autotune.config.layout import make_layout
 from autotune.cost.inputs import ProfileArrays
 from autotune.cost.report import evaluate_layout
 from autotune.errors import ConfigError
-from autotune.tuner.params import decode, encode, param_names
+from autotune.tuner.params import decode, encode, param_names, representable
 from autotune.tuner.problem import Problem
 from autotune.tuner.space import (SearchSpace, expand_space, fold_patterns, load_search_space,
                                   micro_batch_candidates, pattern_sets)
@@ -153,12 +153,17 @@ def test_stage_granularity_shares_fraction_across_chunks() -> None:
     pa = ProfileArrays.from_profile(autotune.load_profile(DATA / "tiny_profile.yaml"))
     prob = Problem(pa, P=2, m=4, hbm_mib=1024, vpp_candidates=[1, 2], kinds=("full",),
                    recompute_granularity="stage")
-    names = param_names(prob)
-    assert [n for n in names if n.startswith("full")] == ["full0", "full1"]
-    params = {"pp_interleave_num": 2, **{f"w{i}": 1.0 for i in range(4)}, "full0": 0.5, "full1": 1.0}
+    assert [n for n in param_names(prob, 2) if n.startswith("recompute")] == [
+        "recompute_s0_v0", "recompute_s1_v0", "recompute_s0_v1", "recompute_s1_v1"]
+    # stage 0: 2 of 3 layers in both chunks (one fraction, 4/6); stage 1: 3 of 3 in both
+    params = {"pp_interleave_num": 2, "layers_s0_v0": 3, "layers_s1_v0": 3, "layers_s0_v1": 3, "layers_s1_v1": 3,
+              "recompute_s0_v0": 2, "recompute_s1_v0": 3, "recompute_s0_v1": 2, "recompute_s1_v1": 3}
     c = decode(prob, params)
     assert c.layers.tolist() == [[3, 3], [3, 3]] and c.rec.tolist() == [[2, 3], [2, 3]]
-    assert decode(prob, encode(prob, c)).rec.tolist() == c.rec.tolist()
+    assert representable(prob, c) and encode(prob, c) == params
+    # 1 of 3 and 3 of 3 on stage 0's chunks: no single fraction gives both
+    c.rec = np.array([[1, 3], [3, 3]])
+    assert not representable(prob, c)
     res = autotune.search(cfg, DATA / "tiny_profile.yaml", trials=12, seed=0,
                           space=SearchSpace(pp_interleave_num=[1, 2], recompute_kinds=["full"],
                                             recompute_granularity="stage"))
