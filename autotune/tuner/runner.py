@@ -324,8 +324,8 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     todo = max(0, n_trials - reserve - finished_before)  # before the polish slot, WAITING included
     _enqueue_seeds(study, problem, seeds, max(0, todo - sum(1 for t in existing if t.state == TS.WAITING)), held)
     track = _Tracker(existing, finished_before, n_trials, prog, stop_at_ms, sampler, on_trial)
-    prog.phase("search", f"{finished_before}/{n_trials} trials", total=n_trials, done=min(finished_before, n_trials))
     prog.update(best_ms=track.best_ms(), bound_ms=bound_ms)
+    prog.phase("search", f"{finished_before}/{n_trials} trials", total=n_trials, done=min(finished_before, n_trials))
     timed_out = False
     if todo > 0 and not track.should_stop(study):
         study.optimize(make_objective(problem), n_trials=todo, timeout=timeout, callbacks=[track], catch=())

@@ -1,0 +1,106 @@
+"""Progress in every phase (issue 19 item 3): status lines on a log, and the verdict for a config
+no layout can fit, reached before the bound phase."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+import autotune
+from autotune.tuner.progress import Progress
+from tests.search.test_exact_bounds import syn2_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "sweep" / "data"
+TELECHAT = ROOT / "examples" / "telechat2_115b" / "train.yaml"
+
+
+def _small(progress, **kw):
+    return autotune.search(DATA / "small.yaml", DATA / "small_profile.yaml", space=DATA / "small_space.yaml",
+                           trials=30, seed=0, gap=None, progress=progress, **kw)
+
+
+def test_every_phase_prints_status_lines_on_a_log() -> None:
+    buf = io.StringIO()
+    with Progress("lines", every_s=0.05, stream=buf) as prog:
+        r = _small(prog)
+    lines = buf.getvalue().splitlines()
+    assert prog.phases == ["reading", "bounds", "search", "polish"]
+    for phase in prog.phases:   # each phase announced by a line when it starts
+        assert any(x.startswith(f"{phase}: ") for x in lines), phase
+    assert lines[0].startswith("reading: config, profile, search space")
+    # every line: "phase: detail..., N s"; once known, the best and the bound move with it
+    assert all(re.fullmatch(r"(reading|bounds|search|polish): .*\d+ s", x) for x in lines)
+    assert any(x.startswith("search: 0/30 trials, ") and f"bound {r.lower_bound_ms:.1f} ms" in x for x in lines)
+    assert f"best {r.best.step_time_ms:.1f} ms" in lines[-1]
+    assert any(x.startswith("bounds: sub-problem 1/1: ") and " bound " in x for x in lines)
+
+
+def test_heartbeat_repeats_the_status_while_a_phase_computes() -> None:
+    import time
+
+    buf = io.StringIO()
+    with Progress("lines", every_s=0.05, stream=buf) as prog:
+        prog.phase("bounds", "sub-problem 1/1")
+        prog.update(best_ms=120.0, bound_ms=100.0)
+        time.sleep(0.5)       # no update from the "search": the heartbeat thread prints
+    beats = [x for x in buf.getvalue().splitlines() if x.startswith("bounds: sub-problem 1/1, best 120.0 ms, "
+                                                                    "bound 100.0 ms, certified gap 20.00%")]
+    assert len(beats) >= 3
+
+
+def test_cli_on_a_log_prints_phases_from_the_start(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    r = CliRunner().invoke(main, ["search", str(DATA / "small.yaml"), "--profile", str(DATA / "small_profile.yaml"),
+                                  "--space", str(DATA / "small_space.yaml"), "--trials", "30",
+                                  "--progress-every", "0.05", "--out", str(tmp_path / "best.yaml")])
+    assert r.exit_code == 0, r.output
+    err = r.stderr.splitlines()
+    assert err[0].startswith(f"reading: {DATA / 'small.yaml'}")
+    assert [p for p in ("reading", "bounds", "search", "writing") if any(x.startswith(p + ": ") for x in err)] == \
+        ["reading", "bounds", "search", "writing"]
+    q = CliRunner().invoke(main, ["search", str(DATA / "small.yaml"), "--profile", str(DATA / "small_profile.yaml"),
+                                  "--space", str(DATA / "small_space.yaml"), "--trials", "30", "--quiet"])
+    assert q.exit_code == 0 and q.stderr == ""
+
+
+def test_memory_floor_is_hand_computed_and_sound() -> None:
+    """SYN-2 (12 layers, p 4, static 5 MiB a layer, head 20 and tail 30 MiB, activation 10 MiB a
+    layer and micro-batch, 1 when recomputed). Static: stages 1, 2 hold >= 1 layer; water-filling
+    the 12 layers gives loads 30, 25, 25, 30 -> 30 MiB. With one micro-batch's activations (6 MiB a
+    layer): 32, 30, 30, 30 -> 32 MiB."""
+    from autotune.tuner.exact import exact_optimum
+
+    assert syn2_problem(150).memory_floor_mib() == pytest.approx((30.0, 32.0))
+    assert exact_optimum(syn2_problem(31.9)).best is None    # sound: nothing fits below the floor
+
+
+def test_config_no_layout_can_fit_is_decided_before_the_bound_phase(tmp_path) -> None:
+    """TeleChat2 with pipeline_stage 1: 96 layers' static memory (55555 MiB) plus one micro-batch's
+    activations exceed the 55808 MiB budget on every layout; the verdict comes without a bound
+    phase (no ``bounds`` phase, no trials)."""
+    cfg = tmp_path / "pp1.yaml"
+    cfg.write_text(TELECHAT.read_text().replace("pipeline_stage: 8", "pipeline_stage: 1"))
+    prog = Progress()
+    r = autotune.search(cfg, progress=prog)
+    assert prog.phases == ["reading"]
+    assert r.stopped_by == "static_memory" and r.best is None and r.trials == 0 and r.study is None
+    assert r.min_static_mib == pytest.approx(55555.0, abs=1.0)
+    assert r.min_peak_mib > r.config.hbm_mib == 55808
+    assert r.closest is not None and r.closest.peak_mib >= r.min_peak_mib      # the floor is below any layout
+    assert "stopped before the bound phase" in r.stop_text()
+
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    res = CliRunner().invoke(main, ["search", str(cfg), "--quiet"])
+    assert res.exit_code == 2
+    assert "[R_HBM_INFEASIBLE]" in res.stderr and "needs at least 55555 MiB" in res.stderr
+    assert "decided before the bound phase" in res.stderr and "Traceback" not in res.output
