@@ -149,7 +149,7 @@ class Progress:
                 if done is not None:
                     self._bar.update(done - self._bar.n)
                 self._bar.set_postfix_str(self._postfix(), refresh=False)
-        if self.mode == "lines" and time.monotonic() - self._last_line >= self.every_s:
+        if self.mode == "lines" and self.phases and time.monotonic() - self._last_line >= self.every_s:
             self._line()
 
     def close(self) -> None:

@@ -40,10 +40,14 @@ def test_progress_lines_show_certified_gap(capsys) -> None:
 
     problem = syn2_problem(150)
     bs = bound_and_seeds(problem, [])
-    run_study(problem, seeds=bs.seeds, n_trials=3, seed=0, progress="lines", progress_every_s=0.0,
-              bound_ms=100.0)
+    out = run_study(problem, seeds=bs.seeds, n_trials=3, seed=0, progress="lines", progress_every_s=0.0,
+                    bound_ms=100.0)
     err = capsys.readouterr().err.strip().splitlines()
-    assert err and err[-1].startswith("search: 3/3 trials, best 116.0 ms, certified gap 16.00%")
+    # the exact optimum is the one seed; no neighbour beats it, so one trial of the 3 runs
+    assert out.trials == 1 and out.stopped_by == "neighbourhood"
+    assert err[0] == "search: 0/3 trials, bound 100.0 ms, 0 s"
+    assert [x for x in err if x.startswith("search: ")][-1] == \
+        "search: 1/3 trials, best 116.0 ms, bound 100.0 ms, certified gap 16.00%, 0 s"
 
 
 @pytest.mark.slow
