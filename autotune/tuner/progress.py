@@ -32,6 +32,8 @@ from autotune.tuner.progress_bar import tqdm_class
 LINE_EVERY_S = 10.0
 #: Seconds between two refreshes of the terminal bar.
 BAR_REFRESH_S = 0.5
+#: The bar of a phase without a count: "bounds: 00:12, sub-problem 1/1: local search, best ..."
+IDLE_FORMAT = "{desc}{elapsed}{postfix}"
 
 
 class Progress:
@@ -73,7 +75,7 @@ class Progress:
         if self.mode is None or self._thread is not None:
             return
         if self.mode == "bar":
-            self._bar = tqdm_class()(total=None, desc="reading", unit="trial", leave=False,
+            self._bar = tqdm_class()(total=None, desc="reading", unit="trial", leave=False, bar_format=IDLE_FORMAT,
                                      dynamic_ncols=True, file=self._out())
         self._thread = threading.Thread(target=self._beat, name="autotune-progress", daemon=True)
         self._thread.start()
@@ -91,16 +93,7 @@ class Progress:
     def status(self) -> str:
         """The current state in one line (without the phase name)."""
         with self._lock:
-            s = dict(self._state)
-        parts = [s["detail"]] if s["detail"] else []
-        best, bound = s["best"], s["bound"]
-        if best is not None:
-            parts.append(f"best {best:.1f} ms")
-        if bound is not None:
-            parts.append(f"bound {bound:.1f} ms")
-        if best is not None and bound:
-            parts.append(f"certified gap {max(0.0, best - bound) / bound:.2%}")
-        return ", ".join(parts)
+            return _status(self._state)
 
     def _line(self) -> None:
         self._last_line = time.monotonic()
@@ -117,20 +110,17 @@ class Progress:
             self._state.update(phase=name, detail=detail)
             if self._bar is not None:
                 self._bar.set_description(name, refresh=False)
-                self._bar.reset(total=total)
+                self._bar.reset()
+                self._bar.total = total
+                # no count without a total: the phase, the time in it and the postfix
+                self._bar.bar_format = None if total else IDLE_FORMAT
                 self._bar.update(done)
                 self._bar.set_postfix_str(self._postfix(), refresh=True)
         if self.mode == "lines":
             self._line()
 
     def _postfix(self) -> str:
-        s = self._state
-        parts = [s["detail"]] if s["detail"] else []
-        if s["best"] is not None:
-            parts.append(f"best {s['best']:.1f} ms")
-        if s["bound"] is not None:
-            parts.append(f"bound {s['bound']:.1f} ms")
-        return ", ".join(parts)
+        return _status(self._state)
 
     def update(self, *, detail: str | None = None, done: int | None = None, best_ms: float | None = None,
                bound_ms: float | None = None) -> None:
@@ -162,6 +152,19 @@ class Progress:
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
+
+
+def _status(s: dict[str, Any]) -> str:
+    """``detail, best X ms, bound Y ms, certified gap Z%`` (the parts known)."""
+    parts = [s["detail"]] if s["detail"] else []
+    best, bound = s["best"], s["bound"]
+    if best is not None:
+        parts.append(f"best {best:.1f} ms")
+    if bound is not None:
+        parts.append(f"bound {bound:.1f} ms")
+    if best is not None and bound:
+        parts.append(f"certified gap {max(0.0, best - bound) / bound:.2%}")
+    return ", ".join(parts)
 
 
 def as_progress(progress: "bool | str | Progress | None", every_s: float = LINE_EVERY_S) -> tuple[Progress, bool]:
