@@ -32,9 +32,10 @@ def test_search_accepts_a_storage_object_and_resume_means_resume(pg_url) -> None
     assert len(s.study.trials) == s.trials and "s0" in [x.study_name for x in storage.get_all_studies()]
     problem = syn2_problem(100)
     run = lambda n: run_study(problem, seeds=_baselines(problem), n_trials=n, seed=0,  # noqa: E731
-                              storage=storage, study_name="s1")
+                              storage=storage, study_name="s1", local_polish=False)
     a = run(3)
-    assert a.trials == 3 and a.ran == 3 and not a.timed_out   # 2 seeds + the polish trial
+    assert a.trials == 3 and a.ran == 3 and a.stopped_by == "trials" and not a.timed_out  # 2 seeds + 1 proposal
+    assert a.proposed == 1
     assert len(a.study.trials) == 3                      # nothing enqueued and left WAITING
     b = run(3)
     assert b.trials == 3 and b.ran == 0 and len(b.study.trials) == 3    # resumed: the budget was used
