@@ -316,24 +316,20 @@ def _raise_infeasible(result: object, hbm: str | None, hbm_margin: str | None) -
     r, m = result.closest, result.hbm_margin_mib
     field = "--hbm-margin" if m > 0 else ("--hbm" if hbm is not None else "context.max_device_memory")
     value = hbm_margin if m > 0 else (hbm if hbm is not None else r.hbm_budget_mib)
-    limit = (f"budget {r.hbm_budget_mib + m:.0f} MiB - margin {m:.0f} MiB = limit {r.hbm_budget_mib:.0f} MiB"
-             if m > 0 else f"the HBM budget of {r.hbm_budget_mib:.0f} MiB")
+    head = (f"no configuration leaves the safety margin free: budget {r.hbm_budget_mib + m:.0f} MiB - margin "
+            f"{m:.0f} MiB = limit {r.hbm_budget_mib:.0f} MiB" if m > 0
+            else f"no configuration fits the HBM budget of {r.hbm_budget_mib:.0f} MiB")
     fix = ("lower --hbm-margin, raise the budget or add pipeline stages" if m > 0
            else "raise the budget or add pipeline stages")
     if result.stopped_by == "static_memory":
-        raise ConfigError(f"no configuration can fit {limit}: on the worst stage of every layout, static memory "
-                          f"(weights, gradients, optimizer state, embedding / LM head) needs at least "
-                          f"{result.min_static_mib:.0f} MiB and with one micro-batch's activations at least "
-                          f"{result.min_peak_mib:.0f} MiB (exceeds by {result.min_peak_mib - r.hbm_budget_mib:.0f} "
-                          f"MiB; decided before the bound phase): {fix}", field=field, value=value,
-                          rule="R_HBM_INFEASIBLE")
-    if m > 0:
-        raise ConfigError(f"no configuration leaves the safety margin free: {limit}; the closest found "
-                          f"peaks at {r.peak_mib:.0f} MiB (exceeds the limit by {r.excess_mib:.0f} MiB on its "
-                          f"worst stage): {fix}", field=field, value=value, rule="R_HBM_INFEASIBLE")
-    raise ConfigError(f"no configuration fits {limit}; the closest found peaks at {r.peak_mib:.0f} MiB (exceeds "
-                      f"by {r.excess_mib:.0f} MiB on its worst stage): {fix}", field=field, value=value,
-                      rule="R_HBM_INFEASIBLE")
+        why = (f"on the worst stage of every layout, static memory (weights, gradients, optimizer state, "
+               f"embedding / LM head) needs at least {result.min_static_mib:.0f} MiB and with one micro-batch's "
+               f"activations at least {result.min_peak_mib:.0f} MiB (exceeds by "
+               f"{result.min_peak_mib - r.hbm_budget_mib:.0f} MiB; decided before the bound phase)")
+    else:
+        why = (f"the closest found peaks at {r.peak_mib:.0f} MiB (exceeds {'the limit ' if m > 0 else ''}by "
+               f"{r.excess_mib:.0f} MiB on its worst stage)")
+    raise ConfigError(f"{head}; {why}: {fix}", field=field, value=value, rule="R_HBM_INFEASIBLE")
 
 
 def pareto_table(front: list[dict], *, exact: bool = False, margin_mib: float = 0.0) -> str:

@@ -8,9 +8,10 @@ and the solver seeds, :mod:`autotune.tuner.solve`), ``search`` (the Optuna studi
   description the phase, its postfix the best step time, the lower bound and the certified gap as
   they move; a heartbeat thread refreshes it every :data:`BAR_REFRESH_S` s, so the elapsed time
   ticks while a phase computes;
-- ``mode="lines"`` (stderr is a log): one line when a phase starts, then one at least every
-  ``every_s`` seconds (default :data:`LINE_EVERY_S`) from the heartbeat thread, e.g.
-  ``search: 35/200 trials, best 6562.7 ms, bound 6428.3 ms, certified gap 2.09%, 41 s``;
+- ``mode="lines"`` (stderr is a log): from ``every_s`` seconds (default :data:`LINE_EVERY_S`)
+  after the start, one line when a phase starts and one at least every ``every_s`` seconds from the
+  heartbeat thread, e.g. ``search: 35/200 trials, best 6562.7 ms, bound 6428.3 ms, certified gap
+  2.09%, 41 s``; a run shorter than ``every_s`` prints nothing (its stderr stays clean for scripts);
 - ``mode=None``: silent (the phases are still recorded in :attr:`Progress.phases`).
 
 The heartbeat thread only formats and prints the state the search sets (:meth:`Progress.phase`,
@@ -57,7 +58,7 @@ class Progress:
         self.t0 = time.monotonic()
         self._state: dict[str, Any] = {"phase": "", "detail": "", "best": None, "bound": None}
         self._lock = threading.Lock()
-        self._last_line = 0.0
+        self._last_line = self.t0  # the first line comes after one period
         self._bar: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,8 +117,8 @@ class Progress:
                 self._bar.bar_format = None if total else IDLE_FORMAT
                 self._bar.update(done)
                 self._bar.set_postfix_str(self._postfix(), refresh=True)
-        if self.mode == "lines":
-            self._line()
+        if self.mode == "lines" and time.monotonic() - self.t0 >= self.every_s:
+            self._line()  # a phase start prints at once, after the first period (short runs stay silent)
 
     def _postfix(self) -> str:
         return _status(self._state)

@@ -48,8 +48,8 @@ def test_params_are_the_layout_in_config_terms() -> None:
         decode(problem, {**p, "layers_s0_v0": 3})
     with pytest.raises(ValueError, match=r"recompute counts .* outside \[0, layers\]"):
         decode(problem, {**p, "recompute_s0_v0": 3})   # 3 recomputed of 2 layers
-    assert layout_error(problem, Candidate(2, np.ones((2, 4), dtype=np.int64), *(np.zeros((3, 2, 4), dtype=np.int64)))) \
-        == "pp_interleave_num 2 is not one of [1]"
+    v2 = Candidate(2, np.ones((2, 4), dtype=np.int64), *(np.zeros((3, 2, 4), dtype=np.int64)))
+    assert layout_error(problem, v2) == "pp_interleave_num 2 is not one of [1]"
 
 
 def test_sampler_proposes_improving_neighbours_of_the_incumbent() -> None:
