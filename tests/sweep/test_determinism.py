@@ -3,8 +3,9 @@ same trials, in the same order, with the same values — with 1, 4 and 8 local w
 processes load every core, on a journal file and on the real PostgreSQL.
 
 The scenarios (tests/sweep/data/small*.yaml) are too large to enumerate, so the lower bound, the
-solver seeds, TPE's proposals, the certified-gap stop (``target_gap: 0.005``) and the whole-budget
-runs (``target_gap: 0``) all take part.
+solver seeds, the neighbourhood sampler, the certified-gap stop (``target_gap: 0.005``) and the
+runs without it (``target_gap: 0``: they end at the trial budget or at a local optimum) all take
+part.
 """
 
 from __future__ import annotations
@@ -97,5 +98,7 @@ def test_same_rows_with_1_4_8_workers_under_load(kind, tmp_path):
         assert trials_w == trials1, workers                # the very same trials, in order
     stopped = {line.split(",")[0]: line for line in csv1.strip().splitlines()[1:]}
     for m in (4, 8, 16):
-        assert ",trials," in stopped[f"budget-mb{m}"] and rows1[f"budget-mb{m}"]["trials"] == 12
+        n = rows1[f"budget-mb{m}"]["trials"]
+        assert n == 12 and ",trials," in stopped[f"budget-mb{m}"] or \
+            n < 12 and ",neighbourhood," in stopped[f"budget-mb{m}"], stopped[f"budget-mb{m}"]
     assert any(",gap," in stopped[f"gap-mb{m}"] for m in (4, 8, 16))  # the gap stop took part
