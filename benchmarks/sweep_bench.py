@@ -106,9 +106,8 @@ def counts(target: str, sweep_file: Path) -> dict:
         waiting += sum(t[1] in ("WAITING", "RUNNING") for t in s["trials"])
         failed += sum(t[1] == "FAIL" for t in s["trials"])
         takeovers += s["gen"] or 0
-        for t in fin:
-            if t[3] != "tpe" or t[4] is not None:
-                dup += any(u[5] == t[5] and u[0] != t[0] for u in fin)
+        for t in fin:  # every finished trial (seed, retry, polish, sampler proposal) has its own layout
+            dup += any(u[5] == t[5] and u[0] != t[0] for u in fin)
     return {"scenarios": len(snap), "done": sum(s["done"] is not None for s in snap.values()),
             "trials": finished, "waiting": waiting, "duplicates": dup, "failed_trials": failed,
             "takeovers": takeovers}

@@ -125,8 +125,8 @@ def study_names(target: str) -> list[str]:
 
 def check_clean(snap: dict[str, Any]) -> None:
     """The guarantees of a finished sweep, per scenario: done, no WAITING or RUNNING trial, no layout
-    evaluated twice by a re-queue (an enqueued seed, a retry or the polish: every finished trial
-    that is not a fresh TPE proposal has a layout no other finished trial has), every retried
+    evaluated twice (an enqueued seed, a retry, the polish or a sampler proposal: every finished
+    trial has a layout no other finished trial has), every retried
     trial FAIL, and the finished trials within the budget."""
     for name, s in snap.items():
         assert s["done"] is not None, name
@@ -135,8 +135,7 @@ def check_clean(snap: dict[str, Any]) -> None:
         finished = [t for t in s["trials"] if t[1] in ("COMPLETE", "PRUNED")]
         assert len(finished) <= s["budget"], (name, len(finished))
         assert s["done"]["row"]["trials"] == len(finished), name
-        queued = [t for t in finished if t[3] != "tpe" or t[4] is not None]
-        for t in queued:
+        for t in finished:
             same = [u for u in finished if u[5] == t[5] and u[0] != t[0]]
             assert not same, (name, "evaluated twice", t[:5], [u[:5] for u in same])
         by_number = {t[0]: t for t in s["trials"]}

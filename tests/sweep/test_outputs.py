@@ -100,7 +100,7 @@ def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
     snap = snapshot(str(out / "sweep.journal"), sweep)
     check_clean(snap)
     not_run = [t for t in snap["slow"]["trials"] if t[1] == "FAIL"]
-    assert not_run and all(t[3] != "tpe" for t in not_run)     # queued seeds the clock left behind
+    assert not_run and all(t[3] != "neighbour" for t in not_run)     # queued seeds the clock left behind
 
 
 @pytest.mark.slow  # three searches with slowed trials

@@ -109,7 +109,7 @@ def test_dead_trial_is_failed_and_retried_by_optuna(pg_url) -> None:
     study = optuna.create_study(storage=storage, study_name="hb")
     trial = study.ask()
     x = trial.suggest_float("x", 0.0, 1.0)
-    trial.set_user_attr("origin", "tpe")
+    trial.set_user_attr("origin", "neighbour")
     storage.record_heartbeat(trial._trial_id)  # then the "worker" dies: no more beats
     polish = study.ask()
     polish.suggest_float("x", 0.0, 1.0)
@@ -124,7 +124,7 @@ def test_dead_trial_is_failed_and_retried_by_optuna(pg_url) -> None:
     waiting = [t for t in trials if t.state == optuna.trial.TrialState.WAITING]
     assert len(waiting) == 1  # the polish trial is not retried
     assert waiting[0].system_attrs["failed_trial"] == 0 and waiting[0].params == {"x": x}
-    assert waiting[0].user_attrs["origin"] == "tpe"
+    assert waiting[0].user_attrs["origin"] == "neighbour"
 
 
 def test_bad_storage_fails_before_the_bound_phase(monkeypatch, tmp_path) -> None:
