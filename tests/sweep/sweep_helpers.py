@@ -148,6 +148,14 @@ def budget_count(trials) -> int:
     return sum(1 for t in trials if t[1] in ("COMPLETE", "PRUNED"))
 
 
+def budget_done(s: dict[str, Any], budget: int | None = None) -> bool:
+    """A finished scenario used its trial budget, or stopped before it at a local optimum (the
+    neighbourhood sampler had nothing left that could help: the row's ``stopped_by`` says so)."""
+    n, budget = budget_count(s["trials"]), s["budget"] if budget is None else budget
+    stopped = (s.get("done") or {}).get("row", {}).get("stopped_by")
+    return n == budget or (n < budget and stopped == "neighbourhood")
+
+
 def wait_for(pred, timeout: float = 60, every: float = 0.1):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.sweep.sweep_helpers import (budget_count, check_clean, cli, kill, snapshot, start_worker, study_names,
+from tests.sweep.sweep_helpers import (budget_done, check_clean, cli, kill, snapshot, start_worker, study_names,
                                        wait_for, write_sweep)
 
 
@@ -41,7 +41,7 @@ def test_four_workers_each_scenario_once(store, tmp_path):
     for name, s in snap.items():
         assert s["gen"] == 0, name                                  # claimed once, never taken over
         assert s["done"]["row"]["status"] == "done"
-        assert budget_count(s["trials"]) == s["budget"] == 12, (name, s["trials"])
+        assert s["budget"] == 12 and budget_done(s), (name, s["trials"])
         assert all(t[1] != "FAIL" for t in s["trials"])
     check_clean(snap)
     summaries = {(o / "summary.csv").read_text() for o in outs}
@@ -99,7 +99,7 @@ def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
     # taken over once, budget kept, nothing WAITING, nothing evaluated twice
     assert after[name]["gen"] == 1
     for n, s in after.items():
-        assert budget_count(s["trials"]) == s["budget"], (n, s["trials"])
+        assert budget_done(s), (n, s["trials"])
     check_clean(after)
     assert study_names(store) == sorted(s["study"] for s in after.values())
 
@@ -132,7 +132,7 @@ def test_rerun_after_kill_finishes_only_what_is_missing(tmp_path, pg_url):
     for n in done:  # finished scenarios untouched
         assert after[n]["trials"] == before[n]["trials"] and after[n]["gen"] == before[n]["gen"]
     for n, s in after.items():
-        assert s["done"] is not None and budget_count(s["trials"]) == s["budget"]
+        assert s["done"] is not None and budget_done(s)
     check_clean(after)
     assert len((tmp_path / "out" / "summary.csv").read_text().strip().splitlines()) == 5
     data = json.loads((tmp_path / "out" / done[0] / "result.json").read_text())

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from autotune.sweep import run_sweep
-from tests.sweep.sweep_helpers import (budget_count, check_clean, kill_group, pg_admin, snapshot,
+from tests.sweep.sweep_helpers import (budget_done, check_clean, kill_group, pg_admin, snapshot,
                                        start_worker, study_names, wait_for, write_sweep)
 
 pytestmark = pytest.mark.slow  # end to end: real worker processes killed on a journal and on PostgreSQL
@@ -70,7 +70,7 @@ def test_sigkill_of_a_local_worker_process_is_not_fatal(store, tmp_path):
     snap = snapshot(store, sweep)
     assert snap[name]["gen"] == 1                                   # taken over once
     assert all(s["done"]["row"]["status"] == "done" for s in snap.values())
-    assert all(budget_count(s["trials"]) == 10 for s in snap.values())
+    assert all(budget_done(s, 10) for s in snap.values())
     check_clean(snap)
     rows = _rows(tmp_path / "out" / "summary.csv")
     assert len(rows) == 6 and {r["status"] for r in rows.values()} == {"done"}
@@ -92,7 +92,7 @@ def test_sigkill_of_a_whole_host_leaves_the_job_to_the_other(store, tmp_path):
     snap = snapshot(store, sweep)
     assert any(s["gen"] >= 1 for s in snap.values())                # something was taken over
     check_clean(snap)
-    assert all(budget_count(s["trials"]) == 10 for s in snap.values())
+    assert all(budget_done(s, 10) for s in snap.values())
     # the same rows as the undisturbed run (this space is enumerated: the answer is the optimum)
     assert (tmp_path / "b" / "summary.csv").read_text() == (tmp_path / "ref" / "summary.csv").read_text()
 
@@ -141,7 +141,7 @@ def test_lost_database_connection_is_retried(pg_url, tmp_path):
     assert "storage error, retrying in" in text and "Traceback" not in text
     snap = snapshot(pg_url, sweep)
     check_clean(snap)
-    assert all(budget_count(s["trials"]) == 10 for s in snap.values())
+    assert all(budget_done(s, 10) for s in snap.values())
 
 
 def test_database_gone_for_good_is_one_line(pg_url, tmp_path):
