@@ -85,7 +85,8 @@ def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
     out = tmp_path / "out"
     rows = {r["scenario"]: r for r in _rows(out / "summary.csv")}
     cut, whole = rows["slow"], rows["tiny-mb4-hbm1GB"]
-    assert whole["status"] == "done" and whole["stopped_by"] == "trials" and whole["trials"] == "12"
+    # the whole one: its seeds hold the enumerated optimum, so it stops at a local optimum before 12
+    assert whole["status"] == "done" and whole["stopped_by"] == "neighbourhood" and 0 < int(whole["trials"]) < 12
     assert cut["status"] == "timed_out" and cut["stopped_by"] == "timeout" and cut["fits"] == "yes"
     assert cut["certified_gap_pct"] != "" and 0 < int(cut["trials"]) < 12
     md = (out / "summary.md").read_text()
@@ -95,7 +96,8 @@ def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
     assert res["result"]["timed_out"] is True and res["result"]["stopped_by"] == "timeout"
     assert res["result"]["time_limit_s"] == 1.2
     assert "CUT SHORT by its 1.2 s timeout" in (out / "slow" / "report.txt").read_text()
-    assert "stopped after the trial budget (12 trials)" in (out / "tiny-mb4-hbm1GB" / "report.txt").read_text()
+    assert f"stopped at a local optimum after {whole['trials']} trials: no neighbour of the best config" in \
+        (out / "tiny-mb4-hbm1GB" / "report.txt").read_text()
     assert f"cut short by its timeout: slow (certified gap then {cut['certified_gap_pct']} %)" in log.read_text()
     snap = snapshot(str(out / "sweep.journal"), sweep)
     check_clean(snap)
