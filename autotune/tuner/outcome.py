@@ -105,7 +105,7 @@ class SearchOutcome:
                     f"{self.min_peak_mib:.0f} MiB, above the limit of {limit:.0f} MiB; no trials run")
         if self.stopped_by == "neighbourhood":
             return (f"stopped at a local optimum after {self.trials} trials: no neighbour of the best "
-                    f"config (one or two layers moved, one stage's recompute changed) is faster, so more "
+                    f"config (one or two layers moved, a 1-opt move, one stage's recompute changed) is faster, so more "
                     f"trials could not help; certified gap {gap}")
         if self.stopped_by == "gap":
             return f"stopped at the certified-gap target after {self.trials} trials; certified gap {gap}"
