@@ -48,17 +48,14 @@ def test_busiest_stage_only_over_the_cap(monkeypatch) -> None:
     assert M.move_sources(pr, c).sum() == 4
 
 
-def test_tpe_proposals_capped_by_parameters(monkeypatch) -> None:
+def test_sampler_proposals_end_at_a_local_optimum() -> None:
+    """No TPE, so no TPE cap: the neighbourhood sampler's proposals each improve on the best trial
+    and stop at a local optimum, well inside the budget."""
     pr = _problem()
-    n_params = 4 * 2 * 4  # weights + full / select / comm per mini-stage
-    monkeypatch.setattr(R, "TPE_PARAM_TRIALS", 12 * n_params)
     seed = fitted(pr, 2, even_layers(24, 4, 2)[None], "even")[0]
     out = R.run_study(pr, seeds=[seed], n_trials=200, seed=0, local_polish=False)
-    assert out.trials == 1 + 12  # the seed, then 12 proposals
-    monkeypatch.setattr(R, "TPE_PARAM_TRIALS", 10**9)
-    out = R.run_study(pr, seeds=[seed], n_trials=30, seed=0, local_polish=False)
-    assert out.trials == 30
-    assert np.isfinite(out.best.step_ms)
+    assert out.stopped_by == "neighbourhood" and out.trials == 1 + out.proposed < 200
+    assert np.isfinite(out.best.step_ms) and out.best.step_ms <= pr.score([seed])[0].step_ms
 
 
 def test_lagrangian_stops_at_the_deadline_with_a_bound() -> None:
