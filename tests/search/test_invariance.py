@@ -101,3 +101,16 @@ def test_exact_enumeration_is_scale_invariant(seed, N, P, tight, ts, ms):
     a, _ = _answer(_problem(seed, N, P, 1, 2 * P, tight))
     b, _ = _answer(_problem(seed, N, P, 1, 2 * P, tight, ts=ts, ms=ms))
     assert a == b
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known, issue 17: exact ties are broken by rounding. Here two layouts have equal step time in exact "
+    "arithmetic (59.9366830848672 ms); the greedy recompute fit's argmin over increments and the local "
+    "search's rank pick whichever rounds lower, and ×7 flips it. Breaking ties by position within a "
+    "relative 1e-9 everywhere fixes this case but changes the greedy fit on the real TeleChat2 profile "
+    "(6927.6 -> 6950.0 ms on the pinned split of test_milp_bound), so it waits for a re-measured change."))
+def test_time_scale_with_an_exact_tie_gives_same_layout(no_exact):
+    a, ta = _answer(_problem(5336, 8, 4, 2, 4, 0.90625))
+    b, tb = _answer(_problem(5336, 8, 4, 2, 4, 0.90625, ts=7.0))
+    assert tb == pytest.approx(ta * 7.0, rel=1e-9)  # the step time is scale invariant ...
+    assert a == b  # ... the layout chosen among the tied ones is not yet
