@@ -57,7 +57,7 @@ def run(path: str, *, device: str | None, hbm_mib: float | None, overrides: dict
     if layout_flags:
         sp = sp.model_copy(update={"layout_flags": layout_flags})
     res = search_megatron(run_, space=sp, device=device or "h100", hbm_mib=hbm_mib, hbm_margin=hbm_margin,
-                          overrides=overrides, seed=seed, gap=gap, progress=False if quiet else False)
+                          overrides=overrides, seed=seed, gap=gap, progress=not quiet)
     wrote = None
     if out or in_place:
         text = rewrite(run_.args, res.flags)

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
 
+from autotune.api import evaluate, load_config, search
 from autotune.commands import _megatron
 from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
+from autotune.config.training import load_config as load_training_config
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
+from autotune.emit.render import comparison_table, headroom_text, render_report, report_json
+from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
+from autotune.profile.schema import load_profile
+from autotune.tuner.describe import describe_space
+from autotune.tuner.progress import Progress
 from autotune.units import parse_memory_mib
 
 FORMATS = click.Choice(["text", "json"])
@@ -43,7 +51,6 @@ OUTPUT_RESERVE_S = 0.2
 def _since_process_start() -> float:
     """Wall seconds since this process started (Linux: ``/proc``), 0.0 where unknown: the
     interpreter start and the imports (~1.5 s) count against ``--timeout``."""
-    import os
 
     try:
         with open("/proc/self/stat") as f:
@@ -72,7 +79,6 @@ def _profile_warnings(profile: str | None) -> None:
     """Repeat on stderr what the import of a measured profile left out (its ``warnings``)."""
     if not profile:
         return
-    from autotune.profile.schema import load_profile
 
     for w in load_profile(profile).warnings:
         click.echo(f"warning: profile {profile}: {w}", err=True)
@@ -99,7 +105,6 @@ TIGHT_HEADROOM = 0.02
 def _with_margin(config: str, hbm: str | None, margin: str | None,
                  hf_config: str | None = None) -> tuple[object, float]:
     """(the config with hbm_mib = budget − margin, margin MiB); errors name --hbm-margin."""
-    from autotune.api import load_config
 
     return apply_margin(load_config(config, hbm_mib=_hbm(hbm), hf_config=hf_config), margin,
                         field="--hbm-margin")
@@ -113,9 +118,8 @@ def _cfg(config: str, hf_config: str | None):
     """The config path, or the loaded config when --hf-config supplies the model dims."""
     if hf_config is None:
         return config
-    from autotune.config.training import load_config
 
-    return load_config(config, hf_config=hf_config)
+    return load_training_config(config, hf_config=hf_config)
 
 
 @click.command("evaluate")
@@ -131,8 +135,6 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
                  sets: tuple[str, ...], hf_config: str | None, fmt: str) -> None:
     """Predict step time, bubble and per-stage peak memory of CONFIG as written (fits = peak at most
     the budget minus --hbm-margin)."""
-    from autotune.api import evaluate
-    from autotune.emit.render import render_report, report_json
 
     _profile_warnings(profile)
     cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)
@@ -193,7 +195,6 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     """Tune offset, pp_interleave_num and recompute of CONFIG; print the per-stage table, the lower
     bound and certified gap, and write the tuned YAML to --out. Megatron-LM arguments (a YAML/JSON
     of flags, or --megatron-args train.sh) are detected by content: see docs/megatron.md."""
-    from autotune.api import search
 
     # every output path and optional module is checked before the search: a clash must not throw a
     # finished search away
@@ -206,19 +207,15 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
         raise ConfigError("give CONFIG or --megatron-args SCRIPT", field="CONFIG", value=None, rule="usage")
     if megatron_args is not None or source_kind == "megatron" or (
             source_kind == "auto" and _megatron.is_megatron_input(config)):
-        if hbm_margin is not None:
-            raise ConfigError("--hbm-margin is not supported for Megatron-LM input yet; lower --hbm instead",
-                              field="--hbm-margin", value=hbm_margin, rule="usage")
         _megatron.run(megatron_args or config, device=device, hbm_mib=_hbm(hbm), overrides=_overrides(sets),
                       space=space, seed=seed, gap=gap, fmt=fmt, out=out, force=force, in_place=in_place,
-                      layout_flags=layout_flags, quiet=quiet)
+                      layout_flags=layout_flags, quiet=quiet, hbm_margin=hbm_margin)
         return
     if in_place or layout_flags:
         raise ConfigError("--in-place and --layout-flags are for Megatron input (MindFormers: use autotune apply)",
                           field="--in-place" if in_place else "--layout-flags", value=True, rule="usage")
     device = device or "ascend-910b"
     # a bar on a terminal; on a log (stderr not a TTY) a line per phase and every --progress-every s
-    from autotune.tuner.progress import Progress
 
     prog = Progress(None if quiet or dry_run else ("bar" if sys.stderr.isatty() else "lines"),
                     every_s=progress_every)
@@ -256,7 +253,6 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
 def _dry_run(config: str, hf_config: str | None, profile: str | None, space: str | None, device: str,
              hbm_mib: float, sets: tuple[str, ...], margin: float, fmt: str) -> None:
     """``search --dry-run``: print the search space (size, free knobs, constraints)."""
-    from autotune.tuner.describe import describe_space
 
     info = describe_space(_cfg(config, hf_config), profile, space=space, device=device, hbm_mib=hbm_mib,
                           overrides=_overrides(sets))
@@ -272,8 +268,6 @@ def _dry_run(config: str, hf_config: str | None, profile: str | None, space: str
 def _print_search(result: object, config: str, out: str | None) -> None:
     """The text output of ``search``: per-stage table, bound and gap, why it stopped, comparison,
     notes, Pareto front, the MindFormers keys."""
-    from autotune.emit.render import comparison_table, headroom_text, render_report
-    from autotune.emit.yaml_block import dump_yaml
 
     m = result.hbm_margin_mib
     if result.best is None:

@@ -35,8 +35,17 @@ from autotune.tuner.params import decode, encode, param_names, representable
 from autotune.tuner.problem import Candidate, Problem, improves
 from autotune.tuner.progress import Progress, as_progress
 from autotune.tuner.sampler import EXCESS_ATTR, NeighbourhoodSampler, layout_json, trial_layout
-from autotune.tuner.storage import (GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, MAX_RETRY, POLISH_ORIGIN,  # noqa: F401
-                                    RetryStaleTrial, is_url, make_rdb_storage, normalize_url)
+from autotune.tuner.solve import LOCAL_ITERS
+from autotune.tuner.storage import (  # noqa: F401
+    GRACE_PERIOD_S,
+    HEARTBEAT_INTERVAL_S,
+    MAX_RETRY,
+    POLISH_ORIGIN,
+    RetryStaleTrial,
+    is_url,
+    make_rdb_storage,
+    normalize_url,
+)
 from autotune.tuner.storage import open_storage as open_target
 
 #: The user attribute holding a trial's memory excess (MiB; the sampler stores it as the trial's
@@ -249,7 +258,6 @@ def _polish(study: optuna.Study, problem: Problem, best: Candidate | None, deadl
     ``local-polish`` trial."""
     if best is None:
         return False
-    from autotune.tuner.solve import LOCAL_ITERS
 
     polished = problem.score([best])[0]
     if not done:

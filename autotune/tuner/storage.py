@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -87,7 +88,7 @@ def _secret_forms(target: str) -> list[str]:
     normalized driver name, SQLAlchemy's rendering)."""
     forms = {target, unquote(target), normalize_url(target)}
     if importlib.util.find_spec("sqlalchemy") is not None:
-        from sqlalchemy.engine import make_url
+        from sqlalchemy.engine import make_url  # noqa: PLC0415 - SQLAlchemy comes with optuna and is heavy; only a database URL needs it
 
         try:
             forms.add(make_url(target).render_as_string(hide_password=False))
@@ -142,10 +143,10 @@ def resolve_target(storage: str | None, out_dir: str | Path) -> str:
 def is_storage_error(exc: BaseException) -> bool:
     """True for errors of the study store itself (database driver / SQLAlchemy, the file system,
     Optuna's storage errors), which a worker retries with backoff; False for everything else."""
-    import optuna
+    import optuna  # noqa: PLC0415 - optuna is heavy (~1 s); `autotune check` / `evaluate` never load it
 
     try:
-        from sqlalchemy.exc import SQLAlchemyError
+        from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415 - SQLAlchemy comes with optuna and is heavy; only a database URL needs it
     except ImportError:  # pragma: no cover - without the [postgres] extra
         SQLAlchemyError = ()  # type: ignore[assignment,misc]  # noqa: N806
     return isinstance(exc, (SQLAlchemyError, OSError, optuna.exceptions.StorageInternalError))
@@ -165,9 +166,8 @@ class RetryStaleTrial:
         self.max_retry = max_retry
 
     def __call__(self, study: Any, trial: Any) -> None:
-        import warnings
 
-        import optuna
+        import optuna  # noqa: PLC0415 - optuna is heavy (~1 s); `autotune check` / `evaluate` never load it
 
         if trial.user_attrs.get("origin") == POLISH_ORIGIN:
             return
@@ -196,9 +196,8 @@ def make_rdb_storage(url: str, *, heartbeat_interval: int | None = HEARTBEAT_INT
         whatever SQLAlchemy / the driver raises for a bad URL or an unreachable server (callers
         mask the password with :func:`redact` before showing it).
     """
-    import warnings
 
-    import optuna
+    import optuna  # noqa: PLC0415 - optuna is heavy (~1 s); `autotune check` / `evaluate` never load it
 
     kwargs: dict[str, Any] = {"engine_kwargs": {"pool_pre_ping": True, **(engine_kwargs or {})}}
     with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5: no warning per open
@@ -223,11 +222,11 @@ def open_storage(target: str, *, attempts: int = 5) -> Any:
         ConfigError: the journal file cannot be created, or the database cannot be opened (rule
             ``storage``, the password masked).
     """
-    import optuna
+    import optuna  # noqa: PLC0415 - optuna is heavy (~1 s); `autotune check` / `evaluate` never load it
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if not is_url(target):
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
+        from optuna.storages.journal import JournalFileBackend, JournalStorage  # noqa: PLC0415 - optuna is heavy (~1 s); `autotune check` / `evaluate` never load it
 
         p = Path(target)
         try:

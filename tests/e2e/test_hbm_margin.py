@@ -197,10 +197,25 @@ def test_pareto_rows_carry_headroom(toy):
     assert res.to_dict()["pareto"] == res.pareto
 
 
-def test_megatron_input_refuses_a_margin_instead_of_ignoring_it(tmp_path):
+def test_megatron_input_takes_a_margin_on_the_command_line(tmp_path):
+    """``search --hbm-margin`` on Megatron input packs against budget − margin (it was refused):
+    the JSON names the margin, and the answer peaks at most the limit."""
     args = tmp_path / "megatron.yaml"
     args.write_text("num_layers: 8\nhidden_size: 256\nnum_attention_heads: 4\nseq_length: 128\n"
-                    "pipeline_model_parallel_size: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n")
-    r = run("search", args, "--from", "megatron", "--hbm-margin", "0.05")
+                    "pipeline_model_parallel_size: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\nvocab_size: 1024\nworld_size: 2\n")
+    # 2,200 MiB: the best config peaks at 2,116.3 MiB; a 100 MiB margin leaves 2,100 MiB, which
+    # nothing reaches (the closest peaks at 2,104 MiB): refused with the margin named, not ignored.
+    r = run("search", args, "--from", "megatron", "--hbm", "2200MiB", "--format", "json", "--quiet")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["hbm_margin_mib"] == 0.0 and res["best"]["peak_mib"] == pytest.approx(2116.33, abs=0.01)
+    r = run("search", args, "--from", "megatron", "--hbm", "2200MiB", "--hbm-margin", "100MiB", "--quiet")
     assert r.exit_code == 2
-    assert "[usage] --hbm-margin: --hbm-margin is not supported for Megatron-LM input yet" in r.output
+    assert "[R_HBM_INFEASIBLE] --hbm-margin" in r.output and "limit 2100 MiB" in r.output
+    r = run("search", args, "--from", "megatron", "--hbm", "2250MiB", "--hbm-margin", "100MiB", "--format", "json",
+            "--quiet")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["hbm_margin_mib"] == 100.0 and res["best"]["peak_mib"] <= 2150.0
+    bad = run("search", args, "--from", "megatron", "--hbm-margin", "1.5")
+    assert bad.exit_code == 2 and "--hbm-margin" in bad.output
