@@ -232,7 +232,11 @@ NEAR_MISS_KEYS: dict[str, set[str]] = {
     "model": {"model_config"},
     "model.model_config": {"num_layers", "offset", "pp_interleave_num", "hidden_size", "num_heads",
                            "n_kv_heads", "intermediate_size", "seq_length", "vocab_size",
-                           "mtp_depth", "mtp_num_layers", "num_experts", "first_k_dense_replace"},
+                           "mtp_depth", "mtp_num_layers", "num_experts", "first_k_dense_replace",
+                           # the memory-relevant keys (docs/profiles.md's key table): a typo would
+                           # silently swap in the default and move the predicted peak by gigabytes
+                           "use_flash_attention", "param_init_type", "compute_dtype", "softmax_compute_type",
+                           "fine_grain_interleave"},
     "parallel": {"pipeline_config", "enable_parallel_optimizer", "parallel_optimizer_config"},
     "parallel.pipeline_config": {"pipeline_interleave", "pipeline_scheduler"},
     "context": {"max_device_memory"},

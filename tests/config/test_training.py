@@ -85,6 +85,10 @@ def test_missing_and_non_yaml_files(tmp_path):
     ("parallel_config", "pipeline_stage", "pipline_stage", True),
     ("parallel_config", "micro_batch_num", "micro_batch_nun", True),
     ("", "recompute_config", "recompute_cfg", False),
+    # memory-relevant keys (issue 20): a typo here silently moved the predicted peak by gigabytes
+    ("model.model_config", "use_flash_attention", "use_flash_atention", False),
+    ("model.model_config", "param_init_type", "param_init_typ", False),
+    ("model.model_config", "compute_dtype", "compute_dtyp", False),
 ])
 def test_misspelled_keys_are_rejected_or_warned_not_ignored(section, good, bad, strict):
     """Issue 15 item 3: an unknown key is an error only where MindFormers' template rejects it

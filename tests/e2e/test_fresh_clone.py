@@ -35,12 +35,14 @@ def _pytest(clone, *args):
                           cwd=clone, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_suite_collects_without_shared(clone):
     r = _pytest(clone, "--collect-only")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "error" not in r.stdout.lower().splitlines()[-1], r.stdout[-500:]
 
 
+@pytest.mark.slow
 def test_reference_data_tests_pass_without_shared(clone):
     r = _pytest(clone, "-x", *DATA_TESTS)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -186,6 +186,7 @@ def test_sweep_applies_the_margin_and_reports_headroom(toy, tmp_path):
     assert result["result"]["best"]["headroom_mib"] == pytest.approx(10.0)
 
 
+@pytest.mark.slow
 def test_pareto_rows_carry_headroom(toy):
     cfg, prof = toy
     res = autotune.search(cfg, prof, trials=20, hbm_mib=120, hbm_margin="10MiB", objective="time,memory")
@@ -202,7 +203,8 @@ def test_megatron_input_takes_a_margin_on_the_command_line(tmp_path):
     the JSON names the margin, and the answer peaks at most the limit."""
     args = tmp_path / "megatron.yaml"
     args.write_text("num_layers: 8\nhidden_size: 256\nnum_attention_heads: 4\nseq_length: 128\n"
-                    "pipeline_model_parallel_size: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\nvocab_size: 1024\nworld_size: 2\n")
+                    "pipeline_model_parallel_size: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+                    "vocab_size: 1024\nworld_size: 2\n")
     # 2,200 MiB: the best config peaks at 2,116.3 MiB; a 100 MiB margin leaves 2,100 MiB, which
     # nothing reaches (the closest peaks at 2,104 MiB): refused with the margin named, not ignored.
     r = run("search", args, "--from", "megatron", "--hbm", "2200MiB", "--format", "json", "--quiet")

@@ -62,6 +62,7 @@ def test_search_report_names_the_extra_before_searching(tmp_path):
     assert r.stdout == ""                              # nothing searched, nothing printed
 
 
+@pytest.mark.slow
 def test_search_without_report_needs_no_extra(tmp_path):
     r = run_without(["matplotlib", "jinja2", "plotly", "pandas", "sqlalchemy", "psycopg"],
                     "search", str(TOY), "--trials", "3", "--out", str(tmp_path / "best.yaml"))

@@ -3,6 +3,7 @@ Llama-3-70B example takes ~15 CPU s: benchmarks/megatron_examples.py measures bo
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 import autotune
@@ -13,6 +14,7 @@ from autotune.megatron.run import build_run
 EX = "examples/megatron/deepseek_v3_moe.yaml"
 
 
+@pytest.mark.slow
 def test_deepseek_example_cli_json_and_rewrite(root, tmp_path):
     out = tmp_path / "tuned.yaml"
     r = CliRunner().invoke(main, ["search", str(root / EX), "--format", "json", "--out", str(out)])
@@ -37,6 +39,7 @@ def test_deepseek_example_cli_json_and_rewrite(root, tmp_path):
         "recompute-modules"}
 
 
+@pytest.mark.slow
 def test_python_api_takes_the_same_inputs(root):
     run = autotune.load_megatron(root / EX)
     res = autotune.search(megatron_args=run, seed=0)

@@ -50,6 +50,7 @@ def test_search_accepts_a_storage_object_and_resume_means_resume(pg_url) -> None
     assert open_storage(pg_url).get_heartbeat_interval() == 1
 
 
+@pytest.mark.slow
 def test_trials_caps_the_study(tmp_path) -> None:
     """--trials N means at most N finished trials, seeds and the final polish trial included (the
     solver has more seeds than that here: the best ranked ones are kept); the study stops earlier at
@@ -104,6 +105,7 @@ def test_gap_negative_is_an_error() -> None:
     assert e.value.field == "gap"
 
 
+@pytest.mark.slow
 def test_dead_trial_is_failed_and_retried_by_optuna(pg_url) -> None:
     storage = make_rdb_storage(pg_url)
     study = optuna.create_study(storage=storage, study_name="hb")
