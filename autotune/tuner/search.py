@@ -284,7 +284,9 @@ def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], use
     if baselines["user"] is None and user_error is None and user is not None:
         user_error = outside_space_error(user, [Prepared(var, problem, BoundAndSeeds([], float("inf")))])
     sel_p, comm_p = _patterns(user)
-    return SearchOutcome(best=None, closest=baselines["even_full_recompute"] or baselines["even_no_recompute"],
+    # the closest is a config the space may write (seq pipe forbids full recompute: R_SEQPIPE_RECOMPUTE)
+    full = baselines["even_full_recompute"] if "full" in problem.kinds else None
+    return SearchOutcome(best=None, closest=full or baselines["even_no_recompute"],
                          baselines=baselines, trials=0, seconds=time.monotonic() - t0, config=var.cfg,
                          profile=var.profile, select_patterns=var.select_patterns or sel_p,
                          comm_patterns=var.comm_patterns or comm_p, stopped_by="static_memory",
