@@ -12,7 +12,6 @@ from autotune.api import evaluate, load_config, search
 from autotune.commands import _megatron
 from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
-from autotune.config.training import load_config as load_training_config
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.emit.render import comparison_table, headroom_text, render_report, report_json
 from autotune.emit.yaml_block import dump_yaml
@@ -119,7 +118,7 @@ def _cfg(config: str, hf_config: str | None):
     if hf_config is None:
         return config
 
-    return load_training_config(config, hf_config=hf_config)
+    return load_config(config, hf_config=hf_config)
 
 
 @click.command("evaluate")
