@@ -25,7 +25,7 @@ import numpy as np
 from autotune.cost.dominance import pareto_order
 from autotune.cost.inputs import stage_costs
 from autotune.cost.simulate import CompiledSchedule, compile_schedule, peak_activation
-from autotune.tuner.problem import Candidate, Problem, count_splits
+from autotune.tuner.problem import Candidate, Problem, count_splits, first_min
 from autotune.tuner.recompute import recompute_choices
 
 
@@ -160,7 +160,7 @@ class _Enumeration:
         self.charge(L.shape[0])
         s = problem.evaluate(V, L, T[:, 0], T[:, 1], T[:, 2])
         self.evaluated += L.shape[0]
-        i = int(np.argmin(s.step_ms))
+        i = first_min(s.step_ms)
         if self.best is None or s.step_ms[i] < self.best.step_ms - 1e-9:
             peak = float(s.peak_mib[i].max())
             self.best = Candidate(V, L[i], T[i, 0], T[i, 1], T[i, 2], float(s.step_ms[i]), peak,

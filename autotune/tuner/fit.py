@@ -25,7 +25,7 @@ from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation
 from autotune.tuner.bounds._relax import undominated
-from autotune.tuner.problem import Candidate, Problem
+from autotune.tuner.problem import Candidate, Problem, first_min
 from autotune.tuner.recompute import recompute_choices
 
 _KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
@@ -248,7 +248,7 @@ def _replay(spec: _Speculation, st: _GreedyState, over: np.ndarray, cap: float, 
         cost_fit = np.where(fits_now, added, big)
         ratio = np.where(useful, saved / np.maximum(added, 1e-9), -1.0)
         any_fit = fits_now.any(axis=0)
-        choice = np.where(any_fit, cost_fit.argmin(axis=0), ratio.argmax(axis=0))  # b P
+        choice = np.where(any_fit, first_min(cost_fit, axis=0), first_min(-ratio, axis=0))  # b P
         stuck = ov & ~useful.any(axis=0)
         apply = ov & ~stuck
         pick = np.where(apply, choice, 0)  # b P, among the simulated variants

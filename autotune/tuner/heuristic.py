@@ -23,7 +23,7 @@ from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
 from autotune.tuner.moves import (GivenSplits, LayoutBatch, PairMoves, RecomputeTrades, Scan,
                                    SingleLayerMoves, one_opt_moves, scan)
 from autotune.tuner.params import representable
-from autotune.tuner.problem import Candidate, Problem, fits, improves
+from autotune.tuner.problem import Candidate, Problem, best_of, better, fits, improves, rank_order, tie_key
 
 #: When no single-layer move improves, :func:`local_search` scores the pair moves (two single
 #: moves at once) among this many best single moves: a work cap of at most
@@ -36,11 +36,6 @@ PAIR_OPS = 1_500_000
 #: When no pair move improves either, a single-move descent runs from each of this many best pair
 #: moves (kicks); the best end point is taken if it improves.
 PAIR_KICKS = 2
-
-
-def _better(c: Candidate, than: Candidate) -> bool:
-    """Strictly better: less memory excess (clipped at 0), or as little and 1e-9 ms faster."""
-    return (max(0.0, c.excess_mib), c.step_ms) < (max(0.0, than.excess_mib), than.step_ms - 1e-9)
 
 
 def _descend(problem: Problem, best: Candidate, memo: dict, scans: int, deadline: float | None,
@@ -57,7 +52,7 @@ def _descend(problem: Problem, best: Candidate, memo: dict, scans: int, deadline
             return best, used, None
         c = sc.best(problem)
         used += 1
-        if not _better(c, best):
+        if not better(c, best):
             return best, used, sc
         best = c
     return best, used, None
@@ -116,16 +111,16 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
             best = end
         if stall is None or top < 2 or late():
             break
-        order = np.lexsort((stall.step_ms, stall.excess_mib(problem)))
+        order = rank_order(stall.step_ms, stall.excess_mib(problem))
         pairs = scan(problem, best, PairMoves(singles=stall.layouts.layers, order=order, top=top),
                      fit=fit, memo=memo)
         if pairs is None:
             break
         c = pairs.best(problem)
         used += 1
-        if not _better(c, best):
+        if not better(c, best):
             ends = []
-            for k in np.lexsort((pairs.step_ms, pairs.excess_mib(problem)))[:n_kicks]:
+            for k in rank_order(pairs.step_ms, pairs.excess_mib(problem))[:n_kicks]:
                 if late():
                     break
                 kick = scan(problem, best, GivenSplits(pairs.layouts.layers[k:k + 1]), fit=fit, memo=memo)
@@ -134,8 +129,8 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
                 ends.append(e)
             if not ends:
                 break
-            c = min(ends, key=lambda x: x.rank())
-            if not _better(c, best):
+            c = best_of(ends)
+            if not better(c, best):
                 break
         c.origin = f"{start.origin}+local"
         best = c
@@ -182,7 +177,7 @@ def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
         nonlocal best
         sc = scan(problem, best, RecomputeTrades(trades))
         i, step = sc.fastest_fitting(problem)
-        if not step < best.step_ms - 1e-9:
+        if not improves(step, best.step_ms):
             return False
         best = sc.candidate(problem, i, origin=f"{cand.origin}+polish")
         best.layers = cand.layers.copy()
@@ -252,7 +247,7 @@ def finish_one_opt(problem: Problem, cand: Candidate, *, deadline: float | None 
             break
         lay, step = improving_moves(problem, best)
         nxt = None
-        for i in np.argsort(step, kind="stable"):
+        for i in np.argsort(tie_key(step), kind="stable"):
             c = Candidate(best.V, lay.layers[i].copy(), lay.rec[i].copy(), lay.sel[i].copy(),
                           lay.com[i].copy(), origin=best.origin if best.origin.endswith("+1opt")
                           else f"{best.origin}+1opt")

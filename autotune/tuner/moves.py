@@ -26,7 +26,7 @@ import numpy as np
 
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, refit_touched
-from autotune.tuner.problem import Candidate, Problem
+from autotune.tuner.problem import Candidate, Problem, first_min, rank_order
 
 #: Moves refitted and simulated per batch (bounds memory on large spaces).
 MOVE_CHUNK = 20_000
@@ -258,13 +258,13 @@ class Scan:
 
     def best(self, problem: Problem) -> Candidate:
         """The best neighbour by rank: least memory excess, then least step, then first."""
-        return self.candidate(problem, int(np.lexsort((self.step_ms, self.excess_mib(problem)))[0]))
+        return self.candidate(problem, int(rank_order(self.step_ms, self.excess_mib(problem))[0]))
 
     def fastest_fitting(self, problem: Problem) -> tuple[int, float]:
         """(index, step ms) of the fastest neighbour whose every stage fits the budget (+1e-9
         MiB); step +inf when none fits."""
         step = np.where(self.peak_mib.max(axis=1) <= problem.hbm_mib + 1e-9, self.step_ms, np.inf)
-        i = int(np.argmin(step))
+        i = first_min(step)
         return i, float(step[i])
 
 

@@ -208,6 +208,68 @@ def improves(step_ms: np.ndarray | float, than_ms: float) -> np.ndarray | bool:
     return np.asarray(step_ms) < than_ms * (1.0 - REL_TOL)
 
 
+def first_min(x: np.ndarray, axis: int = 0) -> np.ndarray | int:
+    """Index of the first entry within :data:`REL_TOL` of the minimum along ``axis`` (int for a
+    1-D ``x``, else an int array with ``axis`` removed). ``np.argmin`` picks whichever of two equal
+    values rounds lower, so scaling every time by a constant could change the pick; within a
+    relative tolerance the position decides, and a scale does not move it. +inf entries never tie
+    with a finite minimum; an all-inf slice gives 0."""
+    x = np.asarray(x, dtype=float)
+    lo = np.min(x, axis=axis, keepdims=True)
+    tied = x <= np.where(np.isfinite(lo), lo + REL_TOL * np.abs(lo), lo)
+    i = np.argmax(tied, axis=axis)
+    return int(i) if x.ndim == 1 else i
+
+
+def tie_key(x: np.ndarray) -> np.ndarray:
+    """A sort key of ``x`` [B] that counts values within :data:`REL_TOL` (of the least finite
+    |value|, or of the largest when that is 0) above the least one as equal: floor((x − min) / unit),
+    +inf kept. Sorting by it with a stable sort orders near-ties by position, the same at every
+    scale of ``x``."""
+    x = np.asarray(x, dtype=float)
+    fin = np.isfinite(x)
+    if not fin.any():
+        return x.copy()
+    lo = float(x[fin].min())
+    unit = REL_TOL * (abs(lo) or float(np.abs(x[fin]).max()))
+    if unit == 0.0:
+        return np.where(fin, 0.0, x)
+    return np.where(fin, np.floor((x - lo) / unit), x)
+
+
+def rank_order(step_ms: np.ndarray, excess_mib: np.ndarray) -> np.ndarray:
+    """Indices [B] best first: least memory excess (MiB, clipped at 0 by the caller), then least step
+    time (ms), near-ties (:func:`tie_key`) by position."""
+    return np.lexsort((np.arange(len(step_ms)), tie_key(step_ms), tie_key(excess_mib)))
+
+
+def better(c: Candidate, than: Candidate) -> bool:
+    """Strictly better: less memory excess (MiB, clipped at 0), or as little and faster by more
+    than :data:`REL_TOL` (:func:`improves`; relative, so a time scale changes nothing)."""
+    ce, te = max(0.0, c.excess_mib), max(0.0, than.excess_mib)
+    return ce < te if ce != te else bool(improves(c.step_ms, than.step_ms))
+
+
+def best_of(cands: list[Candidate]) -> Candidate:
+    """The best of scored ``cands`` by :func:`better`, the first one among near-ties (ValueError
+    when empty)."""
+    if not cands:
+        raise ValueError("best_of: no candidates")
+    best = cands[0]
+    for c in cands[1:]:
+        if better(c, best):
+            best = c
+    return best
+
+
+def ranked(cands: list[Candidate]) -> list[Candidate]:
+    """Scored ``cands`` best first (:func:`rank_order`: excess, then step; near-ties by position)."""
+    if not cands:
+        return []
+    order = rank_order(np.array([c.step_ms for c in cands]), np.array([max(0.0, c.excess_mib) for c in cands]))
+    return [cands[i] for i in order]
+
+
 def _water_fill(load: np.ndarray, per: float, k: int) -> float:
     """The least max of ``load`` after adding ``per`` to its entries k times in all (float [P])."""
     load = load.copy()

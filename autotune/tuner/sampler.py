@@ -39,10 +39,10 @@ import optuna
 from optuna.samplers._base import _process_constraints_after_trial
 
 from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
-from autotune.tuner.heuristic import _better, _pair_top
+from autotune.tuner.heuristic import _pair_top
 from autotune.tuner.moves import OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
 from autotune.tuner.params import encode, representable
-from autotune.tuner.problem import Candidate, Problem
+from autotune.tuner.problem import Candidate, Problem, better, rank_order, ranked
 
 #: User attribute holding a trial's memory excess (MiB, peak - budget; <= 0 fits).
 EXCESS_ATTR = "hbm_excess_mib"
@@ -128,7 +128,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
             c = trial_layout(t)
             if c is None or not np.isfinite(c.step_ms) or not np.isfinite(c.excess_mib):
                 continue
-            if best is None or _better(c, best):
+            if best is None or better(c, best):
                 best = c
         return best
 
@@ -141,7 +141,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
             return None
         held = {t.user_attrs["layout"] for t in trials if "layout" in t.user_attrs}
         for c in self._ranked(inc):
-            if not _better(c, inc):
+            if not better(c, inc):
                 break  # ranked: no later neighbour beats the incumbent either
             if layout_json(c) not in held:
                 return c
@@ -164,7 +164,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         if not out and single is not None:
             top = _pair_top(p, inc.V, None)
             if top >= 2:
-                order = np.lexsort((single.step_ms, single.excess_mib(p)))
+                order = rank_order(single.step_ms, single.excess_mib(p))
                 out = self._improving(inc, scan(p, inc, PairMoves(singles=single.layouts.layers, order=order,
                                                                      top=top), fit=fit, memo=memo))
         if not out:
@@ -172,7 +172,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
             for s in range(p.P):
                 if opts[s] is not None:
                     out += self._improving(inc, scan(p, inc, RecomputeTrades(((s, opts[s]),))))
-            out.sort(key=lambda c: c.rank())
+            out = ranked(out)
         if len(self._scans) >= SCAN_MEMO:
             self._scans.pop(next(iter(self._scans)))
         self._scans[key] = out
@@ -183,11 +183,11 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         if sc is None:
             return []
         p = self.problem
-        order = np.lexsort((sc.step_ms, sc.excess_mib(p)))
+        order = rank_order(sc.step_ms, sc.excess_mib(p))
         out = []
         for i in order:
             c = sc.candidate(p, int(i), origin="neighbour")
-            if not _better(c, inc):
+            if not better(c, inc):
                 break
             if representable(p, c):
                 out.append(c)

@@ -28,7 +28,8 @@ from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import edge_weighted_fit, fitted
 from autotune.tuner.heuristic import finish_one_opt, local_search, polish_recompute
-from autotune.tuner.problem import Candidate, Problem, count_splits, even_layers, fits
+from autotune.tuner.problem import (Candidate, Problem, best_of, better, count_splits, even_layers, fits, improves,
+                                    ranked)
 
 #: Spaces with at most this many layer splits (all V) are enumerated exactly (branch and bound:
 #: 20,128 splits of the 16-layer pp4 vpp1-2 benchmark take about 2 s).
@@ -86,7 +87,7 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
     (least replay per stage, edge chunks weighted) when that ranks better, searched with the exact
     fit, then their recompute is polished by simulation (both answers kept); V = 1 starts are
     searched with the greedy fit. Returns the answers in order."""
-    pool = sorted(starts, key=lambda c: c.rank())
+    pool = ranked(starts)
     feas = [x.step_ms for x in pool if x.excess_mib <= 0] + ([upper_ms] if upper_ms is not None else [])
     inc = min(feas) if feas else float("inf")
     out: list[Candidate] = []
@@ -99,7 +100,7 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
         if c.V > 1:
             fit = edge_weighted_fit(c.V)
             ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
-            ls = local_search(problem, ex if ex.rank() < c.rank() else c, max_iters=LOCAL_ITERS,
+            ls = local_search(problem, ex if better(ex, c) else c, max_iters=LOCAL_ITERS,
                               deadline=deadline, fit=fit)
             out.append(ls)
             if deadline is None or time.monotonic() <= deadline:
@@ -123,7 +124,7 @@ def polish(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float],
         mine = [c for c in cands + out if c.V == V and c.excess_mib <= 0]
         if V < 2 or not mine:
             continue
-        c0 = min(mine, key=lambda c: c.step_ms)
+        c0 = best_of(mine)
         inc = min(c.step_ms for c in cands + out if c.excess_mib <= 0)
         if per_v_ms.get(V, 0.0) >= inc or c0.step_ms > inc * (1 + POLISH_WITHIN):
             continue  # this V cannot win, or is too far behind for a recompute polish to help
@@ -131,8 +132,8 @@ def polish(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float],
             continue  # polish_recompute's coordinate descent already tuned it (the integer
             # program's own polish costs seconds there: 6532.6 -> 6528.5 ms on TeleChat2 vpp4)
         pols = [c for c in problem.score(milp_recompute(problem, c0, deadline=deadline)) if c.excess_mib <= 0]
-        if pols and min(c.step_ms for c in pols) < c0.step_ms - 1e-9:
-            out.append(min(pols, key=lambda c: c.step_ms))
+        if pols and improves(min(c.step_ms for c in pols), c0.step_ms):
+            out.append(best_of(pols))
     return out
 
 
@@ -144,7 +145,7 @@ def finish(problem: Problem, cands: list[Candidate], *, deadline: float | None =
     feas = [c for c in cands if fits(c.peak_mib, problem.hbm_mib)]
     if not feas:
         return []
-    c0 = min(feas, key=lambda c: c.step_ms)
+    c0 = best_of(feas)
     if c0.origin.endswith("+1opt"):
         return []
     c1 = finish_one_opt(problem, c0, deadline=deadline)

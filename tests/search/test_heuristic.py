@@ -60,8 +60,12 @@ def _plain_fit(problem: Problem, layers: np.ndarray, *, max_rounds: int = 10_000
         saved, added = peak[None] - vpeak, vt - t[None]
         useful = saved > 1e-9
         fits_now = useful & (vpeak <= cap + 1e-9)
-        choice = np.where(fits_now.any(axis=0), np.where(fits_now, added, 1e30).argmin(axis=0),
-                          np.where(useful, saved / np.maximum(added, 1e-9), -1.0).argmax(axis=0))
+        cost = np.where(fits_now, added, 1e30)
+        ratio = np.where(useful, saved / np.maximum(added, 1e-9), -1.0)
+        # the first increment within a relative 1e-9 of the best (near-ties by position)
+        lo, hi = cost.min(axis=0), ratio.max(axis=0)
+        choice = np.where(fits_now.any(axis=0), (cost <= lo + 1e-9 * np.abs(lo)).argmax(axis=0),
+                          (ratio >= hi - 1e-9 * np.abs(hi)).argmax(axis=0))
         apply = over & useful.any(axis=0)
         if not apply.any():
             break

@@ -133,7 +133,8 @@ def _telechat_96l_vpp3():
 
 def test_recompute_polish_beats_the_greedy_fit_on_telechat2() -> None:
     """TeleChat2 96 layers pp8 vpp3 (m 8, 55,808 MiB, tight: most layers need select recompute),
-    split [[3,3,3,4,4,4,4,4],[4]*8,[5,5,5,4,5,4,4,3]]: the greedy fit gives 6,927.6 ms; the
+    split [[3,3,3,4,4,4,4,4],[4]*8,[5,5,5,4,5,4,4,3]]: the greedy fit gives 6,950.0 ms (6,927.6 ms
+    before near-ties were broken by position: the increments it chose between tie to 1e-9); the
     integer program with the split pinned picks per-mini-stage recompute classes that run
     6,845.16 ms and fit (worst stage 55,752 MiB). The chosen counts are valid MindFormers values
     (full <= select, comm <= layers), and no layer is fully recomputed (select + comm suffice)."""
@@ -141,7 +142,7 @@ def test_recompute_polish_beats_the_greedy_fit_on_telechat2() -> None:
     problem = _telechat_96l_vpp3()
     lay = np.array([[3, 3, 3, 4, 4, 4, 4, 4], [4] * 8, [5, 5, 5, 4, 5, 4, 4, 3]])
     greedy = fitted(problem, 3, lay[None], "greedy")[0]
-    assert greedy.step_ms == pytest.approx(6927.60, abs=0.05) and greedy.excess_mib <= 0
+    assert greedy.step_ms == pytest.approx(6950.04, abs=0.05) and greedy.excess_mib <= 0
     pols = problem.score(milp_recompute(problem, greedy))
     fit = [c for c in pols if c.excess_mib <= 0]
     best = min(fit, key=lambda c: c.step_ms)
