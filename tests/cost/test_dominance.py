@@ -1,0 +1,65 @@
+"""The Pareto filter (autotune/cost/dominance.py) against its definitions, row by row: the default
+rule (a row is dropped when an earlier row of the lexicographic order is within ``tol`` of it or
+below it in every column) and ``keep_ties`` (dropped when another row is <= it + tol everywhere and
+< it - tol somewhere). Small integer values make ties and duplicate rows common."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.cost import dominance
+from autotune.cost.dominance import pareto_mask, pareto_order
+
+
+def _default_rule(vals: np.ndarray, tol: float) -> np.ndarray:
+    order = np.lexsort(vals.T[::-1])
+    s = vals[order]
+    keep = np.array([not any((s[j] - tol <= s[i]).all() for j in range(i)) for i in range(len(s))], dtype=bool)
+    out = np.zeros(len(s), dtype=bool)
+    out[order[keep]] = True
+    return out
+
+
+def _keep_ties_rule(vals: np.ndarray, tol: float) -> np.ndarray:
+    n = len(vals)
+    return np.array([not any((vals[o] <= vals[i] + tol).all() and (vals[o] < vals[i] - tol).any()
+                             for o in range(n) if o != i) for i in range(n)], dtype=bool)
+
+
+_tables = st.tuples(st.integers(1, 300), st.integers(1, 5), st.integers(0, 10_000), st.sampled_from([3, 8, 1000]))
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(dominance, "BLOCK", 16)  # many blocks on small tables
+
+
+@settings(max_examples=60, deadline=None)
+@given(_tables, st.sampled_from([0.0, 0.5, 1.0, 1e-9]))
+def test_default_rule(table, tol):
+    n, d, seed, span = table
+    vals = np.random.default_rng(seed).integers(0, span, size=(n, d)).astype(float)
+    want = _default_rule(vals, tol)
+    np.testing.assert_array_equal(pareto_mask(vals, tol=tol), want)
+    got = pareto_order(vals, tol=tol)
+    assert sorted(got.tolist()) == np.nonzero(want)[0].tolist()
+    assert (np.diff(vals[got][:, 0]) >= 0).all()  # column 0 ascending
+
+
+@settings(max_examples=60, deadline=None)
+@given(_tables, st.sampled_from([0.0, 0.5, 1.0, 1e-9]))
+def test_keep_ties_rule(table, tol):
+    n, d, seed, span = table
+    vals = np.random.default_rng(seed).integers(0, span, size=(n, d)).astype(float)
+    np.testing.assert_array_equal(pareto_mask(vals, tol=tol, keep_ties=True), _keep_ties_rule(vals, tol))
+
+
+def test_hand_example():
+    """(1,5,5) and (5,1,5) and (5,5,1) are a front; (2,6,6) is dominated by the first; the
+    duplicate (1,5,5) goes under the default rule and stays with keep_ties."""
+    v = np.array([[2, 6, 6], [1, 5, 5], [5, 1, 5], [5, 5, 1], [1, 5, 5]], dtype=float)
+    assert pareto_mask(v).tolist() == [False, True, True, True, False]
+    assert pareto_mask(v, keep_ties=True).tolist() == [False, True, True, True, True]
