@@ -147,3 +147,73 @@ def test_not_applicable_returns_none() -> None:
     problem = _homogeneous(8, 2, 2, 2)
     assert device_dp_bound(problem, 1, upper_ms=100.0) is None
     assert device_dp_bound(problem, 2, upper_ms=float("inf")) is None
+
+
+def _kinds_problem(seed: int, N: int, P: int, V: int, runs: list[tuple[str, int]], tight: float,
+                   kinds: tuple[str, ...] = ("full", "select", "comm")):
+    """A problem whose layer kinds differ as DeepSeek-V3's dense and MoE layers do: "d" is cheap,
+    "e" holds 2–6 x its static MiB and more replay (``runs`` in layer order; "r" the
+    componentwise minimum of both, for the min-layer relaxation's problem). Budget: ``tight`` x
+    the even split's fitted peak."""
+    from autotune.cost.inputs import ProfileArrays
+    from autotune.profile.schema import ModelProfile
+    from autotune.tuner.fit import fitted
+    from autotune.tuner.problem import Problem, even_layers
+
+    rng = np.random.default_rng(seed)
+    f = float(rng.uniform(0.5, 2.0))
+    act = float(rng.uniform(5, 20))
+    stat = float(rng.uniform(5, 20))
+    big = float(rng.uniform(2, 6))
+
+    def kind(fm: float, sm: float, em: float) -> dict:
+        return {"fwd_ms": f * fm, "bwd_ms": 2 * f * fm, "act_mib": act, "static_mib": stat * sm,
+                "full": {"act_mib": 0.1 * act, "extra_ms": f * em, "workspace_mib": act * sm,
+                         "static_delta_mib": -0.2 * stat * sm},
+                "select": {"act_mib": 0.7 * act, "extra_ms": 0.1 * f * em},
+                "comm": {"act_mib": 0.8 * act, "extra_ms": 0.2 * f * em}}
+    kd = {"d": kind(1.0, 1.0, 1.0), "e": kind(1.01, big, 1.4),
+          "r": {**kind(1.0, 1.0, 1.0), "full": {**kind(1.0, 1.0, 1.0)["full"], "static_delta_mib": -0.2 * stat * big}}}
+    prof = ModelProfile(kinds=kd, layer_kinds=runs, head={"static_mib": 10.0, "fwd_ms": 0.5, "bwd_ms": 1.0},
+                        tail={"static_mib": 15.0, "fwd_ms": 3.0, "bwd_ms": 9.0, "act_mib": 5.0},
+                        p2p_ms=float(rng.uniform(0, 0.3)))
+    pa = ProfileArrays.from_profile(prof)
+    loose = Problem(pa, P=P, m=2 * P, vpp_candidates=[V], kinds=kinds)
+    peak = fitted(loose, V, even_layers(N, P, V)[None], "x")[0].peak_mib
+    return Problem(pa, P=P, m=2 * P, hbm_mib=peak * tight, vpp_candidates=[V], kinds=kinds)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), V=st.integers(2, 3),
+       first=st.integers(0, 3), middle=st.integers(0, 3), tight=st.floats(0.5, 1.2))
+def test_device_dp_kinds_by_position_never_exceed_enumerated_optimum(seed, N, P, V, first, middle, tight) -> None:
+    """Layer types by position (autotune.tuner.bounds._kinds): a cheap "d" run first (0–3 layers,
+    DeepSeek-V3's dense layers), the costly "e" layers after it, optionally more "d" layers
+    inside: the bound stays <= the enumerated optimum (600 draws once, 40 in CI)."""
+    if V * P > N:
+        V, P = 2, 2
+    runs = [(k, n) for k, n in (("d", first), ("e", N - first - middle), ("d", middle)) if n > 0]
+    if sum(n for _, n in runs) != N or not runs:
+        return
+    problem = _kinds_problem(seed, N, P, V, runs, tight)
+    best = exact_optimum(problem).best
+    if best is None:
+        return
+    for ub in (best.step_ms, best.step_ms * 1.5):
+        assert device_dp_bound(problem, V, upper_ms=ub).bound_ms <= best.step_ms * (1 + 1e-9)
+
+
+def test_device_dp_kinds_by_position_raise_the_bound() -> None:
+    """One cheap layer first, seven costly ones (pp2 vpp2, tight memory): the positional types give
+    a larger bound than the min-layer relaxation (every layer as the cheap kind, the bound before:
+    68.52 -> 84.83 ms, optimum 88.00)
+    and stay <= the enumerated optimum."""
+    problem = _kinds_problem(3, 8, 2, 2, [("d", 1), ("e", 7)], 0.8)
+    relaxed = _kinds_problem(3, 8, 2, 2, [("r", 8)], 0.8)
+    relaxed = type(relaxed)(relaxed.pa, P=2, m=4, hbm_mib=problem.hbm_mib, vpp_candidates=[2],
+                            kinds=problem.kinds)
+    best = exact_optimum(problem).best
+    new = device_dp_bound(problem, 2, upper_ms=best.step_ms).bound_ms
+    old = device_dp_bound(relaxed, 2, upper_ms=best.step_ms).bound_ms
+    assert old < new <= best.step_ms * (1 + 1e-9)
+    assert (old, new, best.step_ms) == pytest.approx((68.5236, 84.8325, 88.0000), abs=1e-4)

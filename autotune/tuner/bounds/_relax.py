@@ -118,10 +118,11 @@ class RelaxedLayer:
     ws_mib: np.ndarray
 
 
-def relaxed_layer(problem: Problem) -> RelaxedLayer:
-    """:class:`RelaxedLayer` of the layer kinds present in the problem (allowed classes only)."""
+def relaxed_layer(problem: Problem, ks: np.ndarray | None = None) -> RelaxedLayer:
+    """:class:`RelaxedLayer` of the layer kinds ``ks`` (int indices; default: every kind present in
+    the problem), allowed classes only."""
     pa = problem.pa
-    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
+    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0) if ks is None else np.asarray(ks, dtype=np.int64)
     cls = allowed_classes(problem.kinds)
     b0k = pa.bwd_kc[ks, NONE]
     sd = pa.static_dc[ks][:, cls] if pa.static_dc is not None else np.zeros((ks.size, len(cls)))

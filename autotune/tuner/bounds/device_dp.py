@@ -50,16 +50,14 @@ cap). Work caps (no clock) keep long schedules (256 micro-batches) to a few seco
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import one_stay_counts
-from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, RowFrontiers, count_vectors, integer_setup,
-                                          min_extra_ms, pareto_front, undominated)
+from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, TypedFronts
+from autotune.tuner.bounds._relax import IntegerSetup, count_vectors, integer_setup, pareto_front, undominated
 from autotune.tuner.problem import Problem
 
 
@@ -103,7 +101,8 @@ class _Stage:
     last chunk's forwards of the other stages (their length is W + Es − f·(those layers); -inf
     elsewhere); for the joint pass the live-count vectors with their phase, jrows [Rj, V] and
     jchunk [Rj] (-1 after a forward, else the chunk whose backward runs: its workspace is live),
-    jroom [M, Rj] (MiB) and the head / tail workspace end_ws_mib [V] (MiB)."""
+    jroom [M, Rj] (MiB) and the head / tail workspace end_ws_mib [V] (MiB); tn [M, V, T] the layer
+    type counts per chunk (:class:`autotune.tuner.bounds._kinds.LayerTypes`)."""
 
     n: np.ndarray
     F: np.ndarray
@@ -119,11 +118,12 @@ class _Stage:
     jchunk: np.ndarray
     jroom: np.ndarray
     end_ws_mib: np.ndarray
+    tn: np.ndarray
 
     def take(self, idx: np.ndarray, e: np.ndarray | None = None, E: np.ndarray | None = None) -> "_Stage":
         return _Stage(self.n[idx], self.F[idx], self.B[idx], self.e[idx] if e is None else e,
                       self.E[idx] if E is None else E, self.E0[idx], self.A, self.rows, self.room[idx],
-                      self.Es[idx], self.jrows, self.jchunk, self.jroom[idx], self.end_ws_mib)
+                      self.Es[idx], self.jrows, self.jchunk, self.jroom[idx], self.end_ws_mib, self.tn[idx])
 
     @property
     def cost(self) -> np.ndarray:
@@ -149,61 +149,42 @@ def _cheapest_allowed(first: np.ndarray, cost: np.ndarray, Kn: int) -> np.ndarra
 
 class _WeightedFronts:
     """Pareto fronts of (memory MiB, weighted replay ms) of a stage's chunks together: chunk v's
-    front for one live-count weight w_v (:class:`autotune.tuner.bounds._relax.RowFrontiers`) with its
-    replay scaled by a_v, Minkowski-summed over the chunks (memoised by counts, w, a)."""
+    front for one live-count weight w_v (per layer type, :class:`autotune.tuner.bounds._kinds.
+    TypedFronts`) with its replay scaled by a_v, Minkowski-summed over the chunks (memoised by
+    type counts, w, a)."""
 
-    def __init__(self, fr: RowFrontiers) -> None:
-        self.fr = fr
+    def __init__(self, tf: TypedFronts) -> None:
+        self.tf = tf
         self.cache: dict[tuple, np.ndarray] = {}
 
-    def least(self, counts: tuple[int, ...], w: tuple[float, ...], a: tuple[float, ...],
+    def least(self, tn: tuple[tuple[int, ...], ...], w: tuple[float, ...], a: tuple[float, ...],
               budget: float) -> float:
         """min Σ_v a_v·replay_v over per-layer classes with Σ_v (w_v·act + static_delta) <= budget
-        (+inf when nothing fits). For a_v <= 0 the least-memory point of chunk v is optimal and it
-        is on the front, so the Pareto fronts suffice for any sign."""
-        key = (counts, w, a)
+        (+inf when nothing fits); ``tn`` the type counts per chunk. For a_v <= 0 the least-memory
+        point of chunk v is optimal and it is on the front, so the Pareto fronts suffice for any
+        sign."""
+        key = (tn, w, a)
         acc = self.cache.get(key)
         if acc is None:
             acc = np.zeros((1, 2))
-            for n, wv, av in zip(counts, w, a):
-                g = self.fr.get(int(n), float(wv)).copy()
-                g[:, 1] *= av
-                acc = pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
+            for c, wv, av in zip(tn, w, a):
+                for t, n in enumerate(c):
+                    if n or t == 0:
+                        g = self.tf.get(t, int(n), float(wv)).copy()
+                        g[:, 1] *= av
+                        acc = pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
             self.cache[key] = acc
         ok = acc[:, 0] <= budget + 1e-9 * (1.0 + abs(budget))
         return float(acc[ok, 1].min()) if ok.any() else float("inf")
 
 
-class _ChunkOptions:
-    """Per layer count n: the class multisets of n relaxed layers not dominated in (activation
-    MiB kept per micro-batch, static delta MiB, replay ms, backward workspace MiB — the largest of
-    its classes'): float [K, 4] (memoised)."""
-
-    def __init__(self, layer: RelaxedLayer) -> None:
-        self.layer = layer
-        self.cache: dict[int, np.ndarray] = {}
-
-    def get(self, n: int) -> np.ndarray:
-        if n not in self.cache:
-            lay = self.layer
-            per = np.stack([lay.act_mib, lay.sdelta_mib, lay.extra_ms], axis=1)  # [C, 3]
-            combos = list(itertools.combinations_with_replacement(range(per.shape[0]), n))
-            arr = np.array([np.append(per[list(c)].sum(axis=0), lay.ws_mib[list(c)].max()) for c in combos]) \
-                if n else np.zeros((1, 4))
-            self.cache[n] = arr[pareto_mask(arr, tol=1e-9, keep_ties=True)]
-        return self.cache[n]
-
-    def size(self, counts) -> int:
-        return int(np.prod([self.get(int(n)).shape[0] for n in counts]))
-
-
-def _joint(jo: _ChunkOptions, counts: tuple[int, ...], st: "_Stage", j: int) -> np.ndarray:
+def _joint(jo: ChunkOptions, counts: tuple[tuple[int, ...], ...], st: "_Stage", j: int) -> np.ndarray:
     """The (replay ms, E ms) pairs not dominated over the replay choices of configuration j of a
-    stage (layer counts ``counts``) that fit every live-count vector at once, each backward with
+    stage (layer type counts per chunk ``counts``) that fit every live-count vector at once, each backward with
     its chunk's workspace (the largest of its layers' classes and its head / tail): E = max over
     the stage's no-skip paths of E0 + Σ_v (cb_v − 1)·replay_v; float [K, 2], empty when nothing
     fits."""
-    opts = [jo.get(n) for n in counts]
+    opts = [jo.get(c) for c in counts]
     grids = np.meshgrid(*[np.arange(o.shape[0]) for o in opts], indexing="ij")
     sel = [g.reshape(-1) for g in grids]
     act = np.stack([o[i, 0] for o, i in zip(opts, sel)], axis=1)  # [K, V]
@@ -220,11 +201,31 @@ def _joint(jo: _ChunkOptions, counts: tuple[int, ...], st: "_Stage", j: int) -> 
     return pareto_front(np.stack([x.sum(axis=1), (st.E0[j][None, :] + x @ st.A.T).max(axis=1)], axis=1))
 
 
+def _families(rows: list, p: int, P: int, V: int, p2p: float, end_f: np.ndarray) -> tuple[list, list]:
+    """Stage p's no-skip paths and (last stage only) its paths that skip exactly the last chunk's
+    forwards of the other stages, each as (cf − 1, cb − 1 on stage p [V], hops·p2p ms)."""
+    off = np.ones((V, P), dtype=bool)
+    off[:, p] = False
+    keep = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in rows
+            if (cf[off] >= 1.0 - 1e-9).all() and (cb[off] >= 1.0 - 1e-9).all()]
+    skip = []
+    if p == P - 1 and P > 1:
+        # paths that skip exactly the last chunk's forwards of the other stages (no replay
+        # there: the skipped time is f per layer): E = stage part − f·(those layers)
+        zero = np.zeros((V, P), dtype=bool)
+        zero[V - 1, :P - 1] = True
+        skip = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in rows
+                if (np.abs(cf[zero]) < 1e-9).all() and (cf[off & ~zero] >= 1.0 - 1e-9).all()
+                and (cb[off] >= 1.0 - 1e-9).all() and not (end_f[V - 1, :P - 1] > 0).any()]
+    return keep, skip
+
+
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
-                  ) -> tuple[list[_Stage], int, IntegerSetup] | None:
+                  ) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None:
     """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
     (least replay that fits; per path its least weighted replay), and the number of
-    configurations enumerated and the shared setup (:func:`autotune.tuner.bounds._relax.integer_setup`); None
+    configurations enumerated, the shared setup (:func:`autotune.tuner.bounds._relax.integer_setup`) and the
+    layer types (:class:`autotune.tuner.bounds._kinds.LayerTypes`); None
     when a work cap or the applicability check fails, or when no stage has a no-skip path (a stage
     may be left with no configuration: nothing beats upper)."""
     su = integer_setup(problem, V)
@@ -238,33 +239,23 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     w_const = N * fb0 + float(end_f.sum() + end_b.sum())  # W without replay (ms)
     n_cap = N if fb0 <= 0 else min(N, int(upper_ms / (m * fb0)) + 1)  # a stage's own ops path
     fam = one_stay_counts(cs)
-    fr = RowFrontiers(lay)
-    wf = _WeightedFronts(fr)
+    types = LayerTypes(problem, V)
+    tf = TypedFronts(types)
+    wf = _WeightedFronts(tf)
     stages = []
     total = 0
     least_work = 0
     any_path = False
     for p in range(P):
-        off = np.ones((V, P), dtype=bool)
-        off[:, p] = False
-        keep = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in fam[p]
-                if (cf[off] >= 1.0 - 1e-9).all() and (cb[off] >= 1.0 - 1e-9).all()]
-        skip = []
-        if p == P - 1 and P > 1:
-            # paths that skip exactly the last chunk's forwards of the other stages (no replay
-            # there: the skipped time is f per layer): E = stage part − f·(those layers)
-            zero = np.zeros((V, P), dtype=bool)
-            zero[V - 1, :P - 1] = True
-            skip = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in fam[p]
-                    if (np.abs(cf[zero]) < 1e-9).all() and (cf[off & ~zero] >= 1.0 - 1e-9).all()
-                    and (cb[off] >= 1.0 - 1e-9).all() and not (end_f[V - 1, :P - 1] > 0).any()]
+        keep, skip = _families(fam[p], p, P, V, p2p, end_f)
         vecs = count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), n_cap)
         total += len(vecs)
         if total > max_configs:
             return None
         nv = np.asarray(vecs, dtype=np.float64).reshape(-1, V)  # [M, V]
-        F = nv * lay.fwd_ms + end_f[:, p]
-        B = nv * lay.bwd_ms + end_b[:, p]
+        tn = types.typed(p, nv)  # [M, V, T]
+        F = tn @ types.fwd_ms + end_f[:, p]
+        B = tn @ types.bwd_ms + end_b[:, p]
         if keep:
             any_path = True
             A_f = np.array([a for a, _, _ in keep])  # [Q, V]
@@ -283,7 +274,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         jrows = np.array([w for w, _ in jr]).reshape(-1, V)
         jchunk = np.array([c_ for _, c_ in jr], dtype=np.int64)
         rows = undominated(jrows)  # the first pass ignores the phase (no workspace)
-        free = problem.hbm_mib - const_static[p] - nv.sum(axis=1) * lay.static_mib  # [M] MiB
+        free = problem.hbm_mib - const_static[p] - (tn @ types.static_mib).sum(axis=1)  # [M] MiB
         jroom = free[:, None] - (jrows @ end_a[:, p])[None, :]  # [M, Rj]
         room = free[:, None] - (rows @ end_a[:, p])[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
@@ -297,9 +288,9 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
                                 return_inverse=True)
         inv = inv.reshape(-1)
         for i in np.flatnonzero(ok):
-            cnt = tuple(int(x) for x in vecs[i])
+            cnt = tuple(tuple(int(x) for x in c) for c in tn[i])
             for w, r in zip(rows, room[i]):
-                e[i] = max(e[i], min_extra_ms(fr, cnt, w, r))
+                e[i] = max(e[i], tf.min_extra(cnt, w, r))
             if not np.isfinite(e[i]) or not keep:
                 continue
             if least_work + len(rows) * len(groups) > LEAST_WORK:
@@ -316,10 +307,15 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         ok &= np.isfinite(e)
         idx = np.flatnonzero(ok)
         stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx], Es[idx],
-                             jrows, jchunk, jroom[idx], su.end_ws_mib[:, p]))
+                             jrows, jchunk, jroom[idx], su.end_ws_mib[:, p], tn[idx]))
     if not any_path:
         return None
-    return stages, total, su
+    return stages, total, su, types
+
+
+def _counts(st: _Stage, j: int) -> tuple[tuple[int, ...], ...]:
+    """Configuration j's layer type counts per chunk (hashable)."""
+    return tuple(tuple(int(x) for x in c) for c in st.tn[j])
 
 
 def _thresholds(stages: list[_Stage]) -> np.ndarray:
@@ -430,7 +426,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     out = _stage_tables(problem, V, upper, max_configs)
     if out is None:
         return None
-    stages, total, su = out
+    stages, total, su, types = out
     N = problem.N
 
     def solve(sts: list[_Stage]) -> tuple[float, int]:
@@ -439,7 +435,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         eps = _thresholds(sts)
         if eps.size == 0:
             return upper, 0
-        val = _final(sts, eps, N, float(su.layer.fwd_ms))  # Σ cost is W
+        val = _final(sts, eps, N, types.fwd_max_ms)  # Σ cost is W
         return (float(val.min()) if np.isfinite(val).any() else float("inf")), eps.size
 
     best, kn = solve(stages)
@@ -452,7 +448,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     # reaches τ, τ rises (more survivors) until the work cap or the incumbent.
     eps = _thresholds(stages)
     thr = _through(stages, eps, N)
-    jo = _ChunkOptions(su.layer)
+    jo = ChunkOptions(types)
     cache: dict[tuple[int, int], np.ndarray] = {}
     work = 0
     step = max(upper - best, 1e-9) / 16
@@ -464,13 +460,13 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         step *= 2
         surv = [np.flatnonzero(t <= tau * (1 + 1e-12)) for t in thr]
         need = [(p, int(j)) for p, i in enumerate(surv) for j in i if (p, int(j)) not in cache]
-        cost = sum(jo.size(tuple(int(x) for x in stages[p].n[j])) for p, j in need)
+        cost = sum(jo.size(_counts(stages[p], j)) for p, j in need)
         if work + cost > joint_work:
             break
         work += cost
         for p, j in need:
             st = stages[p]
-            cnt = tuple(int(x) for x in st.n[j])
+            cnt = _counts(st, j)
             if jo.size(cnt) > MAX_JOINT or not np.isfinite(st.E[j]):
                 cache[(p, j)] = np.array([[st.e[j], st.E[j]]])
             else:
