@@ -17,8 +17,10 @@ minimum is exact for the relaxed problem — integer layer counts, no convex mix
 every stage's memory-forced replay counted in W (the stage DP of :mod:`autotune.tuner.bounds.stage_dp`
 drops the other stages' replay; the Lagrangian of :mod:`autotune.tuner.bounds` mixes paths).
 
-Relaxations (each can only lower the bound): the cheapest layer kind per recompute class and a
-free recompute class per layer. First pass (every configuration): the least replay that fits is
+Relaxations (each can only lower the bound): layer kinds by position (a layer whose place in the
+model is fixed to one kind by the mini-stages' lower bounds is that kind, any other the cheapest
+kind per recompute class: :mod:`autotune.tuner.bounds._kinds`) and a free recompute class per
+layer. First pass (every configuration): the least replay that fits is
 the max over the undominated live-count vectors of each vector's own least replay
 (:func:`autotune.tuner.bounds._relax.min_extra_ms`, workspace dropped), and each path's replay term
 Σ_v (cb_v − 1)·x_v takes its own least value over the replay choices that fit. Joint pass (the
