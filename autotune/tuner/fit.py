@@ -25,7 +25,7 @@ from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation
 from autotune.tuner.bounds._relax import undominated
-from autotune.tuner.problem import Candidate, Problem, first_min
+from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min
 from autotune.tuner.recompute import recompute_choices
 
 _KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
@@ -577,6 +577,9 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
     no fitting combination, or over :data:`EXACT_FIT_MAX_COMBOS`)."""
     if any(f is None for f in fr):
         return None
+    quick = _least_replay_fits(fr, room, w)
+    if quick is not None:
+        return quick
     V = len(fr)
     R = nu.shape[0]
     mins = np.array([f[1].min(axis=0) for f in fr])
@@ -604,7 +607,7 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
         # prune: rows the remaining chunks touch, one per distinct coefficient prefix
         act = coef[:, v + 1:].any(axis=1) | any(has_sd[v + 1:])
         if not act.any():
-            i = int(np.argmin(obj))
+            i = first_min(obj)
             sc, obj, idx = sc[i:i + 1], obj[i:i + 1], idx[i:i + 1]
             continue
         pre = np.concatenate([nu[:, :v + 1], om[:, :v + 1]], axis=1)[act]
@@ -618,9 +621,25 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
             continue
         sc, obj, idx = sc[sel], obj[sel], idx[sel]
     top = sc.max(axis=1)
-    tie = np.nonzero(obj <= obj.min() + 1e-9)[0]
+    tie = np.nonzero(obj <= obj.min() + REL_TOL * abs(obj.min()))[0]
     i = int(tie[np.argmin(top[tie])])
     return idx[i], float(obj[i]), float(top[i])
+
+
+def _least_replay_fits(fr: list, room: float, w: np.ndarray) -> tuple[np.ndarray, float, float] | None:
+    """:func:`_stage_best`'s answer without its DP when every chunk's least-replay option (index 0:
+    the frontiers are sorted by replay) fits together and is the only least one: the objective
+    Σ_v w_v·replay is separable, so that combination is then the unique minimum (the next best
+    is worse by more than the DP's tie tolerance). None otherwise (the DP decides). On a loose
+    budget (no recompute needed) this is every call."""
+    shares = sum(f[1][0] for f in fr)
+    if (shares > room).any():
+        return None
+    obj = float(sum(wv * f[2][0] for wv, f in zip(w, fr)))
+    gaps = [wv * (f[2][1] - f[2][0]) for wv, f in zip(w, fr) if len(f[2]) > 1]
+    if gaps and min(gaps) <= REL_TOL * abs(obj):
+        return None
+    return np.zeros(len(fr), dtype=np.int64), obj, float(shares.max())
 
 
 def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None = None,

@@ -159,12 +159,13 @@ def baselines_of(cfg: TrainingConfig, var: Variant, problem: Problem,
 
 
 def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
-            timeout: float | None, t0: float,
-            prog: Progress | None = None) -> tuple[dict[str, CostReport | None], list[Prepared]]:
+            timeout: float | None, t0: float, prog: Progress | None = None,
+            target_gap: float | None = None) -> tuple[dict[str, CostReport | None], list[Prepared]]:
     """The baselines (:func:`baselines_of` on the first sub-problem) and each sub-problem's seeds
     and bound; with ``timeout`` the k-th sub-problem's solvers stop at ``t0 + timeout / 2 · (k +
     1) / len(subs)``. ``prog`` shows the ``bounds`` phase (sub-problem, solver step, best and bound
-    so far)."""
+    so far). ``target_gap``: a sub-problem's later bound passes stop at that certified gap (its
+    own; the whole search's gap is then at or below it too)."""
     prog = prog or Progress()
     baselines = baselines_of(cfg, subs[0][0], subs[0][1], user)
     prepared = []
@@ -176,7 +177,8 @@ def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layo
         def say(step: str, best: float | None, bound: float | None, which: str = which) -> None:
             prog.update(detail=f"{which}: {step}", best_ms=best, bound_ms=bound)
 
-        bs = bound_and_seeds(problem, base_seeds(cfg, problem, user), deadline=share, report=say)
+        bs = bound_and_seeds(problem, base_seeds(cfg, problem, user), deadline=share, report=say,
+                             target_gap=target_gap)
         prepared.append(Prepared(var, problem, bs))
     return baselines, prepared
 
@@ -350,7 +352,8 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     verdict = static_verdict(cfg, subs, user, user_error, margin_mib, t0)
     if verdict is not None:
         return verdict
-    baselines, prepared = prepare(cfg, subs, user, timeout, t0, prog)
+    baselines, prepared = prepare(cfg, subs, user, timeout, t0, prog,
+                                  target_gap=None if objective == "time,memory" else gap)
     # an explicit timeout whose bound-phase share ran out may have cut a local search short
     cut_in_bounds = timeout is not None and time.monotonic() > t0 + timeout * 0.5
     if baselines["user"] is None and user_error is None and user is not None:
