@@ -64,23 +64,23 @@ def _sweep_blocks(s: np.ndarray, tol: float) -> np.ndarray:
     """bool [n] keep-mask of the default rule on lexicographically sorted rows ``s`` [n, d], d >= 3.
 
     A row is dropped when an earlier row r has r - tol <= it in every column. Blocks of
-    :data:`BLOCK` rows are compared with the rows kept so far and with the earlier rows of their
-    own block: O(n · (front + BLOCK) · d) instead of O(n² · d). With tol = 0 that is the rule
-    exactly (dominance is transitive: a dropped row's dominator is itself dominated by an earlier
-    kept row, which then dominates the row too). With tol > 0 it is not transitive, so the rows
+    :data:`BLOCK` rows are compared with the rows kept so far, then the survivors with the earlier
+    survivors of their block: O(n · (front + BLOCK) · d) instead of O(n² · d). With tol = 0 that
+    is the rule exactly (dominance is transitive: a dropped row's dominator is itself dominated by
+    an earlier kept row, which then dominates the row too). With tol > 0 it is not transitive, so the rows
     this keeps are checked once more against every earlier row."""
     n, d = s.shape
     keep = np.zeros(n, dtype=bool)
     front = np.empty((0, d))
     for lo in range(0, n, BLOCK):
         blk = s[lo:lo + BLOCK]
-        b = len(blk)
-        dom = np.tril((blk[None, :, :] - tol <= blk[:, None, :]).all(-1), k=-1).any(axis=1)  # [i, j]: j <= i
-        if len(front):
-            rest = np.nonzero(~dom)[0]
-            dom[rest] = (front[None, :, :] - tol <= blk[rest, None, :]).all(-1).any(axis=1)
-        keep[lo:lo + b] = ~dom
-        front = np.concatenate([front, blk[~dom]])
+        alive = np.arange(len(blk))
+        if len(front):  # the kept rows first (few), then the block's survivors among themselves
+            alive = alive[~_below(blk, front, tol).any(axis=1)]
+        sub = blk[alive]
+        alive = alive[~(_below(sub, sub, tol) & np.tri(len(sub), k=-1, dtype=bool)).any(axis=1)]
+        keep[lo + alive] = True
+        front = np.concatenate([front, blk[alive]])
     if tol > 0:
         kept = np.nonzero(keep)[0]
         for lo in range(0, len(kept), BLOCK):
@@ -88,6 +88,18 @@ def _sweep_blocks(s: np.ndarray, tol: float) -> np.ndarray:
             le = (s[None, :, :] - tol <= s[k, None, :]).all(-1) & (np.arange(n)[None, :] < k[:, None])
             keep[k[le.any(axis=1)]] = False
     return keep
+
+
+def _below(rows: np.ndarray, by: np.ndarray, tol: float) -> np.ndarray:
+    """bool [a, b]: ``by[j] - tol <= rows[i]`` in every column, built one column at a time (no
+    [a, b, d] temporary; every 8 columns it stops when no pair is left): ~3 × faster than
+    ``.all(-1)`` on the exact recompute fit's tables (~2,000 rows × up to 33 columns)."""
+    out = by[None, :, 0] - tol <= rows[:, None, 0]
+    for c in range(1, rows.shape[1]):
+        out &= by[None, :, c] - tol <= rows[:, None, c]
+        if c % 8 == 0 and not out.any():
+            break
+    return out
 
 
 def _strict_mask(vals: np.ndarray, tol: float) -> np.ndarray:
