@@ -139,6 +139,7 @@ class RowFrontiers:
         self.layer = layer
         self.cache: dict[tuple[int, float], np.ndarray] = {}
         self.pre: dict[tuple, np.ndarray] = {}
+        self.values: dict[tuple, float] = {}  # min_extra_ms memo: (weight groups, budget) -> ms
 
     def get(self, n: int, w: float) -> np.ndarray:
         key = (n, w)
@@ -166,19 +167,47 @@ class RowFrontiers:
         return self.pre[key]
 
 
+def row_frontiers(problem: Problem) -> RowFrontiers:
+    """The :class:`RowFrontiers` of the problem's relaxed layer, shared by every bound and pass on
+    it (kept in ``problem.fit_cache``: the problem is frozen, and the relaxed layer does not depend
+    on V), so fronts and :func:`min_extra_ms` values are built once per search."""
+    key = ("row_frontiers",)
+    fr = problem.fit_cache.get(key)
+    if fr is None:
+        fr = problem.fit_cache[key] = RowFrontiers(relaxed_layer(problem))
+    return fr
+
+
 def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budget: float) -> float:
     """min Σ_v replay over per-layer classes with Σ_v (w_v·act + static_delta) <= budget (MiB).
 
-    The frontier of the first V-1 chunks is a Pareto Minkowski sum (memoised by prefix); the last
-    chunk is matched to each of its points by binary search."""
-    wk = tuple(float(x) for x in w)
-    acc = fr.prefix(tuple(int(n) for n in counts[:-1]), wk[:-1])
-    last = fr.get(int(counts[-1]), wk[-1])
-    i = np.searchsorted(last[:, 0], budget - acc[:, 0] + 1e-9, side="right") - 1
-    ok = i >= 0
-    if not ok.any():
-        return np.inf
-    return float((acc[ok, 1] + last[i[ok], 1]).min())
+    Every layer is the relaxed layer, so the layers of chunks with the same weight w_v are
+    interchangeable: those chunks merge into one group of Σ n_v layers (``get(n1, w) ⊕ get(n2, w)``
+    and ``get(n1 + n2, w)`` have the same Pareto front, so the value is the same), and empty chunks
+    drop out. The frontier of all groups but the last is a Pareto Minkowski sum (memoised by
+    prefix); the last group is matched to each of its points by binary search. Values are
+    memoised per (groups, budget) in ``fr.values``: the stage tables ask for the same groups and
+    budget for every configuration with the same layers per weight."""
+    merged: dict[float, int] = {}
+    for n, x in zip(counts, w):
+        if n:
+            x = float(x)
+            merged[x] = merged.get(x, 0) + int(n)
+    grp = tuple(sorted(merged.items()))
+    key = (grp, float(budget))
+    val = fr.values.get(key)
+    if val is not None:
+        return val
+    if not grp:
+        val = 0.0 if budget + 1e-9 >= 0.0 else float("inf")
+    else:
+        acc = fr.prefix(tuple(n for _, n in grp[:-1]), tuple(x for x, _ in grp[:-1]))
+        last = fr.get(grp[-1][1], grp[-1][0])
+        i = np.searchsorted(last[:, 0], budget - acc[:, 0] + 1e-9, side="right") - 1
+        ok = i >= 0
+        val = float((acc[ok, 1] + last[i[ok], 1]).min()) if ok.any() else float("inf")
+    fr.values[key] = val
+    return val
 
 
 def undominated(rows: np.ndarray) -> np.ndarray:

@@ -48,7 +48,7 @@ from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
 from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, min_extra_ms,
-                                          undominated)
+                                          row_frontiers, undominated)
 from autotune.tuner.problem import Problem
 
 
@@ -234,7 +234,7 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     n_cap = N
     if upper_ms is not None and np.isfinite(upper_ms) and fb0 > 0:
         n_cap = min(n_cap, int(upper_ms / (m * fb0)) + 1)
-    fr = RowFrontiers(lay)
+    fr = row_frontiers(problem)
     tabs = []
     total = 0
     for p in range(P):
