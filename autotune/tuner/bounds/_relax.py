@@ -210,6 +210,24 @@ def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budge
     return val
 
 
+def min_extra_rows(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """:func:`min_extra_ms` of every configuration (layer counts int [M, V]) against every
+    live-count vector (rows [R, V]) with its own budget (MiB [M, R]): float [M, R] ms.
+
+    Batched: per vector, the configurations are reduced to their layers per distinct weight (the
+    merge of :func:`min_extra_ms`) and budget, and each distinct (groups, budget) is priced once."""
+    nv = np.asarray(nv, dtype=np.int64)
+    out = np.zeros((nv.shape[0], rows.shape[0]))
+    for r, w in enumerate(rows):
+        u = np.unique(w)
+        gc = nv @ (w[:, None] == u[None, :]).astype(np.int64)  # [M, G] layers per weight
+        key = np.concatenate([gc.astype(np.float64), budget[:, r:r + 1]], axis=1)
+        uk, inv = np.unique(key, axis=0, return_inverse=True)
+        vals = np.array([min_extra_ms(fr, tuple(int(x) for x in k[:-1]), u, float(k[-1])) for k in uk])
+        out[:, r] = vals[inv.reshape(-1)]
+    return out
+
+
 def undominated(rows: np.ndarray) -> np.ndarray:
     """The distinct rows not below another row in every column (the largest live-count vectors),
     in ``np.unique`` order."""

@@ -47,7 +47,7 @@ import numpy as np
 from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
-from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, min_extra_ms,
+from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, min_extra_rows,
                                           row_frontiers, undominated)
 from autotune.tuner.problem import Problem
 
@@ -91,23 +91,14 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     rows = undominated(np.concatenate(
         [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
         .astype(np.float64)) / cs.k
-    ns, es = [], []
-    for cnt in vecs:
-        nt = sum(cnt)
-        static = su.const_static_mib[p] + nt * lay.static_mib
-        e = 0.0
-        for w in rows:
-            room = problem.hbm_mib - static - float(w @ su.end_act_mib[:, p])
-            e = max(e, min_extra_ms(fr, cnt, w, room))
-            if not np.isfinite(e):
-                break
-        if np.isfinite(e):
-            ns.append(cnt)
-            es.append(e)
-    if not ns:
+    nv = np.asarray(vecs, dtype=np.int64).reshape(-1, V)  # [M, V]
+    static = su.const_static_mib[p] + nv.sum(axis=1) * lay.static_mib  # [M] MiB
+    room = problem.hbm_mib - static[:, None] - (rows @ su.end_act_mib[:, p])[None, :]  # [M, R]
+    E = np.maximum(0.0, min_extra_rows(fr, nv, rows, room).max(axis=1, initial=0.0))
+    fits = np.isfinite(E)
+    if not fits.any():
         return None
-    nv = np.asarray(ns, dtype=np.int64)  # [M, V]
-    E = np.asarray(es)
+    nv, E = nv[fits], E[fits]
     fv = nv * lay.fwd_ms + su.end_fwd_ms[:, p]  # [M, V]
     bv = nv * lay.bwd_ms + su.end_bwd_ms[:, p]
     own = fv @ sp.cF.T + bv @ sp.cB.T + E[:, None] * sp.cB.min(axis=1)[None, :]  # [M, Q]
