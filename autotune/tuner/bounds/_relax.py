@@ -184,8 +184,8 @@ def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budge
     Every layer is the relaxed layer, so the layers of chunks with the same weight w_v are
     interchangeable: those chunks merge into one group of Σ n_v layers (``get(n1, w) ⊕ get(n2, w)``
     and ``get(n1 + n2, w)`` have the same Pareto front, so the value is the same), and empty chunks
-    drop out. The frontier of all groups but the last is a Pareto Minkowski sum (memoised by
-    prefix); the last group is matched to each of its points by binary search. Values are
+    drop out. The frontier of all groups but the one with the most layers is a Pareto Minkowski
+    sum (memoised by prefix); that group is matched to each of its points by binary search. Values are
     memoised per (groups, budget) in ``fr.values``: the stage tables ask for the same groups and
     budget for every configuration with the same layers per weight."""
     merged: dict[float, int] = {}
@@ -193,7 +193,7 @@ def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budge
         if n:
             x = float(x)
             merged[x] = merged.get(x, 0) + int(n)
-    grp = tuple(sorted(merged.items()))
+    grp = tuple(sorted(merged.items(), key=lambda g: (g[1], g[0])))  # the most layers last
     key = (grp, float(budget))
     val = fr.values.get(key)
     if val is not None:
