@@ -81,6 +81,11 @@ LEAST_WORK = 25_000
 FINAL_WORK = 300_000_000
 
 
+#: Most thresholds ε of the joint pass's through-values (:func:`_through`, O(ε · N²) per stage);
+#: past it the configurations' E are rounded down to a grid (weaker pruning, never a wrong one).
+THROUGH_THRESHOLDS = 256
+
+
 @dataclass
 class DeviceDPBound:
     """Result of :func:`device_dp_bound`: the bound (ms), the stage configurations enumerated,
@@ -397,7 +402,16 @@ def _final(stages: list[_Stage], eps: np.ndarray, N: int, f: float) -> np.ndarra
 
 
 def _through(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
-    """Per stage and configuration: the least W + ε of any layout that uses it (ms)."""
+    """Per stage and configuration: a lower bound on the least W + ε of any layout that uses it
+    (ms). Past :data:`THROUGH_THRESHOLDS` thresholds each configuration's E is rounded down to a
+    grid of that many of them (E only falls, so every value stays <= the exact one: pruning with
+    it drops no configuration the exact values would keep); the cost is O(thresholds · N²) per
+    stage."""
+    if eps.size > THROUGH_THRESHOLDS:
+        eps = eps[np.unique(np.linspace(0, eps.size - 1, THROUGH_THRESHOLDS).astype(np.int64))]
+        stages = [st.take(np.arange(st.n.shape[0]), E=np.where(
+            np.isfinite(st.E), eps[np.clip(np.searchsorted(eps, st.E, side="right") - 1, 0, eps.size - 1)], st.E))
+            for st in stages]
     fwd = _knapsack(stages, eps, N)
     bwd = _knapsack(stages[::-1], eps, N)[::-1]  # bwd[p]: stages >= p
     out = []
