@@ -210,12 +210,20 @@ def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budge
     return val
 
 
+#: Cells (configurations × prefix-front points × last-group front points) compared at once by
+#: :func:`min_extra_rows` (bounds its temporaries).
+BATCH_CELLS = 2_000_000
+
+
 def min_extra_rows(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: np.ndarray) -> np.ndarray:
     """:func:`min_extra_ms` of every configuration (layer counts int [M, V]) against every
     live-count vector (rows [R, V]) with its own budget (MiB [M, R]): float [M, R] ms.
 
     Batched: per vector, the configurations are reduced to their layers per distinct weight (the
-    merge of :func:`min_extra_ms`) and budget, and each distinct (groups, budget) is priced once."""
+    merge of :func:`min_extra_ms`) and budget, each distinct one priced once, and those with the
+    same layers in every group but the largest share that groups' memoised front sum; the largest
+    group is matched to each of its points for all of them in one array operation (the count of
+    front points that fit is the binary search's index)."""
     nv = np.asarray(nv, dtype=np.int64)
     out = np.zeros((nv.shape[0], rows.shape[0]))
     for r, w in enumerate(rows):
@@ -223,9 +231,44 @@ def min_extra_rows(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: n
         gc = nv @ (w[:, None] == u[None, :]).astype(np.int64)  # [M, G] layers per weight
         key = np.concatenate([gc.astype(np.float64), budget[:, r:r + 1]], axis=1)
         uk, inv = np.unique(key, axis=0, return_inverse=True)
-        vals = np.array([min_extra_ms(fr, tuple(int(x) for x in k[:-1]), u, float(k[-1])) for k in uk])
-        out[:, r] = vals[inv.reshape(-1)]
+        out[:, r] = _min_extra_keys(fr, u, np.rint(uk[:, :-1]).astype(np.int64), uk[:, -1])[inv.reshape(-1)]
     return out
+
+
+def _min_extra_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float [K]: :func:`min_extra_ms` of configurations with gc[k, g] relaxed layers of weight
+    u[g] (int [K, G]) within budget b[k] (MiB)."""
+    K, G = gc.shape
+    val = np.full(K, np.inf)
+    last = int(np.argmax(gc.sum(axis=0))) if K else 0
+    rest = [g for g in range(G) if g != last]
+    if rest:
+        pk, pinv = np.unique(gc[:, rest], axis=0, return_inverse=True)
+        pinv = pinv.reshape(-1)
+    else:
+        pk, pinv = np.zeros((1, 0), dtype=np.int64), np.zeros(K, dtype=np.int64)
+    wl = float(u[last])
+    for j, pre in enumerate(pk):
+        ks = np.flatnonzero(pinv == j)
+        nz = [(int(n), float(u[g])) for n, g in zip(pre, rest) if n]
+        acc = fr.prefix(tuple(n for n, _ in nz), tuple(x for _, x in nz))
+        nl = gc[ks, last]
+        dist = np.unique(nl)
+        fronts = [fr.get(int(n), wl) for n in dist]
+        width = max(f.shape[0] for f in fronts)
+        fm = np.full((dist.size, width), np.inf)  # memory ascending, +inf past the front
+        fx = np.zeros((dist.size, width))
+        for i, f in enumerate(fronts):
+            fm[i, :f.shape[0]], fx[i, :f.shape[0]] = f[:, 0], f[:, 1]
+        which = np.searchsorted(dist, nl)
+        step = max(1, BATCH_CELLS // (acc.shape[0] * width))
+        for lo in range(0, ks.size, step):
+            kk, wi = ks[lo:lo + step], which[lo:lo + step]
+            room = b[kk][:, None] - acc[None, :, 0] + 1e-9  # [k, A]
+            i = (fm[wi][:, None, :] <= room[:, :, None]).sum(axis=2) - 1  # [k, A]
+            ext = np.take_along_axis(fx[wi], np.maximum(i, 0), axis=1)
+            val[kk] = np.where(i >= 0, acc[None, :, 1] + ext, np.inf).min(axis=1)
+    return val
 
 
 def undominated(rows: np.ndarray) -> np.ndarray:
