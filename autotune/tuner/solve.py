@@ -52,6 +52,11 @@ IMPROVE_SHARE = 0.8
 LOCAL_STARTS = 3
 #: Moves per local search.
 LOCAL_ITERS = 60
+#: A fitting start more than this factor slower than the incumbent gets no local search (a work
+#: cap: on pp 32 × vpp 4 × m 256 the first bound pass's relaxed split fits at 228,618 ms against
+#: the even split's 136,434 ms, and its descent spent ~35 of the bound phase's CPU s reaching
+#: 213,218 ms; every start of ``search_quality.py`` is within it).
+LOCAL_START_WITHIN = 1.25
 
 
 #: A progress callback: (step name, best feasible step ms or None, lower bound ms or None).
@@ -83,7 +88,8 @@ def propose(problem: Problem) -> list[Candidate]:
 def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float], upper_ms: float | None, *,
             deadline: float | None = None) -> list[Candidate]:
     """Local searches from the :data:`LOCAL_STARTS` best ``starts`` (by rank) whose V's bound is not
-    above the incumbent (that V cannot hold the optimum). Interleaved starts are re-fitted exactly
+    above the incumbent (that V cannot hold the optimum) and, when they fit, within
+    :data:`LOCAL_START_WITHIN` of it. Interleaved starts are re-fitted exactly
     (least replay per stage, edge chunks weighted) when that ranks better, searched with the exact
     fit, then their recompute is polished by simulation (both answers kept); V = 1 starts are
     searched with the greedy fit. Returns the answers in order."""
@@ -97,6 +103,8 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
             break
         if per_v_ms.get(c.V, 0.0) > inc:
             continue  # this V cannot beat the incumbent (its bound is above it)
+        if c.excess_mib <= 0 and c.step_ms > LOCAL_START_WITHIN * inc:
+            continue  # too far behind for a descent of LOCAL_ITERS moves to catch up
         if c.V > 1:
             fit = edge_weighted_fit(c.V)
             ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
