@@ -170,19 +170,41 @@ class _WeightedFronts:
         (+inf when nothing fits); ``tn`` the type counts per chunk. For a_v <= 0 the least-memory
         point of chunk v is optimal and it is on the front, so the Pareto fronts suffice for any
         sign."""
-        key = (tn, w, a)
-        acc = self.cache.get(key)
+        # parts (type, weight, a >= 0) of several chunks hold interchangeable layers: one part of
+        # their summed count has the same front; the part with the most layers is matched to each
+        # point of the others' memoised Minkowski sum by binary search (the same minimum as on the
+        # whole sum's front, without building it)
+        merged: dict[tuple[int, float, float], int] = {}
+        parts: list[tuple[int, int, float, float]] = []
+        for c, wv, av in zip(tn, w, a):
+            for t, n in enumerate(c):
+                if n and av >= 0:
+                    merged[(t, wv, av)] = merged.get((t, wv, av), 0) + int(n)
+                elif n:
+                    parts.append((t, int(n), wv, av))
+        parts = [(t, n, wv, av) for (t, wv, av), n in sorted(merged.items())] + parts
+        tol = 1e-9 * (1.0 + abs(budget))
+        if not parts:
+            return 0.0 if budget + tol >= 0.0 else float("inf")
+        j = max(range(len(parts)), key=lambda i: parts[i][1])
+        rest = tuple(parts[:j] + parts[j + 1:])
+        acc = self.cache.get(rest)
         if acc is None:
             acc = np.zeros((1, 2))
-            for c, wv, av in zip(tn, w, a):
-                for t, n in enumerate(c):
-                    if n or t == 0:
-                        g = self.tf.get(t, int(n), float(wv)).copy()
-                        g[:, 1] *= av
-                        acc = pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
-            self.cache[key] = acc
-        ok = acc[:, 0] <= budget + 1e-9 * (1.0 + abs(budget))
-        return float(acc[ok, 1].min()) if ok.any() else float("inf")
+            for t, n, wv, av in rest:
+                g = self.tf.get(t, n, float(wv)).copy()
+                g[:, 1] *= av
+                acc = g if len(rest) == 1 else pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
+            self.cache[rest] = acc
+        t, n, wv, av = parts[j]
+        last = self.tf.get(t, n, float(wv))  # memory ascending, replay descending
+        room = budget + tol - acc[:, 0]
+        if av < 0:  # the least-memory point has the most replay: the least a·replay
+            ok = last[0, 0] <= room
+            return float((acc[ok, 1] + av * last[0, 1]).min()) if ok.any() else float("inf")
+        i = np.searchsorted(last[:, 0], room, side="right") - 1
+        ok = i >= 0
+        return float((acc[ok, 1] + av * last[i[ok], 1]).min()) if ok.any() else float("inf")
 
 
 def _joint(jo: ChunkOptions, counts: tuple[tuple[int, ...], ...], st: "_Stage", j: int) -> np.ndarray:
