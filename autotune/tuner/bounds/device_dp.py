@@ -167,9 +167,12 @@ class _WeightedFronts:
     def least(self, tn: tuple[tuple[int, ...], ...], w: tuple[float, ...], a: tuple[float, ...],
               budget: float) -> float:
         """min Σ_v a_v·replay_v over per-layer classes with Σ_v (w_v·act + static_delta) <= budget
-        (+inf when nothing fits); ``tn`` the type counts per chunk. For a_v <= 0 the least-memory
-        point of chunk v is optimal and it is on the front, so the Pareto fronts suffice for any
-        sign."""
+        (+inf when nothing fits); ``tn`` the type counts per chunk. A part with a_v < 0 wants the
+        most replay, which a class off the (memory, replay) front may give (more memory and more
+        replay than a front point), so such a part is relaxed to one point: its least memory and
+        n × the largest per-layer replay of any class (each only lowers the minimum; equal to the
+        front's least-memory point when the least-memory class is also the slowest, e.g. full
+        recompute)."""
         # parts (type, weight, a >= 0) of several chunks hold interchangeable layers: one part of
         # their summed count has the same front; the part with the most layers is matched to each
         # point of the others' memoised Minkowski sum by binary search (the same minimum as on the
@@ -192,19 +195,29 @@ class _WeightedFronts:
         if acc is None:
             acc = np.zeros((1, 2))
             for t, n, wv, av in rest:
-                g = self.tf.get(t, n, float(wv)).copy()
-                g[:, 1] *= av
+                g = self._part(t, n, float(wv), av)
                 acc = g if len(rest) == 1 else pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
             self.cache[rest] = acc
         t, n, wv, av = parts[j]
         last = self.tf.get(t, n, float(wv))  # memory ascending, replay descending
         room = budget + tol - acc[:, 0]
-        if av < 0:  # the least-memory point has the most replay: the least a·replay
-            ok = last[0, 0] <= room
-            return float((acc[ok, 1] + av * last[0, 1]).min()) if ok.any() else float("inf")
+        if av < 0:  # one point (see above): least memory, most replay
+            g = self._part(t, n, float(wv), av)
+            ok = g[0, 0] <= room
+            return float((acc[ok, 1] + g[0, 1]).min()) if ok.any() else float("inf")
         i = np.searchsorted(last[:, 0], room, side="right") - 1
         ok = i >= 0
         return float((acc[ok, 1] + av * last[i[ok], 1]).min()) if ok.any() else float("inf")
+
+
+    def _part(self, t: int, n: int, wv: float, av: float) -> np.ndarray:
+        """(memory MiB, a·replay ms) points of n layers of type t at weight wv: the front scaled by
+        av when av >= 0, else the single relaxed point of :meth:`least`."""
+        g = self.tf.get(t, n, wv).copy()
+        if av >= 0:
+            g[:, 1] *= av
+            return g
+        return np.array([[g[0, 0], av * n * float(self.tf.fr[t].layer.extra_ms.max())]])
 
 
 def _joint(jo: ChunkOptions, counts: tuple[tuple[int, ...], ...], st: "_Stage", j: int) -> np.ndarray:

@@ -1,0 +1,68 @@
+"""The device DP's per-path least weighted replay (``_WeightedFronts.least``) against a brute-force
+enumeration of every layer's recompute class: never above it, for either sign of the path weight
+a_v = cb_v − 1. With a_v < 0 the minimum wants the *most* replay, which a class off the
+(memory, replay) front can give: here full recompute replays less than select + comm together
+(0.1·f against 0.9·f) and keeps less memory, so select + comm is dominated yet slower."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.cost.inputs import ProfileArrays
+from autotune.profile.schema import ModelProfile
+from autotune.tuner.bounds._kinds import LayerTypes, TypedFronts
+from autotune.tuner.bounds.device_dp import _WeightedFronts
+from autotune.tuner.problem import Problem
+
+
+def _problem(full_x: float, sel_x: float, comm_x: float) -> Problem:
+    kd = {"a": {"fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 10.0, "static_mib": 5.0,
+                "full": {"act_mib": 1.0, "extra_ms": full_x, "workspace_mib": 0.0},
+                "select": {"act_mib": 7.0, "extra_ms": sel_x}, "comm": {"act_mib": 8.0, "extra_ms": comm_x}}}
+    pa = ProfileArrays.from_profile(ModelProfile(kinds=kd, layer_kinds=[("a", 8)], head={"static_mib": 1.0},
+                                                 tail={"static_mib": 1.0}, p2p_ms=0.0))
+    return Problem(pa, P=2, m=4, vpp_candidates=[2])
+
+
+def _brute(lay, counts, w, a, budget) -> float:
+    """min Σ_v a_v·Σ replay over every class of every layer with Σ_v Σ (w_v·act + δ) <= budget."""
+    C = len(lay.extra_ms)
+    best = np.inf
+    for combo in itertools.product(*[list(itertools.combinations_with_replacement(range(C), n)) for n in counts]):
+        mem = sum(w[v] * lay.act_mib[list(c)].sum() + lay.sdelta_mib[list(c)].sum() for v, c in enumerate(combo))
+        if mem <= budget + 1e-9:
+            best = min(best, sum(a[v] * lay.extra_ms[list(c)].sum() for v, c in enumerate(combo)))
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(full_x=st.sampled_from([0.1, 0.5, 1.0]), n0=st.integers(0, 2), n1=st.integers(1, 2),
+       w0=st.sampled_from([1.0, 2.0, 3.0]), w1=st.sampled_from([1.0, 2.0]), a0=st.sampled_from([-1.0, 0.0, 1.0, 2.0]),
+       a1=st.sampled_from([-1.0, 1.0]), frac=st.floats(0.0, 1.0))
+def test_least_is_a_lower_bound(full_x, n0, n1, w0, w1, a0, a1, frac):
+    problem = _problem(full_x, 0.4, 0.5)
+    types = LayerTypes(problem, 2)
+    lay = types.layers[0]
+    counts, w, a = (n0, n1), (w0, w1), (a0, a1)
+    lo = sum(w[v] * counts[v] * (lay.act_mib.min()) for v in range(2))
+    hi = sum(w[v] * counts[v] * (lay.act_mib.max()) for v in range(2))
+    budget = lo + frac * (hi - lo)
+    got = _WeightedFronts(TypedFronts(types)).least(((n0,), (n1,)), w, a, budget)
+    want = _brute(lay, counts, w, a, budget)
+    assert got <= want + 1e-9
+
+
+def test_negative_weight_takes_the_slowest_class():
+    """One layer, a = −1, room for every class: the least is −(select + comm replay) = −0.9 ms, not
+    −0.1 ms (full recompute, the least-memory point of the front)."""
+    problem = _problem(0.1, 0.4, 0.5)
+    types = LayerTypes(problem, 2)
+    lay = types.layers[0]
+    assert _brute(lay, (0, 1), (1.0, 1.0), (1.0, -1.0), 100.0) == pytest.approx(-0.9)
+    got = _WeightedFronts(TypedFronts(types)).least(((0,), (1,)), (1.0, 1.0), (1.0, -1.0), 100.0)
+    assert got <= -0.9 + 1e-9
