@@ -60,6 +60,8 @@ class SearchOutcome:
             worst stage's static MiB, and static + one micro-batch's activations, over every layout
             (:meth:`autotune.tuner.problem.Problem.memory_floor_mib`); the second is above the
             budget (less the margin). None otherwise.
+        bound_phase_cut: only the bound phase's half of ``--timeout`` ran out (the stop line
+            says so: the search ended before the limit, yet its local search was cut).
     """
 
     best: CostReport | None
@@ -86,6 +88,9 @@ class SearchOutcome:
     user_config_error: dict[str, Any] | None = None
     min_static_mib: float | None = None
     min_peak_mib: float | None = None
+    #: True when only the bound phase's share of ``--timeout`` (half of it) ran out: the study
+    #: itself then ended on its own, before the limit
+    bound_phase_cut: bool = False
 
     def stop_text(self) -> str:
         """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
@@ -95,6 +100,9 @@ class SearchOutcome:
         if self.timed_out:
             which = (f"its {self.time_limit_s:g} s timeout" if self.stopped_by == "timeout"
                      else f"the {self.time_limit_s:g} s safety net")
+            if self.bound_phase_cut and self.stopped_by == "timeout":
+                which += (f" (the bound phase used up its half, {self.time_limit_s / 2:g} s, and stopped its "
+                          f"local search or later bound passes there; the trials then ended on their own)")
             return (f"CUT SHORT by {which} (a wall clock: the answer may depend on the machine's speed "
                     f"and load); certified gap then {gap}")
         if self.stopped_by == "static_memory":

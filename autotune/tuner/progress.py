@@ -59,6 +59,7 @@ class Progress:
         self._state: dict[str, Any] = {"phase": "", "detail": "", "best": None, "bound": None}
         self._lock = threading.Lock()
         self._last_line = self.t0  # the first line comes after one period
+        self._printed: dict[str, Any] = {}  # the state the last status line showed
         self._bar: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,13 +99,20 @@ class Progress:
 
     def _line(self) -> None:
         self._last_line = time.monotonic()
+        self._printed = dict(self._state)
         st = self.status()
         print(f"{self._state['phase']}: {st + ', ' if st else ''}{time.monotonic() - self.t0:.0f} s",
               file=self._out(), flush=True)
 
     def phase(self, name: str, detail: str = "", *, total: int | None = None, done: int = 0) -> None:
-        """Enter phase ``name`` (shown at once); ``total``: the bar's length (trials) or None."""
+        """Enter phase ``name`` (shown at once); ``total``: the bar's length (trials) or None. In
+        ``"lines"`` mode the phase being left gets its last line first when it moved since the
+        last line (16 trials between two lines used to leave "search: 0/200 trials" as the last
+        word on the study)."""
         self._start()
+        if (self.mode == "lines" and self.phases and self._state != self._printed
+                and time.monotonic() - self.t0 >= self.every_s):
+            self._line()
         with self._lock:
             if not self.phases or self.phases[-1] != name:
                 self.phases.append(name)

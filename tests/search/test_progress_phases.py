@@ -112,3 +112,36 @@ def test_config_no_layout_can_fit_is_decided_before_the_bound_phase(tmp_path) ->
     assert res.exit_code == 2
     assert "[R_HBM_INFEASIBLE]" in res.stderr and "needs at least 55555 MiB" in res.stderr
     assert "decided before the bound phase" in res.stderr and "Traceback" not in res.output
+
+
+def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
+    """A 20 s --timeout whose bound phase used up its half (10 s) while the trials then ended on
+    their own reads as cut short *there*, not as a run that hit 20 s (a new user saw a 12 s run
+    called "CUT SHORT by its 20 s timeout")."""
+    from autotune.tuner.outcome import SearchOutcome
+
+    r = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=12.4, config=None, profile=None,
+                      certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0,
+                      bound_phase_cut=True)
+    assert r.stop_text().startswith("CUT SHORT by its 20 s timeout (the bound phase used up its half, 10 s,")
+    assert r.stop_text().endswith("certified gap then 2.09%")
+    plain = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=20.1, config=None, profile=None,
+                          certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0)
+    assert plain.stop_text().startswith("CUT SHORT by its 20 s timeout (a wall clock")
+
+
+def test_leaving_a_phase_prints_its_last_state() -> None:
+    """Trials that finish between two status lines still show: entering the next phase first
+    prints the one being left as it ended ("search: 16/200 trials"), not its start (0/200)."""
+    import io
+    import time as _time
+
+    out = io.StringIO()
+    with Progress("lines", every_s=30.0, stream=out) as prog:
+        prog.t0 -= 60.0  # past the first period: a phase start prints at once
+        prog.phase("search", "0/200 trials", total=200)
+        prog.update(detail="16/200 trials", done=16, best_ms=6562.7)  # not due: the last line was just now
+        _time.sleep(0.01)
+        prog.phase("polish", "local search from the best trial")
+    lines = [ln.split(", ")[0] for ln in out.getvalue().splitlines()]
+    assert lines == ["search: 0/200 trials", "search: 16/200 trials", "polish: local search from the best trial"]
