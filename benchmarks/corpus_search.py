@@ -101,14 +101,15 @@ def run_one(path: Path, args: list[str]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=None, help="files whose id contains this")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--min-pp", type=int, default=1, help="only files with pipeline_stage >= this")
     a = ap.parse_args()
     rows = []
+    todo = files(a.only, a.min_pp)
     print(f"{'file':70s} {'CPU s':>7s} {'wall s':>7s} {'step ms':>10s} {'gap':>7s}  ended by")
-    for fid, path, args in files(a.only, a.min_pp):
+    for fid, path, args in todo:
         r = run_one(path, args)
         r["id"] = fid
         rows.append(r)

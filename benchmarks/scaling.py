@@ -138,7 +138,7 @@ def fit(rows: list[tuple[tuple, dict]]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="8 problems (a few minutes)")
     ap.add_argument("--only", default=None, help="problems whose name contains this")
     ap.add_argument("--timeout", type=float, default=None, help="--timeout of each search (s)")
