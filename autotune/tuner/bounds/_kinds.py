@@ -130,6 +130,16 @@ class TypedFronts:
         return float((acc[ok, 1] + last[i[ok], 1]).min()) if ok.any() else float("inf")
 
 
+def class_counts(n: int, C: int) -> np.ndarray:
+    """int [K, C]: how many of n layers take each of C classes, every multiset once (K = C(n + C − 1,
+    C − 1); stars and bars: the C − 1 bars' places among n + C − 1)."""
+    if C == 1:
+        return np.array([[n]], dtype=np.int64)
+    bars = np.array(list(itertools.combinations(range(n + C - 1), C - 1)), dtype=np.int64)
+    edges = np.concatenate([np.full((len(bars), 1), -1), bars, np.full((len(bars), 1), n + C - 1)], axis=1)
+    return np.diff(edges, axis=1) - 1
+
+
 class ChunkOptions:
     """Per chunk type counts: the class multisets of its layers not dominated in (activation MiB
     kept per micro-batch, static delta MiB, replay ms, backward workspace MiB — the largest of its
@@ -144,9 +154,12 @@ class ChunkOptions:
         if (t, n) not in self.one:
             lay = self.layers[t]
             per = np.stack([lay.act_mib, lay.sdelta_mib, lay.extra_ms], axis=1)  # [C, 3]
-            combos = list(itertools.combinations_with_replacement(range(per.shape[0]), n))
-            arr = np.array([np.append(per[list(c)].sum(axis=0), lay.ws_mib[list(c)].max()) for c in combos]) \
-                if n else np.zeros((1, 4))
+            if n:
+                cnt = class_counts(n, per.shape[0])  # [K, C]: every multiset of n classes
+                ws = np.where(cnt > 0, lay.ws_mib[None, :], -np.inf).max(axis=1)
+                arr = np.concatenate([cnt @ per, ws[:, None]], axis=1)
+            else:
+                arr = np.zeros((1, 4))
             self.one[(t, n)] = arr[pareto_mask(arr, tol=1e-9, keep_ties=True)]
         return self.one[(t, n)]
 
