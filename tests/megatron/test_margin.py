@@ -9,15 +9,9 @@ import autotune
 from autotune.errors import ConfigError
 from autotune.megatron.run import build_run
 from autotune.megatron.search import MegatronSpace, search_megatron
+from tests.megatron.small_model import SMALL_GQA
 
-ARGS = {
-    "num-layers": 8, "hidden-size": 1024, "num-attention-heads": 16, "group-query-attention": True,
-    "num-query-groups": 4, "kv-channels": 64, "ffn-hidden-size": 4096, "swiglu": True,
-    "normalization": "RMSNorm", "untie-embeddings-and-output-weights": True, "vocab-size": 32000,
-    "seq-length": 2048, "tensor-model-parallel-size": 2, "pipeline-model-parallel-size": 2,
-    "world-size": 16, "micro-batch-size": 1, "global-batch-size": 32, "use-distributed-optimizer": True,
-    "sequence-parallel": True, "bf16": True,
-}
+ARGS = dict(SMALL_GQA)
 SPACE = MegatronSpace(virtual_pipeline=[1], recompute=["none", "full"])
 BUDGET = 3060.0   # MiB: tight enough that a 5 % margin changes the answer (no margin: full block 1)
 

@@ -10,15 +10,9 @@ import pytest
 
 from autotune.megatron.memory import in_flight_microbatches, theoretical_memory
 from autotune.megatron.run import build_run
+from tests.megatron.small_model import SMALL_GQA
 
-ARGS = {
-    "num-layers": 8, "hidden-size": 1024, "num-attention-heads": 16, "group-query-attention": True,
-    "num-query-groups": 4, "kv-channels": 64, "ffn-hidden-size": 4096, "swiglu": True,
-    "normalization": "RMSNorm", "untie-embeddings-and-output-weights": True, "vocab-size": 32000,
-    "seq-length": 2048, "tensor-model-parallel-size": 2, "pipeline-model-parallel-size": 2,
-    "world-size": 16, "micro-batch-size": 1, "global-batch-size": 32, "use-distributed-optimizer": True,
-    "sequence-parallel": True, "bf16": True, "recompute-granularity": "selective",
-}
+ARGS = {**SMALL_GQA, "recompute-granularity": "selective"}
 
 
 def test_weight_and_optimizer_memory_by_hand():
