@@ -32,7 +32,7 @@ from autotune.errors import ConfigError
 from autotune.extras import require_storage
 from autotune.tuner.heuristic import finish_one_opt, local_search
 from autotune.tuner.params import decode, encode, param_names, representable
-from autotune.tuner.problem import Candidate, Problem, improves
+from autotune.tuner.problem import Candidate, Problem, improves, ranked
 from autotune.tuner.progress import Progress, as_progress
 from autotune.tuner.sampler import EXCESS_ATTR, NeighbourhoodSampler, layout_json, trial_layout
 from autotune.tuner.solve import LOCAL_ITERS
@@ -157,7 +157,7 @@ def _enqueue_seeds(study: optuna.Study, problem: Problem, seeds: list[Candidate]
         held.add(c.key())
         fresh.append(c)
     if len(fresh) > room:
-        keep = {id(c) for c in sorted(fresh, key=lambda c: c.rank())[:room]}
+        keep = {id(c) for c in ranked(fresh)[:room]}
         fresh = [c for c in fresh if id(c) in keep]
     for c in fresh:
         study.enqueue_trial(encode(problem, c), user_attrs={"origin": c.origin, "layout": _layout_attr(c)})

@@ -336,8 +336,8 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
                                                                                                    initial=0.0))
         for i in np.flatnonzero(ok):
             cnt = tuple(tuple(int(x) for x in c) for c in tn[i])
-            for w, r in (zip(rows, room[i]) if tf.T > 1 else ()):
-                e[i] = max(e[i], tf.min_extra(cnt, w, r))
+            if tf.T > 1:  # several layer types: per live-count vector (one type was batched above)
+                e[i] = max([e[i]] + [tf.min_extra(cnt, w, r) for w, r in zip(rows, room[i])])
             if not np.isfinite(e[i]) or not keep:
                 continue
             if least_work + len(rows) * len(groups) > LEAST_WORK:
