@@ -58,7 +58,8 @@ from autotune.megatron.run import MODULES, MegatronRun
 from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile
 from autotune.profile.devices import get_device
 from autotune.tuner.bounds import BoundContext, BoundOutcome, DeviceDP, LowerBound, lower_bound, tighten
-from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
+from autotune.tuner.problem import Candidate, Problem, better, even_layers, rank_order, runnable_vpp
+from autotune.tuner.problem import best_of as _best_of
 from autotune.units import BYTES_PER_MIB
 
 DEFAULT_MEGATRON_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "megatron.yaml"
@@ -255,7 +256,19 @@ def _tables(ch: Choice, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _best(cands: list[Candidate]) -> Candidate:
-    return min(cands, key=lambda c: c.rank())
+    """The best of scored ``cands``: least memory excess, then least step time, the first among
+    near-ties (:func:`autotune.tuner.problem.best_of`: ties by position, so a time scale changes
+    nothing)."""
+    return _best_of(cands)
+
+
+def _ranked_items(best: dict[tuple[Choice, int], Candidate]) -> list[tuple[tuple[Choice, int], Candidate]]:
+    """The (choice, V) -> candidate items best first (:func:`autotune.tuner.problem.rank_order`:
+    excess, then step, near-ties by insertion order)."""
+    items = list(best.items())
+    order = rank_order(np.array([c.step_ms for _, c in items]),
+                       np.array([max(0.0, c.excess_mib) for _, c in items]))
+    return [items[i] for i in order]
 
 
 @dataclass
@@ -413,7 +426,7 @@ def _descend(scorer: _Scorer, ch: Choice, V: int, cand: Candidate, N: int, sp: M
             if not layer_list:
                 continue
             top = _best(scorer.score(c2, V, layer_list))
-            if top.rank() < best_n.rank():
+            if better(top, best_n):
                 best_n, best_ch = top, c2
         if best_n is cur:
             break
@@ -430,12 +443,12 @@ def _screen_and_refine(scorer: _Scorer, run: MegatronRun, sp: MegatronSpace, Vs:
     for V in Vs:
         for ch in choices:
             best_of[(ch, V)] = _best(scorer.score(ch, V, seed_cache[V]))
-    ranked = sorted(best_of.items(), key=lambda kv: kv[1].rank())
+    ranked = _ranked_items(best_of)
     refine = ranked[:sp.refine] if sp.layout_flags == "layout" else []
     for (ch, V), cand in refine:
         ch, cur = _descend(scorer, ch, V, cand, run.num_layers, sp)
         key = (ch, V)
-        if key not in best_of or cur.rank() < best_of[key].rank():
+        if key not in best_of or better(cur, best_of[key]):
             best_of[key] = cur
     return best_of
 
@@ -616,7 +629,7 @@ def search_megatron(run: MegatronRun, *, space: MegatronSpace | str | Path | Non
                     for key in su.arrays} for V in Vs}
     scorer = _Scorer(problems)
     best_of = _screen_and_refine(scorer, run, sp, Vs, choices)
-    (bch, bV), bc = min(best_of.items(), key=lambda kv: kv[1].rank())
+    (bch, bV), bc = _ranked_items(best_of)[0]
     fits = bc.excess_mib <= 0
     lb = _answer_bound(su, bch, bV, bc, gap, notes) if fits else None
     best_rep = su.evaluate(bch.modules, bc.layers, bc.rec, bc.sel, bc.com)
@@ -709,8 +722,8 @@ def per_stage_recompute(problem: Any, cand: Any, kind: str, max_rounds: int = 40
         if not moves:
             break
         scored += len(moves)
-        top = min(problem.score(moves), key=lambda c: c.rank())
-        if top.rank() >= cur.rank():
+        top = _best(problem.score(moves))
+        if not better(top, cur):
             break
         cur = top
     return cur, scored
