@@ -69,6 +69,14 @@ def _search_timeout(timeout: float | None) -> float | None:
     return max(0.1 * timeout, timeout - _since_process_start() - OUTPUT_RESERVE_S)
 
 
+def _config_warnings(cfg) -> None:
+    """Print on stderr, before any work, the warnings ``autotune check`` gives for the config's keys
+    (``W_KEY_UNKNOWN``: a near miss of a key autotune reads, e.g. a memory key typo, so its default
+    is used and the predicted peak may move by gigabytes)."""
+    for w in cfg.config_warnings:
+        click.echo(f"warning {w.code}: {w.field}: {w.message}", err=True)
+
+
 def _write(path: str, text: str, force: bool, option: str = "--out") -> None:
     check_out_file(path, force=force, option=option)
     write_text(path, text)
@@ -221,6 +229,7 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     try:
         prog.phase("reading", config)
         cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)  # a bad margin stops here, before the work
+        _config_warnings(cfg)
         if dry_run:
             _dry_run(config, hf_config, profile, space, device, cfg.hbm_mib, sets, margin, fmt)
             return

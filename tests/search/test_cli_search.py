@@ -32,3 +32,20 @@ def test_json_has_bound_and_gap() -> None:
     assert "CUT SHORT by its 3 s timeout" in r.stderr
     assert 0 < d["lower_bound_ms"] <= d["best"]["step_time_ms"]
     assert abs(d["certified_gap"] - (d["best"]["step_time_ms"] - d["lower_bound_ms"]) / d["lower_bound_ms"]) < 1e-9
+
+
+def test_key_typo_warned_on_stderr_before_the_search(tmp_path) -> None:
+    """A memory key typo (``use_flash_attentoin``) is ignored and its default used, which moves the
+    predicted peak: `search` says so on stderr before any work (it used to say nothing; only
+    `check` printed it), and the JSON on stdout stays parseable."""
+    text = open(EX).read()
+    assert "use_flash_attention:" in text
+    cfg = tmp_path / "typo.yaml"
+    cfg.write_text(text.replace("use_flash_attention:", "use_flash_attentoin:"))
+    r = CliRunner().invoke(search_cmd, [str(cfg), "--dry-run", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert ("warning W_KEY_UNKNOWN: model.model_config.use_flash_attentoin: unknown key 'use_flash_attentoin': "
+            "did you mean 'use_flash_attention'?") in r.stderr
+    assert json.loads(r.stdout)["pp_interleave_num runnable"] == [1, 2, 3, 4]
+    clean = CliRunner().invoke(search_cmd, [EX, "--dry-run", "--format", "json"])
+    assert "W_KEY_UNKNOWN" not in clean.stderr
