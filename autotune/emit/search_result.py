@@ -45,7 +45,9 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
     elsewhere stay as the user wrote them, so a diff shows only the tuned lines (and the header).
     """
     report = result.best or result.closest
-    head = ["autotune: tuned pipeline layout"]
+    head = ["autotune: tuned pipeline layout" if result.best is not None or report is None else
+            "autotune: NO CONFIGURATION FITS the HBM budget; this is the closest layout found and it does "
+            "NOT fit (do not train with it)"]
     if report is not None:
         head.append(f"predicted step time {report.step_time_ms:.1f} ms, idle (bubble) "
                     f"{report.bubble_fraction:.1%} of device time, {memory_text(report, result.hbm_margin_mib)}")

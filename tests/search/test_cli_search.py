@@ -7,6 +7,7 @@ import json
 
 from click.testing import CliRunner
 
+from autotune.cli import main
 from autotune.commands.tune import search_cmd
 
 EX = "examples/telechat2_115b/train.yaml"
@@ -49,3 +50,17 @@ def test_key_typo_warned_on_stderr_before_the_search(tmp_path) -> None:
     assert json.loads(r.stdout)["pp_interleave_num runnable"] == [1, 2, 3, 4]
     clean = CliRunner().invoke(search_cmd, [EX, "--dry-run", "--format", "json"])
     assert "W_KEY_UNKNOWN" not in clean.stderr
+
+
+def test_nothing_fits_says_floor_and_closest_apart(tmp_path) -> None:
+    """1 GB for the toy model: the static floor (8,889 MiB with one micro-batch) is a bound for
+    every layout, the closest found is one layout (9,553 MiB): the error names both for what they
+    are, and the --out file's header says the layout does not fit (it said "tuned pipeline layout")."""
+    out = tmp_path / "closest.yaml"
+    r = CliRunner().invoke(main, ["search", "tests/e2e/data/toy.yaml", "--hbm", "1GB", "--out", str(out), "--quiet"])
+    assert r.exit_code == 2
+    assert "so every layout exceeds it by at least 7865 MiB" in r.output
+    assert "the closest found exceeds it by 8529 MiB" in r.output
+    assert "closest config exceeds memory by 8529 MiB on its worst stage" in r.output
+    first = out.read_text().splitlines()[0]
+    assert first.startswith("# autotune: NO CONFIGURATION FITS the HBM budget") and "does NOT fit" in first
