@@ -29,6 +29,12 @@ from autotune.tuner.problem import Candidate, Problem, count_splits, first_min
 from autotune.tuner.recompute import recompute_choices
 
 
+#: Ops of the event simulation charged as one unit of :func:`exact_optimum`'s ``max_work`` per
+#: simulated layout (a layout of pp 4 × vpp 2 × m 16, 256 ops, is one unit; pp 16 × vpp 2 × m 64,
+#: 4,096 ops, is 16): the budget then stands for about the same CPU time at every size.
+SIM_UNIT_OPS = 256
+
+
 def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """All int vectors x with lo <= x <= hi (elementwise) summing to N: int [count, len(lo)]."""
     n = len(lo)
@@ -105,6 +111,7 @@ class _Enumeration:
         self.best: Candidate | None = None
         self.evaluated = self.work = 0
         self.pend: list[tuple[np.ndarray, np.ndarray]] = []
+        self.per_layout = 1  # units charged per simulated layout (set per V by :meth:`scan`)
 
     def charge(self, units: int) -> None:
         """Count ``units`` of work; raises :class:`ExactBudgetExceeded` past the budget or deadline."""
@@ -114,6 +121,15 @@ class _Enumeration:
                                       self.work)
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise ExactBudgetExceeded("exact enumeration reached its deadline", self.work)
+
+    def precharge(self, layouts: int) -> None:
+        """Raise :class:`ExactBudgetExceeded` now when simulating ``layouts`` more layouts (one
+        split's every pick, each charged ``per_layout`` units by :meth:`flush`) would pass ``max_work``: the
+        run would raise there anyway, after simulating them. pp 64 × vpp 2 with one layer a
+        mini-stage has one split but ~3^64 picks: 430 CPU s of batches before this check."""
+        if self.max_work is not None and self.work + (len(self.pend) + layouts) * self.per_layout > self.max_work:
+            raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={self.max_work} units "
+                                      f"({layouts:.3g} layouts for one split)", self.work)
 
     def stage_set(self, cs: CompiledSchedule, cache: dict, split: np.ndarray, p: int) -> np.ndarray:
         """Pareto-minimal feasible (full, select, comm) [k, 3, V] tables for stage p of ``split``
@@ -157,7 +173,7 @@ class _Enumeration:
         L = np.stack([x[0] for x in self.pend])
         T = np.stack([x[1] for x in self.pend])  # B, 3, V, P
         self.pend.clear()
-        self.charge(L.shape[0])
+        self.charge(L.shape[0] * self.per_layout)
         s = problem.evaluate(V, L, T[:, 0], T[:, 1], T[:, 2])
         self.evaluated += L.shape[0]
         i = first_min(s.step_ms)
@@ -174,6 +190,8 @@ class _Enumeration:
         problem = self.problem
         P = problem.P
         cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
+        # a simulation costs ~ its op count: one unit per SIM_UNIT_OPS ops (at least one)
+        self.per_layout = max(1, cs.num_ops // SIM_UNIT_OPS)
         cache: dict[tuple, np.ndarray] = {}
         z = np.zeros_like(splits)
         self.charge(len(splits))
@@ -188,6 +206,7 @@ class _Enumeration:
             sets = [self.stage_set(cs, cache, split, p) for p in range(P)]
             if any(s.shape[0] == 0 for s in sets):
                 continue
+            self.precharge(int(np.prod([s.shape[0] for s in sets], dtype=np.float64)))
             for pick in itertools.product(*(range(s.shape[0]) for s in sets)):
                 self.add(V, split, np.stack([sets[p][pick[p]] for p in range(P)], axis=-1))  # 3, V, P
         self.flush(V)
@@ -201,7 +220,8 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 5
         max_splits: refuse problems with more layer splits than this.
         batch: layouts simulated per numpy batch.
         max_work: deterministic work budget: recompute combinations built (per stage and split,
-            before the Pareto filter) plus layouts simulated; None = unlimited. A stage whose
+            before the Pareto filter) plus layouts simulated, each charged one unit per
+            :data:`SIM_UNIT_OPS` of its schedule's ops (at least one); None = unlimited. A stage whose
             combination count alone exceeds the budget stops the run before building it.
         deadline: ``time.monotonic()`` limit, checked between batches; None = none.
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from autotune.cost.inputs import stage_costs
 from autotune.cost.simulate import compile_schedule, simulate
 from autotune.tuner.bounds import critical_path, lower_bound
-from autotune.tuner.exact import ExactBudgetExceeded, exact_optimum
+from autotune.tuner.exact import SIM_UNIT_OPS, ExactBudgetExceeded, exact_optimum
 from tests.search.test_exact_bounds import _random_problem
 
 
@@ -84,3 +84,22 @@ def test_exact_work_budget_falls_back() -> None:
     assert np.isfinite(bs.bound_ms) and bs.bound_ms > 0
     fits = [c.step_ms for c in bs.seeds if c.excess_mib <= 0]
     assert fits and min(fits) >= bs.bound_ms * (1 - 1e-9)
+
+
+def test_exact_budget_refuses_a_split_whose_picks_exceed_it_before_simulating() -> None:
+    """32 layers on pp 16 × vpp 2 (528 splits, most with one layer a mini-stage): every stage keeps
+    several Pareto-minimal recompute picks, so the first split's product over 16 stages is far above
+    the budget. The enumeration raises before simulating any layout (work = the splits' lower bound
+    and that split's stage tables only); it used to simulate batches until the budget ran out
+    (pp 64 × vpp 2 × m 64: 430 CPU s)."""
+    from autotune.tuner.problem import count_splits
+
+    problem = _random_problem(2, 32, 16, 2, ("full", "select", "comm"), 0.6)
+    problem = dataclasses.replace(problem, vpp_candidates=[2])
+    n = count_splits(problem)
+    assert n == 528, n
+    with pytest.raises(ExactBudgetExceeded, match="layouts for one split") as exc:
+        exact_optimum(problem, max_work=1_500_000)
+    # one simulated batch (512 layouts, SIM_UNIT_OPS ops a unit) would charge more than all of this
+    per_layout = max(1, compile_schedule(problem.schedule, 16, 2, problem.m).num_ops // SIM_UNIT_OPS)
+    assert exc.value.work < n + 16 * 64 < 512 * per_layout
