@@ -622,7 +622,7 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
         sc, obj, idx = sc[sel], obj[sel], idx[sel]
     top = sc.max(axis=1)
     tie = np.nonzero(obj <= obj.min() + REL_TOL * abs(obj.min()))[0]
-    i = int(tie[np.argmin(top[tie])])
+    i = int(tie[first_min(top[tie])])  # least memory among the tied, near-ties by position
     return idx[i], float(obj[i]), float(top[i])
 
 
