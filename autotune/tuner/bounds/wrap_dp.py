@@ -1,0 +1,370 @@
+"""Wrap-pair DP lower bound for pp_interleave_num > 1 (pure numpy, no Optuna; issue 17).
+
+Why. With V > 1 the last stage P-1 and stage 0 are neighbours in the pipeline: chunk v's
+forward on P-1 feeds chunk v+1's forward on stage 0, and chunk v+1's backward on stage 0 feeds
+chunk v's backward on P-1. A layout whose chunks are unbalanced (e.g. 2 + 6 layers per stage
+instead of 4 + 4) has a critical path that ping-pongs between those two stages: it runs a stretch
+of P-1's program, crosses to stage 0 through such an edge, runs a stretch of stage 0's program,
+crosses back, and so on. The device DP (:mod:`autotune.tuner.bounds.device_dp`) prices only paths
+that stay on one stage, so on P16 V2 m64 L128 dense loose its relaxed optimum is such a layout
+(value 31,018 ms, simulated 40,494.9 ms when every stage holds 2 + 6 layers).
+
+Paths ("two-stage" paths of the pair (a, b) = (P-1, 0)). Enter an op x of stage a or b through
+x's dependency chain (the forwards of x's micro-batch through every earlier pipeline position,
+for a backward also the backwards down to it), walk along the pair's ops, each step either
+program order on one stage or a data edge between the two stages (p2p when it crosses), reach an
+op y and leave through the ops that depend on y (:func:`two_stage_paths`). Every step is an edge
+of the event simulation's dependency graph (an op starts after its data dependency ends, + p2p
+across stages, and after the previous op of its stage), so the path's length is <= the step time
+of every layout (cost-model reference §6.1; the same argument as
+:func:`autotune.tuner.bounds._paths.critical_path`). The one-stay paths of a and b are among them
+(a walk that never crosses).
+
+Bound. Only (x, y) whose two chains together run every mini-stage of the other stages at least
+once ("no-skip") are kept. Then, with d = F + B (+ replay) per mini-stage and W = Σ_all d (one
+micro-batch's chain), such a path's length is >= W − d_a − d_b + G(c_a, c_b), where G is the
+path's length on the pair alone, Σ_pair counts · (F, B without replay) + hops · p2p (replay >= 0 is
+dropped there), a function of the two stages' configurations only. So T >= W + E_w(c_a, c_b) with
+E_w = max over the kept paths of G − cost_a − cost_b (cost = F + B + least replay, the device DP's
+share of W), beside the device DP's one-stay terms T >= W + E(c_p). For a threshold ε on the max of
+all E terms the least W is a knapsack over the stages 1..P-2 (state: layers placed) closed by the
+pairs (c_{P-1}, c_0) whose E, E and E_w are <= ε; the bound is min over ε of W(ε) + ε, and ε only
+needs the finitely many E values (a layout whose max is e* is feasible at ε = e*), so it is exact
+for this family over integer splits. W(ε) falls as ε grows, so an interval [ε_i, ε_j] of
+thresholds is worth at least W(ε_j) + ε_i: a best-first bisection over the sorted E values
+evaluates W at most :data:`MAX_EVALS` times and returns the least of its values and of the
+intervals it did not split (a bound at any stop).
+
+Relaxations (each only lowers the bound): the device DP's stage tables — layer kinds by position,
+a free recompute class per layer, the least replay that fits each live-count vector, each
+configuration pruned when even its no-replay one-stay path exceeds the incumbent (so the result
+is min(bound, incumbent), as the device DP's) — and, in G, no replay. The device DP's joint replay
+pass and its last-stage skipping paths are not used: on rows where those raise the device DP
+(memory-bound ones) this bound is below it and ``tighten`` keeps the device DP's.
+
+Measured (P16 V2 m64 L128, incumbent = the search's answer): dense loose 31,018.0 (device DP) →
+31,126.2 ms, about 3 CPU s of which ~2 s are the stage tables; dense tight, MoE tight and MoE loose
++2 to +7 ms over the device DP's first pass, below its joint pass. What the family still misses:
+paths that skip the light chunk of the stages in between and stay on several stages (the layouts
+the DP picks next keep both end stages balanced and unbalance the middle stages; their critical
+paths stay on stages such as 1, 2, 5 and 9 and run only chunk 1 elsewhere); adjacent pairs (p, p+1)
+and pairs (p, P-1) with no-skip chains were measured and add nothing on that row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.cost.simulate import CompiledSchedule
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._relax import integer_setup
+from autotune.tuner.bounds.device_dp import MAX_CONFIGS, _stage_tables
+from autotune.tuner.problem import Problem
+
+#: Work cap: evaluations of W(ε) (one knapsack over the middle stages each) in the threshold
+#: bisection; past it the intervals not split count with their lower value (a weaker bound).
+MAX_EVALS = 48
+#: Work cap of the two-stage path DP: walks × ops of the pair × configurations of a × of b
+#: (array elements; ~1-2 ns each). Past it the bound is not computed (None).
+PAIR_WORK = 400_000_000
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Entries of a two-stage walk that share their compatible exits: per entry class its pair
+    counts C [2 stages, 2 (F, B), V] of the entry chain, hops, and its ops (local indices); per
+    compatible exit class the same for the exit chain."""
+
+    entries: tuple[tuple[np.ndarray, int, np.ndarray], ...]
+    exits: tuple[tuple[np.ndarray, int, np.ndarray], ...]
+
+
+@dataclass(frozen=True)
+class TwoStagePaths:
+    """The two-stage paths of a stage pair (a, b) of a compiled schedule (see module docstring).
+
+    Attributes:
+        a, b: the two stages; ops: int [n'] op ids of both stages in a topological order;
+        side: int [n'] 0 on a, 1 on b; chunk: int [n']; fwd: bool [n'];
+        prev: int [n'] local index of the previous op on the same stage (-1: none);
+        dep: int [n'] local index of the data dependency when it is on the other stage of the pair
+            (-1: none or off the pair); cross: float [n'] 1.0 when that dependency crosses stages;
+        groups: the (entries, compatible exits) groups (:class:`_Group`); k: ``seq_split_num``.
+    """
+
+    a: int
+    b: int
+    ops: np.ndarray
+    side: np.ndarray
+    chunk: np.ndarray
+    fwd: np.ndarray
+    prev: np.ndarray
+    dep: np.ndarray
+    cross: np.ndarray
+    groups: tuple[_Group, ...]
+    k: int
+
+
+def two_stage_paths(cs: CompiledSchedule, a: int, b: int) -> TwoStagePaths:
+    """The walks of the pair (a, b) (a != b) with their no-skip entry and exit chains.
+
+    An entry class is (the other stages' mini-stages its chain runs, its counts on a and b, its
+    hops); likewise an exit class. An entry and an exit are compatible when their chains together
+    run every forward and backward mini-stage off the pair at least once. Entries with the same set
+    of compatible exits share one walk (the walk is a max-plus recursion, so merging their starts is
+    exact).
+
+    Raises:
+        ValueError: the schedule splits the backward (B/W ops), or a == b.
+    """
+    if cs.split_bw:
+        raise ValueError("two-stage paths need a schedule that runs the whole backward as one op")
+    if a == b:
+        raise ValueError("a two-stage path needs two stages")
+    P, V, n = cs.P, cs.V, cs.num_ops
+    dep, fwd, chunk, stage, cross = cs.dep, cs.fwd, cs.chunk, cs.stage, cs.cross
+    topo = np.asarray(cs.topo, dtype=np.int64)
+    ops = topo[(stage[topo] == a) | (stage[topo] == b)]
+    loc = {int(o): i for i, o in enumerate(ops)}
+    child: dict[int, int] = {}
+    for i in range(n):
+        if dep[i] < n:
+            child.setdefault(int(dep[i]), i)
+
+    def chain(x: int, up: bool) -> tuple[np.ndarray, int]:
+        C = np.zeros((2, V, P))
+        hops = 0
+        while True:
+            if up:
+                if dep[x] >= n:
+                    break
+                hops += int(cross[x])
+                x = int(dep[x])
+            else:
+                if x not in child:
+                    break
+                x = child[x]
+                hops += int(cross[x])
+            C[0 if fwd[x] else 1, chunk[x], stage[x]] += 1
+        return C, hops
+
+    off = np.ones((2, V, P), dtype=bool)
+    off[:, :, [a, b]] = False
+    ent: dict[tuple, list] = {}
+    ext: dict[tuple, list] = {}
+    for i, o in enumerate(ops):
+        for up, table in ((True, ent), (False, ext)):
+            C, h = chain(int(o), up)
+            cover = C[off] >= 1
+            pair = np.stack([C[:, :, a], C[:, :, b]])  # [2, 2, V]
+            key = (cover.tobytes(), pair.tobytes(), h)
+            table.setdefault(key, [cover, pair, h, []])[3].append(i)
+    ekeys, xkeys = list(ent), list(ext)
+    by_exits: dict[tuple[int, ...], list[int]] = {}
+    for ei, ek in enumerate(ekeys):
+        comp = tuple(xi for xi, xk in enumerate(xkeys) if (ent[ek][0] | ext[xk][0]).all())
+        if comp:
+            by_exits.setdefault(comp, []).append(ei)
+    groups = []
+    for comp, es in by_exits.items():
+        groups.append(_Group(
+            tuple((ent[ekeys[e]][1], ent[ekeys[e]][2], np.asarray(ent[ekeys[e]][3], dtype=np.int64)) for e in es),
+            tuple((ext[xkeys[x]][1], ext[xkeys[x]][2], np.asarray(ext[xkeys[x]][3], dtype=np.int64)) for x in comp)))
+    side = (stage[ops] == b).astype(np.int64)
+    prev = np.full(ops.size, -1, dtype=np.int64)
+    dl = np.full(ops.size, -1, dtype=np.int64)
+    for i, o in enumerate(ops):
+        if cs.prev[o] < n:
+            prev[i] = loc[int(cs.prev[o])]
+        d = int(dep[o])
+        if d < n and d in loc and stage[d] != stage[o]:
+            dl[i] = loc[d]
+    return TwoStagePaths(a, b, ops, side, chunk[ops].astype(np.int64), fwd[ops].astype(bool), prev, dl,
+                         cross[ops].astype(np.float64), tuple(groups), int(cs.k))
+
+
+def pair_lengths(tp: TwoStagePaths, Fa: np.ndarray, Ba: np.ndarray, Fb: np.ndarray, Bb: np.ndarray,
+                 p2p_ms: float) -> np.ndarray:
+    """G [Ma, Mb] (ms): the longest kept two-stage path's length on the pair alone, Σ_pair counts ·
+    durations + hops · p2p_ms, for every configuration of stage a (forward / backward ms per
+    micro-batch and chunk ``Fa``, ``Ba`` float [Ma, V]) against every one of b (``Fb``, ``Bb``
+    [Mb, V]); -inf where no kept path exists. An op runs 1 / ``seq_split_num`` of its mini-stage's
+    micro-batch time (as in the simulation); a hop costs the whole p2p_ms."""
+    k = tp.k
+    Ma, Mb = Fa.shape[0], Fb.shape[0]
+    dur_a = np.stack([Fa, Ba]) / k  # [2, Ma, V] by (F, B)
+    dur_b = np.stack([Fb, Bb]) / k
+
+    def const(pair: np.ndarray, hops: int) -> np.ndarray:
+        ca = np.einsum("kv,kmv->m", pair[0], dur_a)
+        cb = np.einsum("kv,kmv->m", pair[1], dur_b)
+        return ca[:, None] + cb[None, :] + hops * p2p_ms
+
+    n = tp.ops.size
+    uses = np.zeros(n, dtype=np.int64)  # how many later ops read each op's value
+    for i in range(n):
+        if tp.prev[i] >= 0:
+            uses[tp.prev[i]] += 1
+        if tp.dep[i] >= 0:
+            uses[tp.dep[i]] += 1
+    kind = np.where(tp.fwd, 0, 1)
+    best = np.full((Ma, Mb), -np.inf)
+    for g in tp.groups:
+        start: dict[int, np.ndarray] = {}
+        for pair, hops, idx in g.entries:
+            c = const(pair, hops)
+            for i in idx.tolist():
+                start[i] = c if i not in start else np.maximum(start[i], c)
+        exit_at: dict[int, np.ndarray] = {}
+        for pair, hops, idx in g.exits:
+            c = const(pair, hops)
+            for i in idx.tolist():
+                exit_at[i] = c if i not in exit_at else np.maximum(exit_at[i], c)
+        first = min(start)
+        val: dict[int, np.ndarray] = {}
+        left = uses.copy()
+        for i in range(first, n):
+            cand = start.get(i)
+            for j, hop in ((tp.prev[i], 0.0), (tp.dep[i], tp.cross[i] * p2p_ms)):
+                if j >= 0 and j in val:
+                    x = val[j] + hop if hop else val[j]
+                    cand = x if cand is None else np.maximum(cand, x)
+                    left[j] -= 1
+                    if left[j] == 0:
+                        del val[j]
+            if cand is None:
+                continue
+            d = dur_a[kind[i], :, tp.chunk[i]][:, None] if tp.side[i] == 0 else dur_b[kind[i], :, tp.chunk[i]][None, :]
+            v = cand + d
+            if i in exit_at:
+                np.maximum(best, v + exit_at[i], out=best)
+            if left[i] > 0:
+                val[i] = v
+    return best
+
+
+def pair_work(tp: TwoStagePaths, Ma: int, Mb: int) -> int:
+    """Array elements :func:`pair_lengths` touches (walks × ops × Ma × Mb): its work cap."""
+    return len(tp.groups) * int(tp.ops.size) * Ma * Mb
+
+
+@dataclass
+class WrapDPBound:
+    """Result of :func:`wrap_dp_bound`: the bound (ms), the thresholds ε (distinct E values), the
+    W(ε) evaluations done and the configurations of the last and the first stage."""
+
+    bound_ms: float
+    thresholds: int
+    evals: int
+    configs_last: int
+    configs_first: int
+
+
+def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms: float | None = None,
+                  max_configs: int = MAX_CONFIGS, max_evals: int = MAX_EVALS,
+                  pair_work_cap: int = PAIR_WORK) -> WrapDPBound | None:
+    """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
+    whose step time is <= ``upper_ms`` (a feasible step time: the result is min(bound, upper_ms),
+    a bound on the optimum whenever some layout reaches ``upper_ms``). See the module docstring.
+
+    Args:
+        problem: the tuning problem; V: pp_interleave_num (> 1).
+        upper_ms: the incumbent (ms); lower_ms: a bound already proven (ms) or None: the threshold
+            search stops once its best value is at or below it (the result then cannot raise it;
+            it is still a bound).
+        max_configs, max_evals, pair_work_cap: work caps (see :data:`MAX_EVALS`, :data:`PAIR_WORK`).
+
+    Returns None where it does not apply (V = 1, P = 1, a schedule that splits B/W, non-default
+    pipeline positions, no finite ``upper_ms``) or when a work cap stops the tables or the pair DP.
+    """
+    if upper_ms is None or not np.isfinite(upper_ms) or V < 2 or problem.P < 2:
+        return None
+    upper = float(upper_ms)
+    out = _stage_tables(problem, V, upper, max_configs)
+    if out is None:
+        return None
+    stages, _, su, _ = out
+    P, N = problem.P, problem.N
+    first, last = stages[0], stages[-1]
+    if any(st.n.shape[0] == 0 for st in stages):
+        return WrapDPBound(upper, 0, 0, last.n.shape[0], first.n.shape[0])
+    tp = two_stage_paths(su.cs, P - 1, 0)
+    if pair_work(tp, last.n.shape[0], first.n.shape[0]) > pair_work_cap:
+        return None
+    G = pair_lengths(tp, last.F, last.B, first.F, first.B, su.p2p_ms)
+    Ew = G - last.cost[:, None] - first.cost[None, :]  # [ML, M0]; -inf: no kept path
+    vals = [st.E[np.isfinite(st.E)] for st in stages] + [Ew[np.isfinite(Ew)]]
+    S = np.unique(np.concatenate(vals))
+    if S.size == 0:
+        return WrapDPBound(upper, 0, 0, last.n.shape[0], first.n.shape[0])
+    mid = stages[1:P - 1]
+    rL = N - last.layers[:, None] - first.layers[None, :]  # layers left for the middle stages
+    cost_pair = last.cost[:, None] + first.cost[None, :]
+
+    def allowed(E: np.ndarray, eps: float) -> np.ndarray:
+        return E <= eps + 1e-9 * max(1.0, abs(eps))
+
+    def W(eps: float) -> float:
+        D = np.full(N + 1, np.inf)
+        D[0] = 0.0
+        for st in mid:
+            ok = np.flatnonzero(allowed(st.E, eps))
+            new = np.full(N + 1, np.inf)
+            L, c = st.layers[ok], st.cost[ok]
+            for l in np.unique(L):
+                if l <= N:
+                    np.minimum(new[l:], D[:N + 1 - l] + c[L == l].min(), out=new[l:])
+            D = new
+        A = allowed(last.E, eps)[:, None] & allowed(first.E, eps)[None, :] & allowed(Ew, eps) & (rL >= 0)
+        if not A.any():
+            return float("inf")
+        return float((cost_pair[A] + D[rL[A]]).min())
+
+    cache: dict[int, float] = {}
+
+    def h(i: int) -> float:
+        if i not in cache:
+            cache[i] = W(float(S[i]))
+        return cache[i]
+
+    K = S.size
+    best = min(upper, h(K - 1) + float(S[-1]))
+    todo = [(0, K - 1)]
+    left: list[float] = []
+    stop = -np.inf if lower_ms is None else float(lower_ms)
+    while todo:
+        # best-first: the interval with the least lower value
+        todo.sort(key=lambda t: h(t[1]) + float(S[t[0]]), reverse=True)
+        i, j = todo.pop()
+        lb = h(j) + float(S[i])
+        if lb >= best:
+            continue
+        if best <= stop or len(cache) >= max_evals:
+            left.append(lb)
+            continue
+        if j - i <= 1:
+            best = min(best, h(i) + float(S[i]))
+            continue
+        mid_k = (i + j) // 2
+        best = min(best, h(mid_k) + float(S[mid_k]))
+        todo += [(i, mid_k), (mid_k, j)]
+    return WrapDPBound(min([best] + left), int(K), len(cache), last.n.shape[0], first.n.shape[0])
+
+
+@dataclass(frozen=True)
+class WrapDP:
+    """:func:`wrap_dp_bound` as a :class:`~autotune.tuner.bounds.LowerBound` (V > 1, schedules with
+    whole backward ops and chunk-major positions; needs an incumbent ``ctx.upper_ms``)."""
+
+    name: str = "wrap-pair DP"
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return V > 1 and problem.P > 1 and integer_setup(problem, V) is not None
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        wb = wrap_dp_bound(problem, V, upper_ms=ctx.upper_ms, lower_ms=ctx.lower_ms)
+        if wb is None:
+            return None
+        return BoundOutcome(wb.bound_ms, None, {"wrap evals": wb.evals})
