@@ -12,7 +12,9 @@ Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound`
 - :mod:`.stage_dp` — :class:`StageDP`, threshold DP over one-stay paths, exact over integer splits;
 - :mod:`.device_dp` — :class:`DeviceDP`, device-by-device DP over the no-skip paths with every
   stage's replay counted;
-- :mod:`.milp` — :class:`IntegerProgram`, integer program with lazily generated paths (HiGHS).
+- :mod:`.milp` — :class:`IntegerProgram`, integer program with lazily generated paths (HiGHS);
+- :mod:`.wrap_dp` — :class:`WrapDP`, the device DP's stage tables plus the two-stage paths of the
+  last and the first stage (they ping-pong across the chunk boundary), coupled in the DP.
 
 Shared code: :mod:`._paths` (dependency-graph paths), :mod:`._relax` (relaxed layers, recompute
 fronts). :func:`tighten` combines them: per V the largest proof, over V the least, skipping a V
@@ -34,6 +36,7 @@ from autotune.tuner.bounds.lagrangian import Lagrangian
 from autotune.tuner.bounds.milp import IntegerProgram
 from autotune.tuner.bounds.path_dp import PathDP, path_dp_bound
 from autotune.tuner.bounds.stage_dp import StageDP
+from autotune.tuner.bounds.wrap_dp import WrapDP
 from autotune.tuner.problem import Candidate, Problem
 
 #: Subgradient iterations (and stall patience) of the long Lagrangian pass for V > 1 where the
@@ -58,10 +61,12 @@ class Pass:
 #: every V's bound before the local search (its splits seed it); the later ones run after it and
 #: raise the V's that can still hold the optimum, against the best layout found: the device DP
 #: first (about a second; the integer program then starts from its value and skips a V it
-#: settles), then the integer program, or the long Lagrangian pass where it does not apply.
+#: settles) and the wrap-pair DP (its tables plus the last / first stage pair; a few seconds,
+#: stopping early when it cannot pass the device DP), then the integer program, or the long
+#: Lagrangian pass where it does not apply.
 REGISTRY: tuple[Pass, ...] = (
     Pass("relaxations", (PathDP(), Lagrangian(), StageDP())),
-    Pass("device DP", (DeviceDP(),), skip="upper"),
+    Pass("device DP", (DeviceDP(), WrapDP()), skip="upper"),
     Pass("integer program", (Fallback(IntegerProgram(), Lagrangian(REFINE_ITERS, patience=REFINE_PATIENCE,
                                                                      propose=False)),),
          skip="dominated", seed_tag="milp"),
@@ -109,5 +114,5 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
 
 
 __all__ = ["BoundContext", "BoundOutcome", "BoundResult", "DeviceDP", "Fallback", "IntegerProgram", "Lagrangian",
-           "LowerBound", "Pass", "PathDP", "REGISTRY", "StageDP", "Tightened", "critical_path", "lower_bound",
+           "LowerBound", "Pass", "PathDP", "REGISTRY", "StageDP", "Tightened", "WrapDP", "critical_path", "lower_bound",
            "path_dp_bound", "tighten"]
