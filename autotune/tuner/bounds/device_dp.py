@@ -360,6 +360,19 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     return stages, total, su, types
 
 
+def stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int = MAX_CONFIGS
+                 ) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None:
+    """:func:`_stage_tables`, memoised on the problem's ``fit_cache`` by (V, upper_ms, max_configs):
+    the device DP and the wrap-pair DP (:mod:`autotune.tuner.bounds.wrap_dp`) of one bound pass
+    build the same tables once (~2 CPU s on P16 V2 m64 L128). The tables are never modified by
+    their users."""
+    key = ("device_dp.stage_tables", int(V), float(upper_ms), int(max_configs))
+    cache = problem.fit_cache
+    if key not in cache:
+        cache[key] = _stage_tables(problem, V, float(upper_ms), max_configs)
+    return cache[key]
+
+
 def _counts(st: _Stage, j: int) -> tuple[tuple[int, ...], ...]:
     """Configuration j's layer type counts per chunk (hashable)."""
     return tuple(tuple(int(x) for x in c) for c in st.tn[j])
@@ -479,7 +492,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     if upper_ms is None or not np.isfinite(upper_ms):
         return None
     upper = float(upper_ms)
-    out = _stage_tables(problem, V, upper, max_configs)
+    out = stage_tables(problem, V, upper, max_configs)
     if out is None:
         return None
     stages, total, su, types = out

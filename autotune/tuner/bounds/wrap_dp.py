@@ -60,7 +60,7 @@ import numpy as np
 from autotune.cost.simulate import CompiledSchedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._relax import integer_setup
-from autotune.tuner.bounds.device_dp import MAX_CONFIGS, _stage_tables
+from autotune.tuner.bounds.device_dp import MAX_CONFIGS, stage_tables
 from autotune.tuner.problem import Problem
 
 #: Work cap: evaluations of W(ε) (one knapsack over the middle stages each) in the threshold
@@ -282,7 +282,7 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
     if upper_ms is None or not np.isfinite(upper_ms) or V < 2 or problem.P < 2:
         return None
     upper = float(upper_ms)
-    out = _stage_tables(problem, V, upper, max_configs)
+    out = stage_tables(problem, V, upper, max_configs)
     if out is None:
         return None
     stages, _, su, _ = out
