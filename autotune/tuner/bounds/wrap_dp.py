@@ -42,13 +42,22 @@ is min(bound, incumbent), as the device DP's) — and, in G, no replay. The devi
 pass and its last-stage skipping paths are not used: on rows where those raise the device DP
 (memory-bound ones) this bound is below it and ``tighten`` keeps the device DP's.
 
-Measured (P16 V2 m64 L128, incumbent = the search's answer): dense loose 31,018.0 (device DP) →
-31,126.2 ms, about 3 CPU s of which ~2 s are the stage tables; dense tight, MoE tight and MoE loose
-+2 to +7 ms over the device DP's first pass, below its joint pass. What the family still misses:
-paths that skip the light chunk of the stages in between and stay on several stages (the layouts
-the DP picks next keep both end stages balanced and unbalance the middle stages; their critical
-paths stay on stages such as 1, 2, 5 and 9 and run only chunk 1 elsewhere); adjacent pairs (p, p+1)
-and pairs (p, P-1) with no-skip chains were measured and add nothing on that row.
+Measured (incumbent = the search's answer; CPU s on top of the device DP's stage tables, which
+are memoised: :func:`autotune.tuner.bounds.device_dp.stage_tables`): P16 V2 m64 L128 dense loose
+31,018.0 (device DP) → 31,126.2 ms in 0.12–0.15 s (the search reported 31,044.3 from the stage DP:
+gap 3.20 % → 2.93 %); MoE loose 17,580.7 → 17,587.7 ms; dense tight, MoE tight, the 96L pp16 vpp2
+less-memory row and TeleChat2 96L pp8 vpp3 stay at the device DP's value (this bound alone is +2 to
++7 ms over the device DP's first pass, below its joint pass), 0.06–0.15 s each.
+
+What the family still misses (measured on the rows above): paths that skip the light chunk of the
+stages in between and stay on several stages. On dense loose the layouts the DP picks next keep
+both end stages balanced and unbalance the middle ones ([[5 5 1 1 1 1 2 2 2 2 3 3 3 3 4 4], [4 4 7 7
+7 7 6 6 6 6 5 5 5 5 4 2]] simulates to 40,153 ms; its critical path stays on stages 1, 2, 5 and 9
+and runs only chunk 1 elsewhere). No-skip two-stage paths of the adjacent pairs (p, p+1) and of
+the pairs (p, P-1), coupled in the same kind of DP, add nothing there (31,126.2 ms either way). On
+the less-memory row the answer's critical path stays on stage 1 and runs chunk 1 of every other
+stage twice and chunk 0's backwards of stages 2..15 not at all: a separable sum of its own
+(Σ_q F0 + 2·F1 + 2·B1), which a DP would have to carry beside W.
 """
 
 from __future__ import annotations
