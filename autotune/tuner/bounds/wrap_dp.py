@@ -159,13 +159,36 @@ def two_stage_paths(cs: CompiledSchedule, a: int, b: int) -> TwoStagePaths:
             C[0 if fwd[x] else 1, chunk[x], stage[x]] += 1
         return C, hops
 
+    # An op's chains depend only on its class (forward or backward, chunk, stage) when every
+    # class's dependency and dependant are of one class each with one cross flag (true of the
+    # interleaved schedules: one micro-batch's data chain is the same for every micro-batch);
+    # checked here, so a schedule where it fails only costs time (chains walked op by op).
+    cls = ((~fwd.astype(bool)).astype(np.int64) * V + chunk.astype(np.int64)) * P + stage.astype(np.int64)
+    kid = np.full(n, n, dtype=np.int64)
+    for j, i in child.items():
+        kid[j] = i
+    has_d, has_k = dep < n, kid < n
+    sig = np.stack([cls, np.where(has_d, cls[np.minimum(dep, n - 1)], -1), np.where(has_d, cross, 0),
+                    np.where(has_k, cls[np.minimum(kid, n - 1)], -1),
+                    np.where(has_k, cross[np.minimum(kid, n - 1)], 0)], axis=1)
+    by_class = np.unique(sig, axis=0).shape[0] == np.unique(cls).size
+    memo: dict[tuple[int, bool], tuple[np.ndarray, int]] = {}
+
+    def chain_of(x: int, up: bool) -> tuple[np.ndarray, int]:
+        if not by_class:
+            return chain(x, up)
+        key = (int(cls[x]), up)
+        if key not in memo:
+            memo[key] = chain(x, up)
+        return memo[key]
+
     off = np.ones((2, V, P), dtype=bool)
     off[:, :, [a, b]] = False
     ent: dict[tuple, list] = {}
     ext: dict[tuple, list] = {}
     for i, o in enumerate(ops):
         for up, table in ((True, ent), (False, ext)):
-            C, h = chain(int(o), up)
+            C, h = chain_of(int(o), up)
             cover = C[off] >= 1
             pair = np.stack([C[:, :, a], C[:, :, b]])  # [2, 2, V]
             key = (cover.tobytes(), pair.tobytes(), h)
@@ -299,7 +322,11 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
     first, last = stages[0], stages[-1]
     if any(st.n.shape[0] == 0 for st in stages):
         return WrapDPBound(upper, 0, 0, last.n.shape[0], first.n.shape[0])
-    tp = two_stage_paths(su.cs, P - 1, 0)
+    cs = su.cs
+    pair_ops = sum(len(cs.order[s]) for s in (P - 1, 0))
+    if pair_ops * last.n.shape[0] * first.n.shape[0] > pair_work_cap:  # one walk at least
+        return None
+    tp = two_stage_paths(cs, P - 1, 0)
     if pair_work(tp, last.n.shape[0], first.n.shape[0]) > pair_work_cap:
         return None
     G = pair_lengths(tp, last.F, last.B, first.F, first.B, su.p2p_ms)
