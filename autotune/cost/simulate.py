@@ -432,21 +432,25 @@ def peak_activation(cs: CompiledSchedule, act_mib: np.ndarray, ws_mib: np.ndarra
     """
     B = act_mib.shape[0]
     out = np.zeros((B, cs.P))
-    scale = 1.0 / cs.k
-    if cs.mem_split is not None:
-        for p in range(cs.P):
-            a = np.concatenate([act_mib[:, :, p] * scale, ws_mib[:, :, p]], axis=1)  # B 2V
-            out[:, p] = (a @ cs.mem_split[p].T).max(axis=1)
-        return out
     for p in range(cs.P):
-        a = act_mib[:, :, p] * scale if cs.k != 1 else act_mib[:, :, p]  # B V
-        best = (a @ cs.mem_fwd[p].T).max(axis=1) if cs.mem_fwd[p].size else np.zeros(B)
-        vecs, chunks = cs.mem_bwd[p]
-        if vecs.size:
-            during_b = a @ vecs.T + ws_mib[:, chunks, p]
-            best = np.maximum(best, during_b.max(axis=1))
-        out[:, p] = best
+        out[:, p] = stage_peak_activation(cs, p, act_mib[:, :, p], ws_mib[:, :, p])
     return out
+
+
+def stage_peak_activation(cs: CompiledSchedule, p: int, act: np.ndarray, ws: np.ndarray) -> np.ndarray:
+    """:func:`peak_activation` of one stage ``p``: [B] MiB from its mini-stages' act / ws [B, V]
+    (MiB per micro-batch / per backward); the same arithmetic, so callers that need only some
+    (row, stage) pairs can price just those."""
+    if cs.mem_split is not None:
+        a = np.concatenate([act * (1.0 / cs.k), ws], axis=1)  # B 2V
+        return (a @ cs.mem_split[p].T).max(axis=1)
+    a = act * (1.0 / cs.k) if cs.k != 1 else act  # B V
+    best = (a @ cs.mem_fwd[p].T).max(axis=1) if cs.mem_fwd[p].size else np.zeros(len(a))
+    vecs, chunks = cs.mem_bwd[p]
+    if vecs.size:
+        during_b = a @ vecs.T + ws[:, chunks]
+        best = np.maximum(best, during_b.max(axis=1))
+    return best
 
 
 def peak_activation_parts(cs: CompiledSchedule, act_vp: np.ndarray, ws_vp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

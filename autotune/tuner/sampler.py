@@ -42,7 +42,7 @@ from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_optio
 from autotune.tuner.heuristic import _pair_top
 from autotune.tuner.moves import OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
 from autotune.tuner.params import encode, representable
-from autotune.tuner.problem import Candidate, Problem, better, rank_order, ranked
+from autotune.tuner.problem import Candidate, Problem, better, fits, rank_order, ranked
 
 #: User attribute holding a trial's memory excess (MiB, peak - budget; <= 0 fits).
 EXCESS_ATTR = "hbm_excess_mib"
@@ -160,7 +160,9 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         single = scan(p, inc, SingleLayerMoves(), fit=fit, memo=memo)
         out = self._improving(inc, single)
         if not out:
-            out = self._improving(inc, scan(p, inc, OneOptMoves(), fit=fit, memo=memo))
+            # a move over the budget never beats a fitting incumbent: price memory first
+            one_opt = OneOptMoves(fitting_only=bool(fits(inc.peak_mib, p.hbm_mib)))
+            out = self._improving(inc, scan(p, inc, one_opt, fit=fit, memo=memo))
         if not out and single is not None:
             top = _pair_top(p, inc.V, None)
             if top >= 2:

@@ -152,3 +152,33 @@ def test_benchmark_answers_are_one_opt(name):
     best = pr.score([out.best])[0]
     assert best.peak_mib <= pr.hbm_mib
     assert improving(pr, best) == []
+
+
+def test_fitting_only_one_opt_moves_are_the_fitting_subset() -> None:
+    """OneOptMoves(fitting_only=True) (the sampler's scan from a fitting incumbent) yields exactly
+    the moves of OneOptMoves() that fit the budget, in the same order, simulated to the same step
+    times: a move over the budget never beats a fitting incumbent, so none is lost."""
+    from autotune.tuner.fit import fitted
+    from autotune.tuner.problem import even_layers, fits
+
+    from pathlib import Path
+
+    from autotune.profile.schema import load_profile
+
+    prof = load_profile(Path(__file__).resolve().parents[2] / "benchmarks/data/telechat2_115b_profile.yaml")
+    pa = ProfileArrays.from_profile(prof.with_num_layers(24))
+    probe = Problem(pa, P=4, m=8, vpp_candidates=[2])
+    ev = even_layers(24, 4, 2)[None]
+    z = np.zeros_like(ev)
+    full = probe.evaluate(2, ev, ev, z, z, memory_only=True).peak_mib.max()
+    none = probe.evaluate(2, ev, z, z, z, memory_only=True).peak_mib.max()
+    pr = Problem(pa, P=4, m=8, hbm_mib=float(full + 0.35 * (none - full)), vpp_candidates=[2])  # scaling.py's tight
+    c = fitted(pr, 2, ev, "even")[0]
+    assert c.excess_mib <= 0
+    full = scan(pr, c, OneOptMoves())
+    part = scan(pr, c, OneOptMoves(fitting_only=True))
+    ok = fits(full.peak_mib.max(axis=1), pr.hbm_mib)
+    assert 0 < ok.sum() < len(ok)  # the budget cuts some moves, not all
+    for a, b in zip(full.layouts, part.layouts):
+        np.testing.assert_array_equal(a[ok], b)
+    np.testing.assert_array_equal(full.step_ms[ok], part.step_ms)

@@ -82,3 +82,40 @@ def test_tighten_past_the_deadline_keeps_each_vs_first_proof() -> None:
     assert late.per_v_ms[2] <= both.per_v_ms[2] + 1e-9
     assert late.work == {"iterations": 1}  # the Lagrangian's first iterate; the stage DP did not run
     assert "evaluations" in both.work
+
+
+def test_improve_skips_a_far_start_over_the_budget(monkeypatch) -> None:
+    """improve(): a start over the budget (after its exact refit) that is more than
+    LOCAL_START_WITHIN × the incumbent gets no local search; one within it does (h16: the pp 32 ×
+    vpp 4 × m 256 relaxed split, over the budget at 18 × the incumbent, took ~85 % of the local
+    search's CPU s and ended over the budget)."""
+    from autotune.tuner import solve as S
+
+    pr = _problem()
+    even = fitted(pr, 2, even_layers(24, 4, 2)[None], "even")[0]
+    assert even.excess_mib <= 0
+    searched = []
+
+    def fake_search(problem, start, **kw):
+        searched.append(start.origin)
+        return start
+
+    monkeypatch.setattr(S, "local_search", fake_search)
+    monkeypatch.setattr(S, "polish_recompute", lambda problem, c: c)
+    far = fitted(pr, 2, even.layers[None], "far")[0]
+    near = fitted(pr, 2, even.layers[None], "near")[0]
+    # the exact refit of these starts is even's own layout: make it look over the budget and slow
+    real_fitted = S.fitted
+
+    def fake_fitted(problem, V, layers, origin, **kw):
+        c = real_fitted(problem, V, layers, origin, **kw)[0]
+        if origin in ("far", "near"):
+            c.excess_mib, c.peak_mib = 1.0, pr.hbm_mib + 1.0
+            c.step_ms = even.step_ms * (3.0 if origin == "far" else 1.1)
+        return [c]
+
+    monkeypatch.setattr(S, "fitted", fake_fitted)
+    for c, f in ((far, 3.0), (near, 1.1)):
+        c.excess_mib, c.peak_mib, c.step_ms = 1.0, pr.hbm_mib + 1.0, even.step_ms * f
+    S.improve(pr, [even, far, near], {2: 0.0}, None)
+    assert searched == ["even", "near"]
