@@ -87,7 +87,7 @@ def test_tighten_past_the_deadline_keeps_each_vs_first_proof() -> None:
 def test_improve_skips_a_far_start_over_the_budget(monkeypatch) -> None:
     """improve(): a start over the budget (after its exact refit) that is more than
     LOCAL_START_WITHIN × the incumbent gets no local search; one within it does (h16: the pp 32 ×
-    vpp 4 × m 256 relaxed split, over the budget at 18 × the incumbent, took ~85 % of the local
+    vpp 4 × m 256 relaxed split, over the budget at 18 × the incumbent, took most of the local
     search's CPU s and ended over the budget)."""
     from autotune.tuner import solve as S
 
