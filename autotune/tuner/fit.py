@@ -15,6 +15,7 @@ only the stages a move touched, sharing every fitted column through the problem'
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -493,6 +494,17 @@ def _option_costs(problem: Problem, layers: np.ndarray, starts: np.ndarray, grou
     return act, ws, rep, sd
 
 
+def _digest(front: tuple) -> bytes:
+    """A 16-byte digest of a :func:`_frontiers` entry's arrays (values, dtypes and shapes): equal
+    digests stand for equal frontiers in :func:`fit_exact`'s stage memo."""
+    h = hashlib.blake2b(digest_size=16)
+    for x in front:
+        x = np.ascontiguousarray(x)
+        h.update(f"{x.dtype.str}{x.shape}".encode())
+        h.update(x.tobytes())
+    return h.digest()
+
+
 def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, int]],
                memo: dict, pos: np.ndarray | None) -> None:
     """Fill ``memo`` with the undominated recompute options of mini-stages: for each (row b of
@@ -544,6 +556,7 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
         idx = idx[pareto_mask(np.concatenate([c[idx], rep[idx, None]], axis=1))]
         idx = idx[np.argsort(rep[idx], kind="stable")]
         memo[key] = (o[idx], c[idx], rep[idx], sd[idx])
+        memo[("xd",) + key] = _digest(memo[key])
 
 
 def _stage_combos(fr: list, room: float, w: np.ndarray,
@@ -577,6 +590,71 @@ def _stage_combos(fr: list, room: float, w: np.ndarray,
     return idx, obj, sc.max(axis=1) if len(sc) else np.zeros(0)
 
 
+#: Partial combinations per chunk that :func:`_beam_bound` keeps (a work cap on a heuristic; the
+#: bound it gives is always the objective of a fitting combination, so any width is sound).
+BEAM_WIDTH = 32
+
+
+def _beam_bound(fr: list, room: float, w: np.ndarray, rest: np.ndarray) -> float:
+    """Σ_v w_v·replay of one fitting combination of :func:`_stage_best`'s frontiers ``fr``, or inf
+    when this beam finds none: an upper bound on the least objective, for pruning.
+
+    After each chunk the partial combinations that can still fit (``rest`` [V + 1, R]: least share
+    of the remaining chunks, as in :func:`_stage_best`) are reduced to their front on (largest
+    row share + rest − room, objective), at most :data:`BEAM_WIDTH` of it evenly spaced. The last
+    chunk's test is :func:`_stage_best`'s (same sums, same order), so the combination it returns
+    is one that :func:`_stage_best` counts as fitting."""
+    V, R = len(fr), rest.shape[1]
+    sc = fr[0][1]
+    obj = w[0] * fr[0][2]
+    for v in range(V):
+        if v:
+            f = fr[v]
+            sc = (sc[:, None, :] + f[1][None, :, :]).reshape(-1, R)
+            obj = (obj[:, None] + w[v] * f[2][None, :]).reshape(-1)
+        ok = (sc + rest[v + 1] <= room).all(axis=1)
+        sc, obj = sc[ok], obj[ok]
+        if not len(sc):
+            return np.inf
+        if v == V - 1:
+            return float(obj.min())
+        sel = pareto_order(np.stack([(sc + rest[v + 1]).max(axis=1), obj], axis=1))
+        if len(sel) > BEAM_WIDTH:
+            sel = sel[np.linspace(0, len(sel) - 1, BEAM_WIDTH).round().astype(np.int64)]
+        sc, obj = sc[sel], obj[sel]
+    return np.inf
+
+
+#: Per (memory rows, chunks with a static delta): the row columns :func:`_stage_best` prunes on
+#: after each chunk (cleared past 4,096 entries).
+_PRUNE_COLS: dict = {}
+
+
+def _prune_cols(nu: np.ndarray, om: np.ndarray, has_sd: tuple[bool, ...]) -> list[np.ndarray | None]:
+    """Per chunk v < V − 1 the memory rows :func:`_stage_best` keys its pruning on after chunk v:
+    the rows the remaining chunks touch, one per distinct coefficient prefix (nu, om of chunks
+    0..v), in order of first occurrence; None when no remaining chunk touches any row."""
+    key = (nu.shape, nu.tobytes(), om.tobytes(), has_sd)
+    got = _PRUNE_COLS.get(key)
+    if got is not None:
+        return got
+    V = nu.shape[1]
+    coef = (nu != 0) | (om != 0)  # R V
+    out: list[np.ndarray | None] = []
+    for v in range(V - 1):
+        act = coef[:, v + 1:].any(axis=1) | any(has_sd[v + 1:])
+        if not act.any():
+            out.append(None)
+            continue
+        pre = np.concatenate([nu[:, :v + 1], om[:, :v + 1]], axis=1)[act]
+        _, first = np.unique(pre, axis=0, return_index=True)
+        out.append(np.nonzero(act)[0][np.sort(first)])
+    if len(_PRUNE_COLS) > 4096:
+        _PRUNE_COLS.clear()
+    _PRUNE_COLS[key] = out
+    return out
+
+
 def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.ndarray,
                 ) -> tuple[np.ndarray, float, float] | None:
     """The fitting combination of :func:`_stage_combos` with the least Σ_v w_v·replay (ties: the
@@ -586,7 +664,18 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
     Rows with the same coefficients on the chunks placed so far have the same partial sums and
     count once, so for the 1F1B families (nested live-count vectors) the state is one number.
     Returns (option index per chunk int [V], objective, largest row share) or None (no frontier,
-    no fitting combination, or over :data:`EXACT_FIT_MAX_COMBOS`)."""
+    no fitting combination, or over :data:`EXACT_FIT_MAX_COMBOS`).
+
+    From chunk V − 2 on (where most of the work is on 4-chunk stages) the partial combinations
+    are also bounded: their objective plus the remaining chunks' least must not exceed a fitting
+    combination's (:func:`_beam_bound`) by more than the tie tolerance. That drops only partial
+    combinations whose every completion is above the tie window of the least objective
+    (objectives are >= 0 and the least is <= the beam's), and whatever dominates a dropped one on
+    (rows, objective) is dropped too, so the survivors in the tie window, their order and the
+    answer are those of the DP without the bound. The tables are sized and pruned exactly as
+    without it (whether chunk V − 2's table is pruned, and whether the last product passes
+    :data:`EXACT_FIT_MAX_COMBOS`, are decided on the unbounded table first), so a stage sent to
+    the greedy stays there. DeepSeek-33B 16k: ~1.4 × less CPU in this function."""
     if any(f is None for f in fr):
         return None
     quick = _least_replay_fits(fr, room, w)
@@ -596,11 +685,11 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
     R = nu.shape[0]
     mins = np.array([f[1].min(axis=0) for f in fr])
     rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, R))])
-    has_sd = [bool(np.any(f[3])) for f in fr]
-    coef = (nu != 0) | (om != 0)  # R V
+    cols = _prune_cols(nu, om, tuple(bool(np.any(f[3])) for f in fr))
     sc = fr[0][1]
     obj = w[0] * fr[0][2]
     idx = np.arange(len(sc))[:, None]
+    cut = np.inf
     for v in range(V):
         if v:
             f = fr[v]
@@ -611,31 +700,48 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
             obj = (obj[:, None] + w[v] * f[2][None, :]).reshape(-1)
             idx = np.concatenate([np.repeat(idx, k, axis=0), np.tile(np.arange(k), len(idx))[:, None]], axis=1)
         ok = (sc + rest[v + 1] <= room).all(axis=1)
+        if v == V - 2 and ok.any():
+            # the unbounded DP's next table size decides EXACT_FIT_MAX_COMBOS: check it first
+            n, k_last = int(ok.sum()), len(fr[V - 1][0])
+            skip = cols[v] is not None and len(cols[v]) > 1 and n > 4096  # kept unpruned
+            if skip and n * k_last > EXACT_FIT_MAX_COMBOS:
+                return None
+            if cols[v] is not None and not skip and n * k_last > EXACT_FIT_MAX_COMBOS:
+                if len(_dominance_prune(sc[ok], obj[ok], cols[v])) * k_last > EXACT_FIT_MAX_COMBOS:
+                    return None
+            ub = _beam_bound(fr, room, w, rest)
+            cut = ub + REL_TOL * abs(ub) + 1e-9 * (1.0 + abs(ub))  # inf when the beam found none
+            ok &= obj + w[V - 1] * fr[V - 1][2].min() <= cut
+        elif v == V - 1:
+            ok &= obj <= cut
         sc, obj, idx = sc[ok], obj[ok], idx[ok]
         if not len(sc):
             return None
         if v == V - 1:
             break
         # prune: rows the remaining chunks touch, one per distinct coefficient prefix
-        act = coef[:, v + 1:].any(axis=1) | any(has_sd[v + 1:])
-        if not act.any():
+        if cols[v] is None:
             i = first_min(obj)
             sc, obj, idx = sc[i:i + 1], obj[i:i + 1], idx[i:i + 1]
             continue
-        pre = np.concatenate([nu[:, :v + 1], om[:, :v + 1]], axis=1)[act]
-        _, first = np.unique(pre, axis=0, return_index=True)
-        key = sc[:, np.nonzero(act)[0][np.sort(first)]]
-        if key.shape[1] == 1:
-            sel = pareto_order(np.stack([key[:, 0], obj], axis=1), tol=1e-12)
-        elif len(sc) <= 4096:
-            sel = np.nonzero(pareto_mask(np.concatenate([key, obj[:, None]], axis=1)))[0]
-        else:
+        if len(cols[v]) > 1 and (n if v == V - 2 else len(sc)) > 4096:
             continue
+        sel = _dominance_prune(sc, obj, cols[v])
         sc, obj, idx = sc[sel], obj[sel], idx[sel]
     top = sc.max(axis=1)
     tie = np.nonzero(obj <= obj.min() + REL_TOL * abs(obj.min()))[0]
     i = int(tie[first_min(top[tie])])  # least memory among the tied, near-ties by position
     return idx[i], float(obj[i]), float(top[i])
+
+
+def _dominance_prune(sc: np.ndarray, obj: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """int [k]: the partial combinations (row shares ``sc`` [n, R], objective ``obj`` [n]) that
+    :func:`_stage_best` keeps: undominated on (``sc[:, cols]``, obj); one column: sorted sweep
+    with a 1e-12 tolerance (:func:`pareto_order`), several: :func:`pareto_mask`, in table order."""
+    key = sc[:, cols]
+    if key.shape[1] == 1:
+        return pareto_order(np.stack([key[:, 0], obj], axis=1), tol=1e-12)
+    return np.nonzero(pareto_mask(np.concatenate([key, obj[:, None]], axis=1)))[0]
 
 
 def _least_replay_fits(fr: list, room: float, w: np.ndarray) -> tuple[np.ndarray, float, float] | None:
@@ -692,8 +798,15 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
     rows = _stage_rows(problem, V)
     greedy = np.zeros((B, P), dtype=bool)
     for b, p in zip(bs, ps):
-        fr = [memo[("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p]))] for v in range(V)]
-        got = _stage_best(fr, cap - static0[b, p], w[b, :, p], *rows[p])
+        keys = [("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p])) for v in range(V)]
+        fr = [memo[k] for k in keys]
+        room = float(cap - static0[b, p])
+        # mini-stages at other first layers often have equal frontiers (a uniform model's middle
+        # layers): a stage with the same frontiers, room and weights has the same answer
+        sk = ("xs", V, p, room, w[b, :, p].tobytes(), *(memo.get(("xd",) + k) for k in keys))
+        got = memo.get(sk, False) if all(f is not None for f in fr) else None
+        if got is False:
+            got = memo[sk] = _stage_best(fr, room, w[b, :, p], *rows[p])
         if got is None:
             greedy[b, p] = True
             continue
