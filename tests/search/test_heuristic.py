@@ -407,3 +407,49 @@ def test_exact_local_search_and_polish_on_telechat2_vpp4() -> None:
     assert again.step_ms == pol.step_ms
     # the polish stops at a pass without gain, so polishing its answer again returns it as is
     assert H.polish_recompute(pr, pol) is pol
+
+
+def test_beam_bound_and_stage_memo() -> None:
+    """_beam_bound returns the objective of a combination that _stage_combos (every fitting
+    combination) lists, so it is >= the least one, or inf; _stage_best under that bound equals the
+    enumeration's least; fit_exact gives the same recompute with one fit cache shared by every
+    batch (stage answers memoised by frontier contents) as with a fresh cache per row."""
+    problem = _random_problem(5, 32, 2, 4, ("full", "select", "comm"), 0.7, m=4)
+    rng = np.random.default_rng(3)
+    V, P = 4, problem.P
+    splits = _random_splits(rng, problem, V, 8)
+    memo: dict = {}
+    F._frontiers(problem, splits, [(b, v, p) for b in range(len(splits)) for v in range(V) for p in range(P)],
+                 memo, None)
+    starts = first_layers(splits, None)
+    z = np.zeros_like(splits)
+    static0 = problem.costs(V, splits, z, z, z).static_mib
+    rows = F._stage_rows(problem, V)
+    bounded = 0
+    for b in range(len(splits)):
+        for p in range(P):
+            fr = [memo[("xf", V, v, p, int(starts[b, v, p]), int(splits[b, v, p]))] for v in range(V)]
+            w = rng.uniform(1.0, 1.5, size=V)
+            room = problem.hbm_mib + 1e-9 - static0[b, p]
+            full = F._stage_combos(fr, room, w)
+            mins = np.array([f[1].min(axis=0) for f in fr])
+            rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, mins.shape[1]))])
+            ub = F._beam_bound(fr, room, w, rest)
+            best = F._stage_best(fr, room, w, *rows[p])
+            if full is None or not len(full[0]):
+                assert ub == np.inf and best is None
+                continue
+            if np.isfinite(ub):
+                bounded += 1
+                assert np.isclose(full[1], ub, rtol=0, atol=1e-9).any()
+                assert ub >= float(full[1].min()) - 1e-9
+            assert best[1] == pytest.approx(float(full[1].min()), abs=1e-9)
+    assert bounded
+    w = np.array([1.1, 1.0, 1.0, 1.1])[:, None]
+    shared: dict = {}
+    for b in range(len(splits)):
+        one = F.fit_exact(problem, splits[b:b + 1], weights=w)
+        again = F.fit_exact(problem, splits[b:b + 1], weights=w, memo=shared)
+        for x, y in zip(one, again):
+            np.testing.assert_array_equal(x, y)
+    assert any(k[0] == "xs" for k in shared)
