@@ -101,7 +101,7 @@ _hbm_opt = click.option("--hbm", default=None, help="HBM budget per device, e.g.
 _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                         help="Override an analytic-profile assumption (repeatable).")
 _margin_opt = click.option("--hbm-margin", "hbm_margin", default=None, metavar="FRACTION|SIZE",
-                           help="HBM to keep free below the budget: a fraction (0.05, 5%%) or a size "
+                           help="HBM to keep free below the budget: a fraction (0.05, 5%) or a size "
                                 "(2GB, 2048MiB). Configs must peak at most budget - margin. Default: 0 "
                                 "(see the README's 'Safety margin').")
 

@@ -12,7 +12,8 @@ from autotune.cost.report import CostReport
 from autotune.emit.render import memory_text, report_json
 from autotune.emit.splice import leaves, splice
 from autotune.emit.yaml_block import deep_merge, dump_yaml, tuned_block
-from autotune.errors import InfeasibleError
+from autotune.units import parse_memory_mib
+from autotune.errors import ConfigError, InfeasibleError
 
 
 def tuned_values(result: Any) -> dict[str, Any]:
@@ -54,6 +55,7 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
     user = result.baselines.get("user")
     if user is not None and report is not None:
         head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {user.fits}")
+    head += budget_notes(result, report)
     head.append("tuned keys: model.model_config.{offset, pp_interleave_num}, parallel.pipeline_config, "
                 "recompute_config.{recompute, select_recompute, select_comm_recompute}"
                 + "".join(f", {k}" for k in result.settings))
@@ -64,6 +66,33 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
         return "".join(f"# {line}\n" for line in head) + text
     data = deep_merge(result.config.raw, block) if full else block
     return dump_yaml(data, header="\n".join(head))
+
+
+def config_warnings(result: Any) -> list[dict[str, str]]:
+    """The warnings ``autotune check`` gives for the config's keys (``W_KEY_UNKNOWN``: a near miss
+    of a key autotune reads, whose default is then used) as {code, field, message} dicts."""
+    return [{"code": w.code, "field": w.field, "message": w.message}
+            for w in getattr(result.config, "config_warnings", [])]
+
+
+def budget_notes(result: Any, report: CostReport | None) -> list[str]:
+    """Header lines of the tuned YAML that a reader must not miss: the key warnings, and a budget
+    (``--hbm``) other than the file's ``context.max_device_memory`` (MindFormers runs with the
+    file's value, so a layout tuned for more memory may not fit there)."""
+    lines = [f"WARNING {w['code']}: {w['field']}: {w['message']}" for w in config_warnings(result)]
+    raw = getattr(result.config, "raw", None)
+    ctx = (raw.get("context") or {}).get("max_device_memory") if isinstance(raw, dict) else None
+    if report is not None and report.hbm_budget_mib and ctx is not None:
+        try:
+            ctx_mib = parse_memory_mib(ctx, field="context.max_device_memory")
+        except ConfigError:
+            ctx_mib = None
+        budget = report.hbm_budget_mib + result.hbm_margin_mib
+        if ctx_mib is not None and abs(ctx_mib - budget) > 0.5:
+            lines.append(f"NOTE: tuned for an HBM budget of {budget:.0f} MiB (--hbm), but this file's "
+                         f"context.max_device_memory is {ctx} ({ctx_mib:.0f} MiB) and MindFormers runs with "
+                         f"that: set it to match")
+    return lines
 
 
 def result_dict(result: Any) -> dict[str, Any]:
@@ -85,7 +114,7 @@ def result_dict(result: Any) -> dict[str, Any]:
             "time_limit_s": result.time_limit_s,
             "settings": dict(result.settings), "subproblems": result.subproblems,
             "hbm_margin_mib": result.hbm_margin_mib,
-            "user_config_error": result.user_config_error,
+            "user_config_error": result.user_config_error, "warnings": config_warnings(result),
             **({"pareto": result.pareto, "pareto_exact": result.pareto_exact}
                if result.pareto is not None else {})}
 

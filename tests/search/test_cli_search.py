@@ -64,3 +64,30 @@ def test_nothing_fits_says_floor_and_closest_apart(tmp_path) -> None:
     assert "closest config exceeds memory by 8529 MiB on its worst stage" in r.output
     first = out.read_text().splitlines()[0]
     assert first.startswith("# autotune: NO CONFIGURATION FITS the HBM budget") and "does NOT fit" in first
+
+
+@pytest.mark.slow
+def test_out_header_and_json_carry_key_warnings_and_budget_mismatch(tmp_path) -> None:
+    """The tuned file is what gets trained with: its header repeats a key warning (a typo'd
+    memory key's default was used) and says when the budget searched (--hbm 20GB) is not the
+    file's context.max_device_memory (13GB), which MindFormers runs with; the JSON carries the
+    warnings under ``warnings``."""
+    text = open("tests/e2e/data/toy.yaml").read()
+    assert "model_config:\n" in text
+    cfg = tmp_path / "toy_typo.yaml"
+    cfg.write_text(text.replace("model_config:\n", "model_config:\n    use_flash_attentoin: true\n", 1))
+    out = tmp_path / "best.yaml"
+    r = CliRunner().invoke(main, ["search", str(cfg), "--hbm", "20GB", "--trials", "3", "--quiet",
+                                  "--out", str(out), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    head = [ln for ln in out.read_text().splitlines() if ln.startswith("# ")]
+    assert ("# WARNING W_KEY_UNKNOWN: model.model_config.use_flash_attentoin: unknown key 'use_flash_attentoin': "
+            "did you mean 'use_flash_attention'?") in "\n".join(head)
+    assert ("# NOTE: tuned for an HBM budget of 20480 MiB (--hbm), but this file's context.max_device_memory "
+            "is 13GB (13312 MiB)") in "\n".join(head)
+    [w] = json.loads(r.stdout)["warnings"]
+    assert w["code"] == "W_KEY_UNKNOWN" and w["field"] == "model.model_config.use_flash_attentoin"
+    same = tmp_path / "same.yaml"
+    r2 = CliRunner().invoke(main, ["search", "tests/e2e/data/toy.yaml", "--trials", "3", "--quiet", "--out", str(same)])
+    assert r2.exit_code == 0, r2.output
+    assert "NOTE: tuned for" not in same.read_text() and "WARNING" not in same.read_text()
