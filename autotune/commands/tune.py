@@ -306,7 +306,8 @@ def _print_search(result: object, config: str, out: str | None) -> None:
         click.echo("\nother settings chosen: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
     if result.pareto is not None:
         click.echo("\n" + pareto_table(result.pareto, exact=result.pareto_exact, margin_mib=m))
-    click.echo("\nMindFormers keys to paste:")
+    click.echo("\nMindFormers keys to paste:" if best is not None else
+               "\nMindFormers keys of the closest layout (it does NOT fit the budget; do not train with it):")
     click.echo(dump_yaml(result.tuned_block()).rstrip())
     if out:
         click.echo(f"\nwrote {out}")
