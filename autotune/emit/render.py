@@ -223,14 +223,15 @@ def comparison_table(best: CostReport | None, baselines: dict[str, Any], margin_
     (MiB and %), fits (against budget − ``margin_mib``)."""
     rows = [("tuned (best)", best)] + [(k, v) for k, v in baselines.items()]
     ref = best.step_time_ms if best is not None else None
-    lines = [f"{'config':<22}{'step ms':>12}{'vs tuned':>10}{'peak MiB':>11}{'headroom MiB':>14}{'':>9}  fits"]
+    lines = [f"{'config':<22}{'step ms':>12}{'vs tuned':>10}{'peak MiB':>11}{'headroom MiB':>14}{'':>11}  fits"]
     for name, r in rows:
         if r is None:
-            lines.append(f"{name:<22}{'-':>12}{'-':>10}{'-':>11}{'-':>14}{'':>9}  (not runnable/invalid)")
+            why = "(no layout fits the budget)" if name == "tuned (best)" else "(not runnable/invalid)"
+            lines.append(f"{name:<22}{'-':>12}{'-':>10}{'-':>11}{'-':>14}{'':>11}  {why}")
             continue
         rel = "-" if ref is None else f"{(r.step_time_ms / ref - 1):+.1%}"
         budget = budget_of(r, margin_mib)
         room, pct = ("-", "") if budget is None else (f"{budget - r.peak_mib:.0f}",
                                                       f"({100 * (budget - r.peak_mib) / budget:.1f}%)")
-        lines.append(f"{name:<22}{r.step_time_ms:>12.1f}{rel:>10}{r.peak_mib:>11.0f}{room:>14}{pct:>9}  {r.fits}")
+        lines.append(f"{name:<22}{r.step_time_ms:>12.1f}{rel:>10}{r.peak_mib:>11.0f}{room:>14} {pct:>10}  {r.fits}")
     return "\n".join(lines)

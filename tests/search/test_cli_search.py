@@ -63,6 +63,8 @@ def test_nothing_fits_says_floor_and_closest_apart(tmp_path) -> None:
     assert "the closest found exceeds it by 8529 MiB" in r.output
     assert "closest config exceeds memory by 8529 MiB on its worst stage" in r.output
     assert "keys to paste" not in r.output and "keys of the closest layout (it does NOT fit" in r.output
+    assert "(no layout fits the budget)" in r.output and "(not runnable/invalid)" not in r.output
+    assert "-11889 (-1161.0%)" in r.output  # the headroom and its share stay apart at four digits
     first = out.read_text().splitlines()[0]
     assert first.startswith("# autotune: NO CONFIGURATION FITS the HBM budget") and "does NOT fit" in first
 
