@@ -94,17 +94,18 @@ class SearchOutcome:
 
     def stop_text(self) -> str:
         """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
-        300 s safety net (a wall clock: …); certified gap then 14.16 %``. Every output form prints it
+        300 s safety net, a wall clock (…); certified gap then 14.16 %``. Every output form prints it
         (text, report, notebook view, sweep report)."""
         gap = "n/a (nothing fits)" if self.certified_gap is None else f"{self.certified_gap:.2%}"
         if self.timed_out:
             which = (f"its {self.time_limit_s:g} s timeout" if self.stopped_by == "timeout"
                      else f"the {self.time_limit_s:g} s safety net")
+            why = ""
             if self.bound_phase_cut and self.stopped_by == "timeout":
-                which += (f" (the bound phase used up its half, {self.time_limit_s / 2:g} s, and stopped its "
-                          f"local search or later bound passes there; the trials then ended on their own)")
-            return (f"CUT SHORT by {which} (a wall clock: the answer may depend on the machine's speed "
-                    f"and load); certified gap then {gap}")
+                why = (f": the bound phase used up its half, {self.time_limit_s / 2:g} s, and stopped its "
+                       f"local search or later bound passes there; the trials then ended on their own")
+            return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
+                    f"and load){why}; certified gap then {gap}")
         if self.stopped_by == "static_memory":
             limit = self.config.hbm_mib
             return (f"stopped before the bound phase: on the worst stage of every layout, static memory "
