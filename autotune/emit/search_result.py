@@ -12,8 +12,8 @@ from autotune.cost.report import CostReport
 from autotune.emit.render import memory_text, report_json
 from autotune.emit.splice import leaves, splice
 from autotune.emit.yaml_block import deep_merge, dump_yaml, tuned_block
-from autotune.units import parse_memory_mib
 from autotune.errors import ConfigError, InfeasibleError
+from autotune.units import parse_memory_mib
 
 
 def tuned_values(result: Any) -> dict[str, Any]:
@@ -81,7 +81,8 @@ def budget_notes(result: Any, report: CostReport | None) -> list[str]:
     file's value, so a layout tuned for more memory may not fit there)."""
     lines = [f"WARNING {w['code']}: {w['field']}: {w['message']}" for w in config_warnings(result)]
     raw = getattr(result.config, "raw", None)
-    ctx = (raw.get("context") or {}).get("max_device_memory") if isinstance(raw, dict) else None
+    context = raw.get("context") if isinstance(raw, dict) else None
+    ctx = context.get("max_device_memory") if isinstance(context, dict) else None
     if report is not None and report.hbm_budget_mib and ctx is not None:
         try:
             ctx_mib = parse_memory_mib(ctx, field="context.max_device_memory")
