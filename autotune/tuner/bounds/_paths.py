@@ -28,6 +28,40 @@ class CriticalPath(NamedTuple):
     cw: np.ndarray
 
 
+def data_children(cs: CompiledSchedule) -> dict[int, int]:
+    """Op -> the first op (in op order) whose data dependency it is (ops nothing depends on are
+    absent)."""
+    n = cs.num_ops
+    child: dict[int, int] = {}
+    for i in range(n):
+        if cs.dep[i] < n:
+            child.setdefault(int(cs.dep[i]), i)
+    return child
+
+
+def dependency_chain(cs: CompiledSchedule, child: dict[int, int], x: int, up: bool) -> tuple[np.ndarray, int]:
+    """The data-dependency chain into op x (``up``: its dependency, that one's, ...) or out of it
+    (its first dependent, ..., ``child`` from :func:`data_children`), x itself excluded: op
+    counts float [2 (forward, backward), V, P] and its cross-stage hops."""
+    n = cs.num_ops
+    dep, fwd, chunk, stage, cross = cs.dep, cs.fwd, cs.chunk, cs.stage, cs.cross
+    C = np.zeros((2, cs.V, cs.P))
+    hops = 0
+    while True:
+        if up:
+            if dep[x] >= n:
+                break
+            hops += int(cross[x])
+            x = int(dep[x])
+        else:
+            if x not in child:
+                break
+            x = child[x]
+            hops += int(cross[x])
+        C[0 if fwd[x] else 1, chunk[x], stage[x]] += 1
+    return C, hops
+
+
 def critical_path(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p2p_ms: float,
                   w_ms: np.ndarray | None = None) -> CriticalPath:
     """A longest path of the schedule's dependency graph for one set of mini-stage durations.
@@ -127,29 +161,12 @@ def one_stay_counts(cs: CompiledSchedule) -> list[list[tuple[np.ndarray, np.ndar
     """
     if cs.split_bw:
         raise ValueError("one-stay paths need a schedule that runs the whole backward as one op")
-    P, V, n = cs.P, cs.V, cs.num_ops
-    dep, fwd, chunk, stage, cross = cs.dep, cs.fwd, cs.chunk, cs.stage, cs.cross
-    child: dict[int, int] = {}
-    for i in range(n):
-        if dep[i] < n:
-            child.setdefault(int(dep[i]), i)
+    P, V = cs.P, cs.V
+    fwd, chunk = cs.fwd, cs.chunk
+    child = data_children(cs)
 
     def chain(x: int, up: bool) -> tuple[np.ndarray, int]:
-        C = np.zeros((2, V, P))
-        hops = 0
-        while True:
-            if up:
-                if dep[x] >= n:
-                    break
-                hops += int(cross[x])
-                x = int(dep[x])
-            else:
-                if x not in child:
-                    break
-                x = child[x]
-                hops += int(cross[x])
-            C[0 if fwd[x] else 1, chunk[x], stage[x]] += 1
-        return C, hops
+        return dependency_chain(cs, child, x, up)
 
     out = []
     for p in range(P):

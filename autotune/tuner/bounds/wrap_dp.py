@@ -68,6 +68,7 @@ import numpy as np
 
 from autotune.cost.simulate import CompiledSchedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._paths import data_children, dependency_chain
 from autotune.tuner.bounds._relax import integer_setup
 from autotune.tuner.bounds.device_dp import MAX_CONFIGS, stage_tables
 from autotune.tuner.problem import Problem
@@ -137,27 +138,10 @@ def two_stage_paths(cs: CompiledSchedule, a: int, b: int) -> TwoStagePaths:
     topo = np.asarray(cs.topo, dtype=np.int64)
     ops = topo[(stage[topo] == a) | (stage[topo] == b)]
     loc = {int(o): i for i, o in enumerate(ops)}
-    child: dict[int, int] = {}
-    for i in range(n):
-        if dep[i] < n:
-            child.setdefault(int(dep[i]), i)
+    child = data_children(cs)
 
     def chain(x: int, up: bool) -> tuple[np.ndarray, int]:
-        C = np.zeros((2, V, P))
-        hops = 0
-        while True:
-            if up:
-                if dep[x] >= n:
-                    break
-                hops += int(cross[x])
-                x = int(dep[x])
-            else:
-                if x not in child:
-                    break
-                x = child[x]
-                hops += int(cross[x])
-            C[0 if fwd[x] else 1, chunk[x], stage[x]] += 1
-        return C, hops
+        return dependency_chain(cs, child, x, up)
 
     # An op's chains depend only on its class (forward or backward, chunk, stage) when every
     # class's dependency and dependant are of one class each with one cross flag (true of the
