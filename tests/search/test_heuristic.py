@@ -352,13 +352,14 @@ def test_exact_fit_is_the_least_replay_that_fits(seed: int) -> None:
     assert checked
 
 
-def test_stage_dp_equals_full_enumeration() -> None:
-    """_stage_best (DP with pruned partial combinations) finds the least objective of
-    _stage_combos (every fitting combination) on TeleChat2-like 4-chunk stages."""
+def _four_chunk_stages(seed: int, n: int) -> tuple:
+    """A TeleChat2-like pp 2 × vpp 4 problem, ``n`` random splits int [n, V, P] and, for every stage
+    of them, (frontiers of its chunks, room MiB, chunk weights [V], its memory rows); the weights
+    are drawn per stage from one generator after the splits."""
     problem = _random_problem(5, 32, 2, 4, ("full", "select", "comm"), 0.7, m=4)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     V, P = 4, problem.P
-    splits = _random_splits(rng, problem, V, 6)
+    splits = _random_splits(rng, problem, V, n)
     memo: dict = {}
     F._frontiers(problem, splits, [(b, v, p) for b in range(len(splits)) for v in range(V) for p in range(P)],
                  memo, None)
@@ -366,19 +367,27 @@ def test_stage_dp_equals_full_enumeration() -> None:
     z = np.zeros_like(splits)
     static0 = problem.costs(V, splits, z, z, z).static_mib
     rows = F._stage_rows(problem, V)
-    seen = 0
+    stages = []
     for b in range(len(splits)):
         for p in range(P):
             fr = [memo[("xf", V, v, p, int(starts[b, v, p]), int(splits[b, v, p]))] for v in range(V)]
             w = rng.uniform(1.0, 1.5, size=V)
-            room = problem.hbm_mib + 1e-9 - static0[b, p]
-            full = F._stage_combos(fr, room, w)
-            best = F._stage_best(fr, room, w, *rows[p])
-            if full is None or not len(full[0]):
-                assert best is None
-                continue
-            seen += 1
-            assert best[1] == pytest.approx(float(full[1].min()), abs=1e-9)
+            stages.append((fr, problem.hbm_mib + 1e-9 - static0[b, p], w, rows[p]))
+    return problem, splits, stages
+
+
+def test_stage_dp_equals_full_enumeration() -> None:
+    """_stage_best (DP with pruned partial combinations) finds the least objective of
+    _stage_combos (every fitting combination) on TeleChat2-like 4-chunk stages."""
+    seen = 0
+    for fr, room, w, rows_p in _four_chunk_stages(0, 6)[2]:
+        full = F._stage_combos(fr, room, w)
+        best = F._stage_best(fr, room, w, *rows_p)
+        if full is None or not len(full[0]):
+            assert best is None
+            continue
+        seen += 1
+        assert best[1] == pytest.approx(float(full[1].min()), abs=1e-9)
     assert seen
 
 
@@ -414,36 +423,22 @@ def test_beam_bound_and_stage_memo() -> None:
     combination) lists, so it is >= the least one, or inf; _stage_best under that bound equals the
     enumeration's least; fit_exact gives the same recompute with one fit cache shared by every
     batch (stage answers memoised by frontier contents) as with a fresh cache per row."""
-    problem = _random_problem(5, 32, 2, 4, ("full", "select", "comm"), 0.7, m=4)
-    rng = np.random.default_rng(3)
-    V, P = 4, problem.P
-    splits = _random_splits(rng, problem, V, 8)
-    memo: dict = {}
-    F._frontiers(problem, splits, [(b, v, p) for b in range(len(splits)) for v in range(V) for p in range(P)],
-                 memo, None)
-    starts = first_layers(splits, None)
-    z = np.zeros_like(splits)
-    static0 = problem.costs(V, splits, z, z, z).static_mib
-    rows = F._stage_rows(problem, V)
+    problem, splits, stages = _four_chunk_stages(3, 8)
     bounded = 0
-    for b in range(len(splits)):
-        for p in range(P):
-            fr = [memo[("xf", V, v, p, int(starts[b, v, p]), int(splits[b, v, p]))] for v in range(V)]
-            w = rng.uniform(1.0, 1.5, size=V)
-            room = problem.hbm_mib + 1e-9 - static0[b, p]
-            full = F._stage_combos(fr, room, w)
-            mins = np.array([f[1].min(axis=0) for f in fr])
-            rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, mins.shape[1]))])
-            ub = F._beam_bound(fr, room, w, rest)
-            best = F._stage_best(fr, room, w, *rows[p])
-            if full is None or not len(full[0]):
-                assert ub == np.inf and best is None
-                continue
-            if np.isfinite(ub):
-                bounded += 1
-                assert np.isclose(full[1], ub, rtol=0, atol=1e-9).any()
-                assert ub >= float(full[1].min()) - 1e-9
-            assert best[1] == pytest.approx(float(full[1].min()), abs=1e-9)
+    for fr, room, w, rows_p in stages:
+        full = F._stage_combos(fr, room, w)
+        mins = np.array([f[1].min(axis=0) for f in fr])
+        rest = np.concatenate([np.cumsum(mins[::-1], axis=0)[::-1], np.zeros((1, mins.shape[1]))])
+        ub = F._beam_bound(fr, room, w, rest)
+        best = F._stage_best(fr, room, w, *rows_p)
+        if full is None or not len(full[0]):
+            assert ub == np.inf and best is None
+            continue
+        if np.isfinite(ub):
+            bounded += 1
+            assert np.isclose(full[1], ub, rtol=0, atol=1e-9).any()
+            assert ub >= float(full[1].min()) - 1e-9
+        assert best[1] == pytest.approx(float(full[1].min()), abs=1e-9)
     assert bounded
     w = np.array([1.1, 1.0, 1.0, 1.1])[:, None]
     shared: dict = {}
