@@ -1,6 +1,8 @@
 """The batched least-replay prices of the integer bounds (autotune.tuner.bounds._relax, issue 17):
 ``min_extra_ms`` (chunks of equal weight merged, values memoised) and ``min_extra_rows`` (many
-configurations at once) equal a brute-force enumeration of every per-layer recompute class."""
+configurations at once) equal a brute-force enumeration of every per-layer recompute class; for
+configurations of many layers ``min_extra_lp`` (the linear relaxation) stays below it and within one
+layer's replay of it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.tuner.bounds._relax import RowFrontiers, count_vectors, min_extra_ms, min_extra_rows, relaxed_layer
+from autotune.tuner.bounds import _relax
+from autotune.tuner.bounds._relax import (RelaxedLayer, RowFrontiers, count_vectors, min_extra_lp, min_extra_ms,
+                                          min_extra_rows, relaxed_layer)
 from tests.search.test_stage_dp import small_vpp_problem
 
 
@@ -49,3 +53,65 @@ def test_batched_least_replay_equals_enumeration(seed, V, frac) -> None:
             if np.isfinite(want):
                 assert abs(got[i, r] - want) <= 1e-9 * max(1.0, abs(want))
                 assert abs(one - want) <= 1e-9 * max(1.0, abs(want))
+
+
+def _two_class_layer() -> RelaxedLayer:
+    """No recompute (10 MiB kept, no replay) or full recompute (2 MiB kept, 5 ms replay)."""
+    return RelaxedLayer(1.0, 2.0, 0.0, np.array([10.0, 2.0]), np.array([0.0, 5.0]), np.zeros(2), np.zeros(2))
+
+
+def test_linear_relaxation_hand_computed() -> None:
+    """3 layers of weight 1 keep 30 MiB with no recompute; a budget of 20 MiB must save 10 MiB at
+    8 MiB per fully recomputed layer: 1.25 layers x 5 ms = 6.25 ms (the integer optimum: 2 layers,
+    10 ms). Weights 1 and 2, one layer each, 20 MiB: the weight-2 layer saves 16 MiB for 5 ms, so
+    10/16 of it: 3.125 ms (integer: 5 ms). Everything fits: 0; less than all-full (6 MiB): +inf."""
+    lay = _two_class_layer()
+    got = min_extra_lp(lay, np.array([1.0]), np.array([[3], [3], [3], [3]]), np.array([20.0, 30.0, 6.0, 5.9]))
+    np.testing.assert_allclose(got[:3], [6.25, 0.0, 15.0], rtol=1e-9)
+    assert np.isinf(got[3])
+    two = min_extra_lp(lay, np.array([1.0, 2.0]), np.array([[1, 1]]), np.array([20.0]))
+    np.testing.assert_allclose(two, [3.125], rtol=1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), V=st.integers(1, 3), frac=st.floats(0.0, 1.0))
+def test_linear_relaxation_is_below_the_exact_value_and_within_one_layer(seed, V, frac) -> None:
+    """For every configuration of <= 5 layers: exact − (largest − least replay of one layer) <=
+    min_extra_lp <= exact (one layer at most is split between two classes), +inf together."""
+    problem, _ = small_vpp_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, "1f1b", True)
+    layer = relaxed_layer(problem)
+    rng = np.random.default_rng(seed)
+    w = rng.integers(0, 4, size=V).astype(float)
+    nv = np.array(count_vectors(np.zeros(V, dtype=np.int64), np.full(V, 3), 5))
+    hi = float(5 * 3 * layer.act_mib.max())
+    budget = hi * (1.2 * frac - 0.2) + rng.uniform(-0.1, 0.1, size=nv.shape[0]) * hi
+    u = np.unique(w)
+    gc = nv @ (w[:, None] == u[None, :]).astype(np.int64)
+    got = min_extra_lp(layer, u, gc, budget)
+    one_layer = float(layer.extra_ms.max() - layer.extra_ms.min())
+    for i, cnt in enumerate(nv):
+        want = brute(layer, tuple(int(x) for x in cnt), w, float(budget[i]))
+        assert np.isinf(want) == np.isinf(got[i])
+        if np.isfinite(want):
+            assert want - one_layer - 1e-9 <= got[i] <= want + 1e-9 * max(1.0, want)
+
+
+def test_rows_use_the_linear_relaxation_from_lp_min_layers(monkeypatch) -> None:
+    """min_extra_rows prices configurations of >= LP_MIN_LAYERS layers with min_extra_lp and the
+    others exactly (min_extra_ms)."""
+    problem, _ = small_vpp_problem(3, 8, 2, 2, ("full", "select", "comm"), 1.0, "1f1b", True)
+    layer = relaxed_layer(problem)
+    monkeypatch.setattr(_relax, "LP_MIN_LAYERS", 4)
+    nv = np.array(count_vectors(np.zeros(2, dtype=np.int64), np.full(2, 4), 6))
+    rows = np.array([[2.0, 1.0]])
+    budget = np.full((nv.shape[0], 1), 4.5 * layer.act_mib.max())
+    got = min_extra_rows(RowFrontiers(layer), nv, rows, budget)[:, 0]
+    fr = RowFrontiers(layer)
+    big = nv.sum(axis=1) >= 4
+    assert big.any() and (~big).any()
+    for i, cnt in enumerate(nv):
+        if big[i]:
+            want = min_extra_lp(layer, np.array([1.0, 2.0]), cnt[None, ::-1], budget[i, :1])[0]
+        else:
+            want = min_extra_ms(fr, tuple(int(x) for x in cnt), rows[0], float(budget[i, 0]))
+        assert got[i] == want or abs(got[i] - want) <= 1e-9 * max(1.0, abs(want))

@@ -6,6 +6,8 @@ Each relaxation can only lower a bound, so a bound computed on the relaxed probl
   a group of layers under a memory budget is a Pareto front of (memory, replay ms) over class
   multisets (:class:`RecomputeFrontiers` per layer kind, :class:`RowFrontiers` for the relaxed
   layer);
+- for a configuration of many layers (:data:`LP_MIN_LAYERS`), recompute classes mixed fractionally
+  within a layer (the linear relaxation, :func:`min_extra_lp`);
 - the cheapest layer kind per recompute class (:func:`relaxed_layer`, componentwise minimum: exact
   for a homogeneous model);
 - the backward workspace dropped from the memory peak where a bound says so.
@@ -210,6 +212,13 @@ def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budge
     return val
 
 
+#: Configurations holding at least this many layers get :func:`min_extra_lp` (the linear
+#: relaxation) instead of the exact Pareto fronts in :func:`min_extra_rows`: the fronts' Minkowski
+#: sums grow with the layers per group and made pp 2 stages (24-32 layers) and P 8 × V 4 × L 256
+#: (32 layers a stage) spend minutes in the stage tables, while the linear relaxation differs
+#: from the exact value by at most one layer's replay (~1/(3n) of the stage's own ops at n layers).
+LP_MIN_LAYERS = 16
+
 #: Cells (configurations × prefix-front points × last-group front points) compared at once by
 #: :func:`min_extra_rows` (bounds its temporaries).
 BATCH_CELLS = 2_000_000
@@ -223,7 +232,9 @@ def min_extra_rows(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: n
     merge of :func:`min_extra_ms`) and budget, each distinct one priced once, and those with the
     same layers in every group but the largest share that groups' memoised front sum; the largest
     group is matched to each of its points for all of them in one array operation (the count of
-    front points that fit is the binary search's index)."""
+    front points that fit is the binary search's index). Configurations of at least
+    :data:`LP_MIN_LAYERS` layers get the linear relaxation :func:`min_extra_lp` instead (a lower
+    value, so the bounds built on it stay bounds)."""
     nv = np.asarray(nv, dtype=np.int64)
     out = np.zeros((nv.shape[0], rows.shape[0]))
     for r, w in enumerate(rows):
@@ -231,8 +242,40 @@ def min_extra_rows(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: n
         gc = nv @ (w[:, None] == u[None, :]).astype(np.int64)  # [M, G] layers per weight
         key = np.concatenate([gc.astype(np.float64), budget[:, r:r + 1]], axis=1)
         uk, inv = np.unique(key, axis=0, return_inverse=True)
-        out[:, r] = _min_extra_keys(fr, u, np.rint(uk[:, :-1]).astype(np.int64), uk[:, -1])[inv.reshape(-1)]
+        ukc = np.rint(uk[:, :-1]).astype(np.int64)
+        big = ukc.sum(axis=1) >= LP_MIN_LAYERS
+        val = np.empty(uk.shape[0])
+        val[~big] = _min_extra_keys(fr, u, ukc[~big], uk[~big, -1])
+        val[big] = min_extra_lp(fr.layer, u, ukc[big], uk[big, -1])
+        out[:, r] = val[inv.reshape(-1)]
     return out
+
+
+
+def min_extra_lp(layer: RelaxedLayer, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float [K]: a lower bound on :func:`min_extra_ms` of configurations with gc[k, g] relaxed
+    layers of weight u[g] (int [K, G]) within budget b[k] (MiB): the linear relaxation (each layer
+    may mix recompute classes fractionally), computed exactly through its Lagrangian dual.
+
+    With mem_gc = u_g·act_c + static_delta_c (MiB) and replay e_c (ms) of class c, every λ >= 0
+    gives D(λ) = Σ_g n_g·min_c (e_c + λ·mem_gc) − λ·b <= the least replay of every integer choice
+    within b (weak duality). D is concave and piecewise linear with kinks only where two classes
+    tie in some group, λ = (e_c − e_c')/(mem_c' − mem_c), so its maximum over λ >= 0 is the
+    largest value at 0 and at those ties (the linear relaxation's optimum, which leaves at most
+    one layer split between two classes: within that layer's replay of the exact value). +inf
+    where even the least-memory class of every layer exceeds b (the exact value's test)."""
+    a, s, e = layer.act_mib, layer.sdelta_mib, layer.extra_ms
+    mem = u[:, None] * a[None, :] + s[None, :]  # [G, C] MiB
+    if gc.shape[0] == 0:
+        return np.zeros(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = (e[None, :, None] - e[None, None, :]) / (mem[:, None, :] - mem[:, :, None])  # [G, C, C]
+    lam = np.unique(np.concatenate([[0.0], lam[np.isfinite(lam) & (lam > 0)]]))
+    g = (e[None, None, :] + lam[:, None, None] * mem[None, :, :]).min(axis=2)  # [Λ, G] ms per layer
+    n = gc.astype(np.float64)
+    best = (n @ g.T - (b + 1e-9)[:, None] * lam[None, :]).max(axis=1)
+    infeasible = n @ mem.min(axis=1) > b + 1e-9
+    return np.where(infeasible, np.inf, np.maximum(best, 0.0))
 
 
 def _min_extra_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
