@@ -62,12 +62,14 @@ def test_compositions_counts() -> None:
 
 def _random_problem(seed: int, N: int, P: int, V: int, kinds: tuple[str, ...], tight: float,
                     schedule: str = "1f1b", split: int = 1, *, m: int | None = None,
-                    static_delta: bool = False) -> Problem:
+                    static_delta: bool = False, end_ws: float = 0.0) -> Problem:
     """A random two-kind problem whose HBM budget is ``tight`` × the even split's fitted peak.
 
     ``m`` overrides the drawn micro_batch_num; ``static_delta`` gives full / select recompute a
     random negative ``static_delta_mib`` (up to the layer's static MiB, as
     parallel_optimizer_comm_recompute does) and larger static MiB, so that the deltas matter.
+    ``end_ws`` > 0 gives the head and the tail a backward workspace of that many times the first
+    kind's activation (the tail's; the head's half of it), as an LM head's logits.
     """
     rng = np.random.default_rng(seed)
     kd = {}
@@ -85,8 +87,10 @@ def _random_problem(seed: int, N: int, P: int, V: int, kinds: tuple[str, ...], t
             kd[k]["select"]["static_delta_mib"] = -float(rng.uniform(0, 0.3 * stat))
     cut = int(rng.integers(0, N + 1))
     runs = [(k, n) for k, n in (("a", cut), ("b", N - cut)) if n > 0]
-    prof = ModelProfile(kinds=kd, layer_kinds=runs, head={"static_mib": 10.0, "fwd_ms": 0.5, "bwd_ms": 1.0},
-                        tail={"static_mib": 15.0, "fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 5.0},
+    ws = end_ws * kd["a"]["act_mib"]
+    prof = ModelProfile(kinds=kd, layer_kinds=runs,
+                        head={"static_mib": 10.0, "fwd_ms": 0.5, "bwd_ms": 1.0, "workspace_mib": 0.5 * ws},
+                        tail={"static_mib": 15.0, "fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 5.0, "workspace_mib": ws},
                         p2p_ms=float(rng.uniform(0, 0.3)))
     pa = ProfileArrays.from_profile(prof)
     m_drawn = P * int(rng.integers(1, 3))

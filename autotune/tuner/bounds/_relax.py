@@ -321,6 +321,23 @@ def undominated(rows: np.ndarray) -> np.ndarray:
     return rows[pareto_mask(-rows)]
 
 
+def live_rows(cs: CompiledSchedule, p: int, end_ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stage p's memory rows for the integer bounds: the live-count vectors (micro-batches' worth of
+    activation per chunk, float [R, V]) of its forwards and backwards, each with the workspace
+    (MiB, float [R]) it holds at least: 0 on a forward, the head's / tail's ``end_ws[chunk]`` on a
+    backward of that chunk (its workspace is a max over the mini-stage, so >= it; the layers' own
+    dropped). Only the undominated (rows, workspace) pairs: a row below another in every column
+    never binds."""
+    V = cs.V
+    fwd = np.asarray(cs.mem_fwd[p]).reshape(-1, V).astype(np.float64)
+    vecs, chunks = cs.mem_bwd[p]
+    rows = np.concatenate([fwd, np.asarray(vecs, dtype=np.float64).reshape(-1, V)])
+    held = np.asarray(end_ws, dtype=np.float64)[np.asarray(chunks, dtype=np.int64).reshape(-1)]
+    ws = np.concatenate([np.zeros(fwd.shape[0]), held if np.asarray(vecs).size else np.zeros(0)])
+    top = undominated(np.concatenate([rows, ws[:, None]], axis=1))
+    return top[:, :V] / cs.k, top[:, V]
+
+
 def count_vectors(lo: np.ndarray, hi: np.ndarray, cap: int) -> list[tuple[int, ...]]:
     """All int vectors lo <= n <= hi (elementwise) with Σ n <= cap, in lexicographic order."""
     out: list[tuple[int, ...]] = []

@@ -22,7 +22,8 @@ model is fixed to one kind by the mini-stages' lower bounds is that kind, any ot
 kind per recompute class: :mod:`autotune.tuner.bounds._kinds`) and a free recompute class per
 layer. First pass (every configuration): the least replay that fits is
 the max over the undominated live-count vectors of each vector's own least replay
-(:func:`autotune.tuner.bounds._relax.min_extra_ms`, workspace dropped), and each path's replay term
+(:func:`autotune.tuner.bounds._relax.min_extra_ms`; of the workspace only the head's / tail's on
+backward rows, :func:`autotune.tuner.bounds._relax.live_rows`), and each path's replay term
 Σ_v (cb_v − 1)·x_v takes its own least value over the replay choices that fit. Joint pass (the
 configurations that can still matter): the class multisets of each chunk not dominated in
 (activation, static delta, replay, workspace) are combined over the stage's chunks, every
@@ -59,8 +60,8 @@ import numpy as np
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import one_stay_counts
 from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, TypedFronts
-from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, min_extra_rows, pareto_front,
-                                         undominated)
+from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, min_extra_rows,
+                                          pareto_front, undominated)
 from autotune.tuner.problem import Problem
 
 
@@ -316,10 +317,11 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
             jr += [(w, int(c_)) for w in undominated(bv[bc == c_].reshape(-1, V).astype(np.float64)) / k]
         jrows = np.array([w for w, _ in jr]).reshape(-1, V)
         jchunk = np.array([c_ for _, c_ in jr], dtype=np.int64)
-        rows = undominated(jrows)  # the first pass ignores the phase (no workspace)
+        # the first pass: per row only the head's / tail's workspace (the layers' in the joint check)
+        rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
         free = problem.hbm_mib - const_static[p] - (tn @ types.static_mib).sum(axis=1)  # [M] MiB
         jroom = free[:, None] - (jrows @ end_a[:, p])[None, :]  # [M, Rj]
-        room = free[:, None] - (rows @ end_a[:, p])[None, :]  # [M, R]
+        room = free[:, None] - (rows @ end_a[:, p] + ws)[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
         E = E0.max(axis=1)
         Es = np.full(nv.shape[0], -np.inf)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.inputs import NONE
-from autotune.cost.simulate import compile_schedule
+from autotune.cost.simulate import CompiledSchedule, compile_schedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import detour_counts, pair_cycle
 from autotune.tuner.bounds._relax import RecomputeFrontiers
@@ -34,8 +34,11 @@ def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     none fits, or when the block size breaks stage p's bounds). Head/tail are included on the first
     and last stage.
 
-    Fit test of a block on stage p (live count ν): const + Σ static + Σ static_delta(class) +
-    ν·(Σ act(class) + end act) <= cap, the workspace (>= 0) dropped. Without static deltas the
+    Fit test of a block on stage p: const + Σ static + Σ static_delta(class) + ν·(Σ act(class) +
+    end act) (+ W) <= cap, for the largest forward row's live count ν (W = 0) and the largest
+    backward row's (W = the head's / tail's workspace, which the backward's workspace, a max over
+    the mini-stage, is at least; the layers' own workspace dropped): every row of the peak must
+    fit, so the block's least replay is the largest over the two. Without static deltas the
     frontier over Σ act is shared by all stages (budget (cap − const − Σ static)/ν − end act);
     with them (``RecomputeOption.static_delta_mib``, negative under
     parallel_optimizer_comm_recompute) each distinct ν gets the frontier over
@@ -66,24 +69,17 @@ def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     for q, key in enumerate(keys):
         groups.setdefault(key, []).append(q)
     for p in range(P):
-        rows = [cs.mem_fwd[p].reshape(-1, 1)]
-        if cs.mem_bwd[p][0].size:
-            rows.append(cs.mem_bwd[p][0].reshape(-1, 1))
-        nu = float(np.concatenate(rows).max()) / cs.k  # live micro-batches' worth of activation
         const = pa.stage_const_mib + (hs if p == 0 else 0.0) + (ts if p == P - 1 else 0.0)
         end_act = (ha if p == 0 else 0.0) + (ta if p == P - 1 else 0.0)
         end_b = (hb if p == 0 else 0.0) + (tb if p == P - 1 else 0.0)
+        # a backward holds its mini-stage's workspace, a max over its layers and head / tail: >= the
+        # head's / tail's (the LM head's logits on the last stage, often GBs at long sequences)
+        end_ws = max(pa.head.ws_mib if p == 0 else 0.0, pa.tail.ws_mib if p == P - 1 else 0.0)
         room = problem.hbm_mib - const - static[ii, jj]
-        if has_sd:
-            fr = frontier_for(nu)
-            budget = room - nu * end_act
-        else:
-            fr = frontier_for(None)
-            budget = (room / nu if nu > 0 else np.where(room >= 0, np.inf, -np.inf)) - end_act
-        extra = np.full(ii.size, np.inf)
-        for key, qs in groups.items():
-            qs_a = np.asarray(qs)
-            extra[qs_a] = fr.min_extra(key, budget[qs_a])
+        extra = np.zeros(ii.size)
+        for nu, ws in _live_rows(cs, p, end_ws):  # every row's fit is necessary: keep the largest
+            extra = np.maximum(extra, _least_extra(frontier_for(nu if has_sd else None), groups, room - ws,
+                                                   nu, end_act, has_sd))
         ok = (size[ii, jj] >= lo[0, p]) & (size[ii, jj] <= hi[0, p]) & ((room >= 0) | has_sd)
         Bmin[p, ii, jj] = np.where(ok, bwd0[ii, jj] + extra + end_b, np.inf)
     Fp = np.broadcast_to(F, (P, N + 1, N + 1)).copy()
@@ -91,6 +87,34 @@ def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     Fp[-1] += tf
     return Fp, Bmin
 
+
+
+def _live_rows(cs: CompiledSchedule, p: int, end_ws: float) -> list[tuple[float, float]]:
+    """(live micro-batches' worth of activation, workspace MiB >= held) of stage p's largest forward
+    row and largest backward row (a backward also holds its workspace, >= ``end_ws``); the
+    backward one only when it can bind (more live or more held)."""
+    nu_f = float(cs.mem_fwd[p].max()) / cs.k if cs.mem_fwd[p].size else 0.0
+    out = [(nu_f, 0.0)]
+    if cs.mem_bwd[p][0].size:
+        nu_b = float(cs.mem_bwd[p][0].max()) / cs.k
+        if nu_b > nu_f or end_ws > 0:
+            out.append((nu_b, end_ws))
+    return out
+
+
+def _least_extra(fr: RecomputeFrontiers, groups: dict[tuple[int, ...], list[int]], room: np.ndarray, nu: float,
+                 end_act: float, has_sd: bool) -> np.ndarray:
+    """float [Q]: the least replay ms of each block (``groups``: layer-kind counts -> block indices)
+    whose ν·(Σ act + end act) (+ Σ static delta) fits ``room`` (MiB, float [Q]); +inf where none."""
+    if has_sd:
+        budget = room - nu * end_act
+    else:
+        budget = (room / nu if nu > 0 else np.where(room >= 0, np.inf, -np.inf)) - end_act
+    extra = np.full(room.size, np.inf)
+    for key, qs in groups.items():
+        qs_a = np.asarray(qs)
+        extra[qs_a] = fr.min_extra(key, budget[qs_a])
+    return extra
 
 
 def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: float = 1e-7) -> PathDPBound:

@@ -25,8 +25,9 @@ Relaxations (each can only lower the bound): every layer is replaced by the chea
 present (componentwise minimum per recompute class, so homogeneous models lose nothing); each
 layer picks its recompute class freely (not the "first r layers" rule); other stages' backward
 counts use the backward without recompute replay; on stage p the replay ms E is weighted by the
-path's smallest backward count over chunks; the workspace term of the memory peak is dropped and
-the fit test uses each undominated live-count vector of the schedule separately.
+path's smallest backward count over chunks; of the workspace term of the memory peak only the
+head's / tail's is kept (on backward rows of their chunk), and the fit test uses each undominated
+(live-count vector, workspace) row of the schedule separately.
 
 DP. For a threshold T, scan stages 0..P-1 with state (layers placed, last-chunk layers still to
 place) and value "fewest chunk-0 layers placed" (every constraint grows with C0, so fewer is never
@@ -47,8 +48,8 @@ import numpy as np
 from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
-from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, min_extra_rows,
-                                          row_frontiers, undominated)
+from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, live_rows,
+                                          min_extra_rows, row_frontiers)
 from autotune.tuner.problem import Problem
 
 
@@ -88,12 +89,10 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     pa = problem.pa
     hf, hb = pa.head.fwd_ms, pa.head.bwd_ms
     tf, tb = pa.tail.fwd_ms, pa.tail.bwd_ms
-    rows = undominated(np.concatenate(
-        [cs.mem_fwd[p]] + ([cs.mem_bwd[p][0]] if cs.mem_bwd[p][0].size else [])).reshape(-1, V)
-        .astype(np.float64)) / cs.k
+    rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
     nv = np.asarray(vecs, dtype=np.int64).reshape(-1, V)  # [M, V]
     static = su.const_static_mib[p] + nv.sum(axis=1) * lay.static_mib  # [M] MiB
-    room = problem.hbm_mib - static[:, None] - (rows @ su.end_act_mib[:, p])[None, :]  # [M, R]
+    room = problem.hbm_mib - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
     E = np.maximum(0.0, min_extra_rows(fr, nv, rows, room).max(axis=1, initial=0.0))
     fits = np.isfinite(E)
     if not fits.any():
