@@ -23,7 +23,7 @@ import itertools
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_mask
+from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
 from autotune.tuner.bounds._relax import RelaxedLayer, RowFrontiers, min_extra_ms, pareto_front, relaxed_layer
 from autotune.tuner.problem import Problem
@@ -140,10 +140,132 @@ def class_counts(n: int, C: int) -> np.ndarray:
     return np.diff(edges, axis=1) - 1
 
 
+#: Tolerance of the chunk options' Pareto filter (``pareto_mask(..., tol=TOL, keep_ties=True)``).
+TOL = 1e-9
+
+
+def _exact_column(x: np.ndarray, n: int, tol: float) -> bool:
+    """Whether every Σ_i c_i·x_i with c_i >= 0, Σ c_i <= n is computed exactly in float64 (any
+    order, FMA or not) on a grid g = 2^-s > 2·tol: every x_i a multiple of g and n·max|x_i| < 2^53·g."""
+    top = float(np.abs(x).max()) * n
+    for s in range(0, 64):
+        g = 2.0 ** -s
+        if g <= 2 * tol:
+            return False
+        if top < 2.0 ** 53 * g and np.all(np.rint(x / g) == x / g):
+            return True
+    return False
+
+
+def _prune(d: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """bool [K]: the rows of ``d`` [K, c] that no row o of it meets with o <= row in every column
+    and o < row − θ in some column (float64 comparisons, ``row - theta`` rounded as written).
+
+    No column: nothing is pruned. One: o = the least value. Two: sorted by column 0, the least
+    column 1 among the rows with column 0 < row − θ0 (then <= row in column 1), or among those
+    with column 0 <= row (then < row − θ1). More: only the rows of the exact front
+    (:func:`pareto_order`) are tried — a row o that prunes a row has a front row f <= o in every
+    column, and f prunes it too."""
+    K, c = d.shape
+    if c == 0:
+        return np.ones(K, dtype=bool)
+    if c == 1:
+        return ~(d[:, 0].min() < d[:, 0] - theta[0])
+    if c == 2:
+        order = np.argsort(d[:, 0], kind="stable")
+        x, run = d[order, 0], np.minimum.accumulate(d[order, 1])
+        below = np.searchsorted(x, d[:, 0] - theta[0], side="left")  # rows with column 0 < row − θ0
+        upto = np.searchsorted(x, d[:, 0], side="right")  # rows with column 0 <= row
+        a = (below > 0) & (run[np.maximum(below - 1, 0)] <= d[:, 1])
+        b = run[upto - 1] < d[:, 1] - theta[1]
+        return ~(a | b)
+    f = d[pareto_order(d)]
+    keep = np.ones(K, dtype=bool)
+    for lo in range(0, K, 256):
+        blk = d[lo:lo + 256]
+        le = (f[None, :, :] <= blk[:, None, :]).all(-1)
+        lt = (f[None, :, :] < (blk - theta)[:, None, :]).any(-1)
+        keep[lo:lo + len(blk)] = ~(le & lt).any(axis=1)
+    return keep
+
+
+def front_counts(per: np.ndarray, ws: np.ndarray, n: int, tol: float) -> np.ndarray | None:
+    """int [K, C]: multisets of n layers over the C classes (count vectors in lexicographic order,
+    the order of :func:`class_counts`) among which ``pareto_mask(arr, tol=tol, keep_ties=True)``
+    keeps exactly the rows it keeps among all C(n + C − 1, C − 1) of them, ``arr`` being (``cnt @
+    per`` [C, 3], the largest ``ws`` [C] of the classes used) as :meth:`ChunkOptions._single`
+    builds it. None when the float error of the sums is not far below ``tol`` (then enumerate).
+
+    How. For each workspace level w (a distinct value of ``ws``), the multisets over the classes
+    with ws <= w (group w) are built one layer at a time: level k is every level k − 1 survivor
+    plus one class, each count vector once, and a row m is dropped when a row o of level k has
+    v(o) <= v(m) in every sum and v(o) < v(m) − θ in one (:func:`_prune`, θ = tol + η); v are the
+    sums ``cnt @ per``, W the largest workspace. The answer is the union over the groups' level-n
+    rows. Its size is about the front's (~700 rows for 64 layers, not 814,385).
+
+    Why, in exact arithmetic (η = 0). (1) If a sub-multiset m0 = m − r of an n-multiset m of group
+    w is dropped by o0, the n-multiset o = o0 + r is in group w too, and v(o) − v(m) = v(o0) −
+    v(m0) (sums are linear): o <= m in every sum and < m − tol in one. Take w = W(m): W(o) <=
+    W(m), so o dominates m exactly and by more than tol in a column, and m is neither on the exact
+    front F (no row <= in all columns, < in one) nor kept by keep_ties (no row <= + tol in all, < −
+    tol in one). (2) So for m in F or kept, every sub-multiset of m survives its level of group
+    W(m) (by induction on k each is built: take one layer off, that survived), and m is in the
+    union U. (3) keep_ties over U keeps the rows it keeps over all multisets: a row it keeps over
+    all is in U by (2), and U has fewer rows to drop it; a row it drops over all is dropped by some
+    row of F (``dominance._strict_mask``: an F row below the dropping row drops it too), and F is in
+    U by (2). The groups are what make the DP valid: within one the workspace is left out of the
+    pruning, and yet the pruner's workspace is at most the pruned row's at w = W(m).
+
+    Float64. Each sum ``cnt @ per`` (at every level and at the end, any summation order, FMA or
+    not) is within γ_C·n·max|per| of its real value per column; E = (C + 2)·2^-53·(n·max|per| +
+    tol) also covers the roundings of row ± tol. A column whose values sit on a grid 2^-s > 2·tol
+    with every sum below 2^53 grid steps (:func:`_exact_column`: integer MiB, zero static deltas)
+    is computed exactly and there "< x − tol" is "< x" and "<= x + tol" is "<= x": η = 0, (1)–(3)
+    hold as written (all of them, when every column is exact). Any other column gets η = 4E (four
+    sums' errors and two roundings), so the o of (1) still has o <= m + tol in it and o < m − tol
+    where it was the strict column, computed: (1) and (2) hold for the keep_ties rows whatever
+    the roundings; an exact-front row may be dropped when its pruner is above it in such a column
+    by no more than 4E, which (3) can feel only if two n-multisets differ, in such a column, by
+    within a few E of ±tol — where the enumeration's own answer depends on the rounding of ``cnt
+    @ per``. With 8E > tol (E ~ 1e-12 for 64 layers of 38 ms) the sums are too coarse for this
+    and None sends the caller to the enumeration; a column on a coarse grid (MiB) never does.
+    """
+    C = per.shape[0]
+    if C == 1 or n == 0:
+        return class_counts(n, C)
+    big = np.abs(per).max(axis=0) * n
+    err = (C + 2) * 2.0 ** -53 * (big + tol) * 1.01
+    exact = np.array([_exact_column(per[:, j], n, tol) for j in range(per.shape[1])])
+    if (8 * err[~exact] > tol).any():
+        return None
+    theta = tol + np.where(exact, 0.0, 4 * err)
+    live = ~(exact & (per == per[:1]).all(axis=0))  # an exact column equal over the classes never prunes
+    per, theta = per[:, live], theta[live]
+    base = n + 1
+    if base ** C >= 2 ** 62:
+        return None
+    weight = base ** np.arange(C - 1, -1, -1, dtype=np.int64)  # c0 the most significant digit
+    eye = np.eye(C, dtype=np.int64)
+    out = []
+    for w in np.unique(ws):
+        step = eye[ws <= w]
+        cur = np.zeros((1, C), dtype=np.int64)
+        for _ in range(n):
+            cand = (cur[:, None, :] + step[None, :, :]).reshape(-1, C)
+            _, first = np.unique(cand @ weight, return_index=True)
+            cand = cand[first]
+            cur = cand[_prune(cand @ per, theta)]
+        out.append(cur)
+    allc = np.concatenate(out)
+    _, first = np.unique(allc @ weight, return_index=True)
+    return allc[first]
+
+
 class ChunkOptions:
     """Per chunk type counts: the class multisets of its layers not dominated in (activation MiB
     kept per micro-batch, static delta MiB, replay ms, backward workspace MiB — the largest of its
-    classes'): float [K, 4] (memoised)."""
+    classes'): float [K, 4] (memoised). One type's options are those of its :func:`front_counts`
+    multisets (the same array as filtering all of them)."""
 
     def __init__(self, types: LayerTypes) -> None:
         self.layers = types.layers
@@ -155,12 +277,14 @@ class ChunkOptions:
             lay = self.layers[t]
             per = np.stack([lay.act_mib, lay.sdelta_mib, lay.extra_ms], axis=1)  # [C, 3]
             if n:
-                cnt = class_counts(n, per.shape[0])  # [K, C]: every multiset of n classes
+                cnt = front_counts(per, lay.ws_mib, n, TOL)  # [K, C]: the multisets that can be on it
+                if cnt is None:
+                    cnt = class_counts(n, per.shape[0])  # every multiset of n classes
                 ws = np.where(cnt > 0, lay.ws_mib[None, :], -np.inf).max(axis=1)
                 arr = np.concatenate([cnt @ per, ws[:, None]], axis=1)
             else:
                 arr = np.zeros((1, 4))
-            self.one[(t, n)] = arr[pareto_mask(arr, tol=1e-9, keep_ties=True)]
+            self.one[(t, n)] = arr[pareto_mask(arr, tol=TOL, keep_ties=True)]
         return self.one[(t, n)]
 
     def get(self, counts: tuple[int, ...]) -> np.ndarray:
