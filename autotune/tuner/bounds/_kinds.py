@@ -165,7 +165,8 @@ def _prune(d: np.ndarray, theta: np.ndarray) -> np.ndarray:
     column 1 among the rows with column 0 < row − θ0 (then <= row in column 1), or among those
     with column 0 <= row (then < row − θ1). More: only the rows of the exact front
     (:func:`pareto_order`) are tried — a row o that prunes a row has a front row f <= o in every
-    column, and f prunes it too."""
+    column, and f prunes it too — and of those only the ones <= the block's largest column 0
+    (blocks of 256 rows in column-0 order)."""
     K, c = d.shape
     if c == 0:
         return np.ones(K, dtype=bool)
@@ -179,13 +180,19 @@ def _prune(d: np.ndarray, theta: np.ndarray) -> np.ndarray:
         a = (below > 0) & (run[np.maximum(below - 1, 0)] <= d[:, 1])
         b = run[upto - 1] < d[:, 1] - theta[1]
         return ~(a | b)
-    f = d[pareto_order(d)]
+    f = d[pareto_order(d)]  # sorted by column 0
     keep = np.ones(K, dtype=bool)
+    order = np.argsort(d[:, 0], kind="stable")
     for lo in range(0, K, 256):
-        blk = d[lo:lo + 256]
-        le = (f[None, :, :] <= blk[:, None, :]).all(-1)
-        lt = (f[None, :, :] < (blk - theta)[:, None, :]).any(-1)
-        keep[lo:lo + len(blk)] = ~(le & lt).any(axis=1)
+        idx = order[lo:lo + 256]
+        blk, low = d[idx], d[idx] - theta
+        g = f[:np.searchsorted(f[:, 0], blk[-1, 0], side="right")]  # only these are <= in column 0
+        le = g[None, :, 0] <= blk[:, None, 0]
+        lt = g[None, :, 0] < low[:, None, 0]
+        for j in range(1, c):
+            le &= g[None, :, j] <= blk[:, None, j]
+            lt |= g[None, :, j] < low[:, None, j]
+        keep[idx] = ~(le & lt).any(axis=1)
     return keep
 
 
