@@ -4,6 +4,7 @@ problems over pipeline_stage P, pp_interleave_num V, micro_batch_num m and num_l
     .venv/bin/python benchmarks/scaling.py --quick        # 8 problems, a few minutes
     .venv/bin/python benchmarks/scaling.py                # the full grid (~40 problems)
     .venv/bin/python benchmarks/scaling.py --only P16     # problems whose name contains P16
+    .venv/bin/python benchmarks/scaling.py --only "P8 V4" --only "P64 V1"   # either
 
 Problems: the frozen layer profiles of ``benchmarks/data`` (TeleChat2's dense layer, DeepSeek-V3's
 dense + MoE layers with its MTP tail) stretched or cut to L layers (``ModelProfile.with_num_layers``),
@@ -140,7 +141,8 @@ def fit(rows: list[tuple[tuple, dict]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="8 problems (a few minutes)")
-    ap.add_argument("--only", default=None, help="problems whose name contains this")
+    ap.add_argument("--only", action="append", default=None,
+                    help="problems whose name contains this (repeat for several)")
     ap.add_argument("--timeout", type=float, default=None, help="--timeout of each search (s)")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -156,7 +158,7 @@ def main() -> None:
     rows = []
     for spec in grid(a.quick):
         nm = name_of(*spec)
-        if a.only and a.only not in nm:
+        if a.only and not any(o in nm for o in a.only):
             continue
         r = child(spec, a.timeout)
         rows.append((spec, r))

@@ -21,7 +21,7 @@ import numpy as np
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
 from autotune.tuner.moves import (GivenSplits, LayoutBatch, PairMoves, RecomputeTrades, Scan,
-                                   SingleLayerMoves, one_opt_moves, scan)
+                                   SingleLayerMoves, never_faster, one_opt_moves, scan)
 from autotune.tuner.params import representable
 from autotune.tuner.problem import Candidate, Problem, best_of, better, fits, improves, rank_order, tie_key
 
@@ -175,7 +175,7 @@ def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
     def apply(trades: tuple[tuple[int, np.ndarray], ...]) -> bool:
         """Take the fastest fitting trade when it is faster than ``best``."""
         nonlocal best
-        sc = scan(problem, best, RecomputeTrades(trades))
+        sc = scan(problem, best, RecomputeTrades(trades), beat=True)
         i, step = sc.fastest_fitting(problem)
         if not improves(step, best.step_ms):
             return False
@@ -206,7 +206,8 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
     """The moves of the 1-opt neighbourhood (:func:`~autotune.tuner.moves.one_opt_moves`) that fit
     the budget (:func:`~autotune.tuner.problem.fits`) and are faster than ``cand`` (scored;
     :func:`~autotune.tuner.problem.improves`): (their layouts, their step ms [K]). The memory of
-    every move is computed first (no simulation); only the fitting ones are simulated."""
+    every move is computed first (no simulation); only the fitting ones that may be faster
+    (:func:`~autotune.tuner.moves.never_faster`) are simulated."""
     moves = one_opt_moves(problem, cand)
     V = cand.V
     keep_l, keep_t = [], []
@@ -215,6 +216,9 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
         costs = problem.costs(V, *b)
         mem = problem.score_costs(V, costs, memory_only=True)
         ok = fits(mem.peak_mib.max(axis=1), problem.hbm_mib)
+        if not ok.any():
+            continue
+        ok &= ~never_faster(problem, V, costs, cand)  # never faster than cand: not simulated
         if not ok.any():
             continue
         sub = LayoutBatch(*(a[ok] for a in b))

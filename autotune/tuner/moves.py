@@ -19,11 +19,12 @@ The split moves re-fit the recompute of the stages they touch with a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterator, NamedTuple, Protocol
 
 import numpy as np
 
+from autotune.cost.inputs import StageCosts
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, refit_touched
 from autotune.tuner.problem import Candidate, Problem, first_min, fits, rank_order
@@ -281,14 +282,39 @@ class Scan:
         return i, float(step[i])
 
 
+def never_faster(problem: Problem, V: int, costs: StageCosts, ref: Candidate) -> np.ndarray:
+    """bool [B]: the layouts of ``costs`` whose every op duration is >= ``ref``'s
+    (:meth:`~autotune.tuner.problem.Problem.op_durations`), so whose step time is >= its: none of
+    them can be faster than ``ref`` (e.g. a recompute trade that only adds replay)."""
+    one = problem.costs(V, *(getattr(ref, a)[None] for a in ("layers", "rec", "sel", "com")))
+    return (problem.op_durations(V, costs) >= problem.op_durations(V, one)).all(axis=0)
+
+
 def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: RecomputeFit = GREEDY,
-         memo: dict | None = None) -> Scan | None:
+         memo: dict | None = None, beat: bool = False) -> Scan | None:
     """Simulate every neighbour of ``base`` in ``nbhd`` (batch by batch) and return them all; None
-    when ``base`` has no neighbour there."""
+    when ``base`` has no neighbour there.
+
+    ``beat``: the caller wants only the neighbours :func:`~autotune.tuner.problem.better` than
+    ``base`` (scored, fitting the budget): those that cannot be faster (:func:`never_faster`) are
+    not simulated and get step and peak +inf (so they are never better, nor the fastest fitting
+    one). On pp 64 × vpp 2 × m 512 most recompute trades add replay only."""
     parts = []
+    screen = beat and np.isfinite(base.step_ms) and bool(fits(base.peak_mib, problem.hbm_mib))
     for b in nbhd.batches(problem, base, fit, memo):
-        s = problem.evaluate(base.V, b.layers, b.rec, b.sel, b.com)
-        parts.append((b, s.step_ms, s.peak_mib))
+        if not screen:
+            s = problem.evaluate(base.V, b.layers, b.rec, b.sel, b.com)
+            parts.append((b, s.step_ms, s.peak_mib))
+            continue
+        costs = problem.costs(base.V, b.layers, b.rec, b.sel, b.com)
+        run = ~never_faster(problem, base.V, costs, base)
+        step = np.full(len(b.layers), np.inf)
+        peak = np.full((len(b.layers), problem.P), np.inf)
+        if run.any():
+            sub = {f.name: None if (x := getattr(costs, f.name)) is None else x[run] for f in fields(StageCosts)}
+            s = problem.score_costs(base.V, StageCosts(**sub))
+            step[run], peak[run] = s.step_ms, s.peak_mib
+        parts.append((b, step, peak))
     if not parts:
         return None
     if len(parts) == 1:

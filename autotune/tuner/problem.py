@@ -15,7 +15,7 @@ from autotune.config.layout import Layout, make_layout
 from autotune.config.limits import MAX_SCHEDULE_UNITS, MAX_STAGE_UNITS
 from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
-from autotune.cost.simulate import compile_schedule, peak_activation, simulate
+from autotune.cost.simulate import compile_schedule, duration_table, peak_activation, simulate
 
 
 @dataclass
@@ -176,6 +176,15 @@ class Problem:
             return BatchScore(np.full(B, np.nan), peak, costs.static_mib, np.zeros((B, self.P)))
         sim = simulate(cs, costs, self.pa.p2p_ms)
         return BatchScore(sim.step_ms, sim.peak_mib, costs.static_mib, sim.busy_ms)
+
+    def op_durations(self, V: int, costs: StageCosts) -> np.ndarray:
+        """float [R, B]: the op durations (ms) the simulation of :meth:`score_costs` uses, per
+        (kind, chunk, stage) (:func:`~autotune.cost.simulate.duration_table`). The step time is a
+        max-plus recurrence over them (an op starts at the max of its dependencies' ends, ends
+        ``duration`` later; IEEE rounding is monotone too), so it never decreases when no duration
+        does: a layout whose every entry is >= another's is never faster than it."""
+        cs = compile_schedule(self.schedule, self.P, V, self.m, self.seq_split_num)
+        return duration_table(cs, costs)
 
     def score(self, cands: list[Candidate]) -> list[Candidate]:
         """Fill step/peak/excess of candidates in place (grouped by V); returns them."""

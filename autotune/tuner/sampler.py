@@ -162,7 +162,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         if not out:
             # a move over the budget never beats a fitting incumbent: price memory first
             one_opt = OneOptMoves(fitting_only=bool(fits(inc.peak_mib, p.hbm_mib)))
-            out = self._improving(inc, scan(p, inc, one_opt, fit=fit, memo=memo))
+            out = self._improving(inc, scan(p, inc, one_opt, fit=fit, memo=memo, beat=True))
         if not out and single is not None:
             top = _pair_top(p, inc.V, None)
             if top >= 2:
@@ -173,7 +173,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
             opts = stage_options(p, inc, TRADE_TOP)
             for s in range(p.P):
                 if opts[s] is not None:
-                    out += self._improving(inc, scan(p, inc, RecomputeTrades(((s, opts[s]),))))
+                    out += self._improving(inc, scan(p, inc, RecomputeTrades(((s, opts[s]),)), beat=True))
             out = ranked(out)
         if len(self._scans) >= SCAN_MEMO:
             self._scans.pop(next(iter(self._scans)))
