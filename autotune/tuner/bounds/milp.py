@@ -73,6 +73,11 @@ MAX_SOLVES = 12
 #: and one solve of pp 16 × vpp 4 (64 mini-stages) took 44 s of CPU. TeleChat2 vpp4 (32
 #: mini-stages, the largest shipped problem) starts at ~69,000 cells. Deterministic.
 MAX_LP_CELLS = 150_000
+#: Linear-relaxation solves of the path generation that precedes the integer solves (each adds the
+#: LP minimiser's longest path; a few ms each). pp4 vpp3 m8, 32 TeleChat2 layers (scaling.py): the
+#: LP converges in ~30 and the first integer solve starts from 4,336 ms instead of 4,247 ms; the
+#: bound within the same node cap 4,246.8 -> 4,351.5 ms (converged: 4,369.0).
+LP_ROUNDS = 20
 
 
 @dataclass
@@ -116,7 +121,7 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
         problem: the tuning problem; V: pp_interleave_num (>= 2).
         layouts: known layouts (:class:`~autotune.tuner.problem.Candidate`); the longest path of
             each one with this V joins the initial family.
-        lower_ms: a bound already proven (T >= it is added; the result is never below it).
+        lower_ms: a bound already proven (the result is never below it).
         upper_ms: a feasible step time: T <= it is added (prunes the search); when that makes the
             program infeasible, no layout beats ``upper_ms`` and it is returned as the bound.
         node_work, max_solves: work caps (Σ nodes × (variables × rows)² over all solves, solves);
@@ -363,7 +368,7 @@ class _Model:
 
 def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | None = None,
           upper_ms: float | None = None, node_work: float, max_solves: int, deadline: float | None,
-          fixed: np.ndarray | None = None) -> tuple[MilpBound, list[np.ndarray]] | None:
+          fixed: np.ndarray | None = None, lp_rounds: int | None = None) -> tuple[MilpBound, list[np.ndarray]] | None:
     """The lazy loop of :func:`milp_bound`; with ``fixed`` (int [V, P]) the split is pinned and
     the recompute classes are modelled exactly (see :func:`milp_recompute`). Returns (result,
     every solve's class counts float [V, P, C], in solve order)."""
@@ -384,7 +389,11 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             model.add_path(cp.cf, cp.cb, cp.hops)
     if fixed is None and model.nvar * (len(model.rows) + len(model.path_rows)) > MAX_LP_CELLS:
         return None  # a work cap: too large a program for the node limit to bound (MAX_LP_CELLS)
-    bounds = model.variable_bounds(lower_ms, upper_ms)
+    # lower_ms is not T's lower bound in the program: every node whose LP value is below it would
+    # read lower_ms, and HiGHS's best-bound search could no longer tell the nodes apart (pp4 vpp3
+    # m8, 32 TeleChat2 layers, from the first pass's 4,221.5 ms: 4,317.6 ms with it in the
+    # program, 4,351.5 ms without, same node cap); the result is max(lower_ms, dual bound)
+    bounds = model.variable_bounds(None, upper_ms)
     has_upper = upper_ms is not None and np.isfinite(upper_ms)
     best = float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0
     split = None
@@ -392,6 +401,12 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     converged = False
     all_y: list[np.ndarray] = []
     work = 0.0
+    if not model.exact:
+        lp = _lp_paths(model, bounds, LP_ROUNDS if lp_rounds is None else lp_rounds, deadline)
+        if lp is None:  # the linear relaxation is infeasible: so is the program
+            return MilpBound(float(upper_ms) if has_upper else float("inf"), None, len(model.path_rows), 0,
+                             True), all_y
+        best = max(best, lp)
     while solves < max_solves and work < node_work:
         if deadline is not None and time.monotonic() > deadline:
             break
@@ -429,6 +444,35 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         if not added:
             break
     return MilpBound(best, split, len(model.path_rows), solves, converged), all_y
+
+
+def _lp_paths(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], rounds: int,
+              deadline: float | None) -> float | None:
+    """Path generation on the linear relaxation (layer counts fractional) before the integer
+    solves: each LP takes milliseconds where an integer solve over a small family spends
+    thousands of nodes on a minimiser that the next paths cut off. Any chain of the dependency
+    graph is a path whatever durations found it, so the longest path of the LP minimiser's
+    (fractional) durations is a valid row. Returns the last LP value less :data:`DUAL_SAFETY`
+    (a lower bound of the integer program, hence a proof), 0.0 when no LP finished, None when
+    the LP is infeasible (then so is the integer program)."""
+    integ, vlo, vhi = bounds
+    cs, p2p, nn, ny, V, P, C = model.su.cs, model.su.p2p_ms, model.nn, model.ny, model.V, model.problem.P, model.C
+    best = 0.0
+    for _ in range(rounds):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        res, _used = model.solve((np.zeros_like(integ), vlo, vhi), 0.0, deadline)  # an LP: no nodes
+        if res.status == 2:
+            return None
+        if res.status != 0 or res.x is None:
+            break
+        best = max(best, float(res.fun) - DUAL_SAFETY * max(1.0, abs(float(res.fun))))
+        n = res.x[:nn].reshape(V, P)
+        y = np.maximum(res.x[nn:nn + ny].reshape(V, P, C), 0.0)
+        cp = critical_path(cs, *model.durations(n, y), p2p)
+        if cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9 or not model.add_path(cp.cf, cp.cb, cp.hops):
+            break
+    return best
 
 
 @dataclass(frozen=True)
