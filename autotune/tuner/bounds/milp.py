@@ -74,9 +74,10 @@ MAX_SOLVES = 12
 #: mini-stages, the largest shipped problem) starts at ~69,000 cells. Deterministic.
 MAX_LP_CELLS = 150_000
 #: Linear-relaxation solves of the path generation that precedes the integer solves (each adds the
-#: LP minimiser's longest path; a few ms each). pp4 vpp3 m8, 32 TeleChat2 layers (scaling.py): the
-#: LP converges in ~30 and the first integer solve starts from 4,336 ms instead of 4,247 ms; the
-#: bound within the same node cap 4,246.8 -> 4,351.5 ms (converged: 4,369.0).
+#: LP minimiser's longest path; a few ms each). pp4 vpp3 m8, 32 TeleChat2 layers (scaling.py), same
+#: node cap: 4,311.8 -> 4,351.5 ms (the program's converged optimum: 4,369.0 ms, 25 CPU s). More
+#: rounds add rows that slow HiGHS's root: TeleChat2 vpp4's one integer solve took 10.6 CPU s
+#: after 60 rounds, 4.5 after 20, 4.8 with none.
 LP_ROUNDS = 20
 
 
