@@ -171,8 +171,9 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
                    "resuming a --storage study runs only the trials it still lacks.")
 @click.option("--timeout", default=None, type=click.FloatRange(0, min_open=True),
               help="Wall-clock limit (s). Default: none - the search is bounded by --trials and the "
-                   "--gap stop, so --seed reproduces it exactly (a 300 s safety net still applies to the "
-                   "trials; when a limit fires every output says CUT SHORT / timed_out with the gap then).")
+                   "--gap stop, so --seed reproduces it exactly (a 300 s safety net still applies: the bound "
+                   "phase gets its first half, the trials the rest; when a limit fires every output says "
+                   "CUT SHORT / timed_out with the gap then).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--storage", default=None, help="Journal file path or database URL (resumes a study).")
 @click.option("--study-name", default=None, help="Study name in --storage (default: autotune).")

@@ -60,8 +60,9 @@ class SearchOutcome:
             worst stage's static MiB, and static + one micro-batch's activations, over every layout
             (:meth:`autotune.tuner.problem.Problem.memory_floor_mib`); the second is above the
             budget (less the margin). None otherwise.
-        bound_phase_cut: only the bound phase's half of ``--timeout`` ran out (the stop line
-            says so: the search ended before the limit, yet its local search was cut).
+        bound_phase_cut: only the bound phase's half of the wall clock (``--timeout``, or the
+            safety net without one) ran out (the stop line says so: the search ended before the
+            limit, yet its local search was cut).
     """
 
     best: CostReport | None
@@ -101,7 +102,7 @@ class SearchOutcome:
             which = (f"its {self.time_limit_s:g} s timeout" if self.stopped_by == "timeout"
                      else f"the {self.time_limit_s:g} s safety net")
             why = ""
-            if self.bound_phase_cut and self.stopped_by == "timeout":
+            if self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net"):
                 why = (f": the bound phase used up its half, {self.time_limit_s / 2:g} s, and stopped its "
                        f"local search or later bound passes there; the trials then ended on their own")
             return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "

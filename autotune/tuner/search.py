@@ -206,8 +206,7 @@ def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, tria
     """Run the sub-problems' studies in order of their lower bound (module docstring, step 3).
 
     Without ``timeout`` the studies get :data:`SAFETY_TIMEOUT_S` counted from ``t0`` (the bound
-    phase runs without a deadline then, so a long one leaves the trials the 1 s minimum), or no
-    wall clock at all with ``safety_net=False``."""
+    phase had the first half of it), or no wall clock at all with ``safety_net=False``."""
     bounds = [pr.bs.bound_ms for pr in prepared]
     lb = min(bounds)
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
@@ -352,10 +351,14 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     verdict = static_verdict(cfg, subs, user, user_error, margin_mib, t0)
     if verdict is not None:
         return verdict
-    baselines, prepared = prepare(cfg, subs, user, timeout, t0, prog,
+    # the bound phase gets half of the wall clock: of --timeout, or of the safety net without one (a
+    # problem whose solvers would run longer, e.g. pp 8 x vpp 4 x 256 dense + MoE layers, whose
+    # exact-fit local search ran > 10 min, is cut there and says so instead of running on)
+    limit = timeout if timeout is not None else (SAFETY_TIMEOUT_S if safety_net else None)
+    baselines, prepared = prepare(cfg, subs, user, limit, t0, prog,
                                   target_gap=None if objective == "time,memory" else gap)
-    # an explicit timeout whose bound-phase share ran out may have cut a local search short
-    cut_in_bounds = timeout is not None and time.monotonic() > t0 + timeout * 0.5
+    # a bound phase whose share ran out may have cut a local search short
+    cut_in_bounds = limit is not None and time.monotonic() > t0 + limit * 0.5
     if baselines["user"] is None and user_error is None and user is not None:
         user_error = outside_space_error(user, prepared)
     lb = min(pr.bs.bound_ms for pr in prepared)

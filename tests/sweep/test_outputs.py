@@ -105,6 +105,41 @@ def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
     assert not_run and all(t[3] != "neighbour" for t in not_run)     # queued seeds the clock left behind
 
 
+@pytest.mark.slow  # a search with a slowed bound phase
+def test_bound_phase_without_timeout_is_cut_by_the_safety_net(monkeypatch):
+    """Without --timeout the bound phase has the safety net's first half (here 3 s of a patched
+    6 s net): a bound phase that would run on (its local searches start 3.5 s late) stops there
+    and the search says so (timed_out, stopped_by safety_net, the bound phase's half in the stop
+    line on stderr)."""
+    import json
+    import time as _time
+
+    import autotune.tuner.search as search_policy
+    import autotune.tuner.solve as solve
+    from autotune.commands.tune import search_cmd
+
+    orig = solve.improve
+
+    def slow_improve(*a, **k):
+        _time.sleep(3.5)  # past the bound phase's 3 s: the local searches after it are cut
+        return orig(*a, **k)
+
+    monkeypatch.setattr(solve, "improve", slow_improve)
+    monkeypatch.setattr(solve, "_exact", lambda *a, **k: None)  # the pipeline, not the enumeration
+    monkeypatch.setattr(search_policy, "SAFETY_TIMEOUT_S", 6.0)
+    args = [str(DATA / "small.yaml"), "--profile", str(DATA / "small_profile.yaml"), "--space",
+            str(DATA / "small_space.yaml"), "--hbm", "0.6GB", "--format", "json"]
+    t = _time.monotonic()
+    res = CliRunner().invoke(search_cmd, args)
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["timed_out"] is True and d["stopped_by"] == "safety_net" and d["time_limit_s"] == 6.0
+    assert "CUT SHORT by the 6 s safety net" in res.stderr
+    assert "the bound phase used up its half, 3 s" in res.stderr
+    assert d["certified_gap"] is not None
+    assert _time.monotonic() - t < 30
+
+
 @pytest.mark.slow  # three searches with slowed trials
 def test_search_cut_by_the_safety_net_says_so_in_every_form(tmp_path, monkeypatch):
     import json
@@ -134,7 +169,8 @@ def test_search_cut_by_the_safety_net_says_so_in_every_form(tmp_path, monkeypatc
     d = json.loads(js.stdout)
     assert d["timed_out"] is True and d["stopped_by"] == "safety_net" and d["time_limit_s"] == 1.0
     assert d["certified_gap"] is not None and d["trials"] < 40
-    # without the cut: the stop reason is the gap target or the budget, never "timed_out"
-    monkeypatch.setattr(opt, "_tell_with_warning", orig)
+    # without the cut (normal trials, the real safety net: the 1 s one would give the bound phase
+    # only 0.5 s): the stop reason is the gap target or the budget, never "timed_out"
+    monkeypatch.undo()
     d = json.loads(CliRunner().invoke(search_cmd, args[:-2] + ["--format", "json"]).stdout)
     assert d["timed_out"] is False and d["stopped_by"] == "gap"
