@@ -16,8 +16,9 @@ stage's peak of the even split with full / no recompute,
 - ``loose``: 1.05 · peak_none (no recompute needed).
 
 Each problem runs in a fresh child process (so its peak RSS is its own) the way
-``autotune search`` runs one sub-problem by default: :func:`bound_and_seeds` then the Optuna study
-(200 trials, stop at the 0.5 % certified gap, the 300 s safety net). CPU s = user + sys of the
+``autotune search`` runs one sub-problem by default: :func:`bound_and_seeds` (its deadline the
+first half of the 300 s safety net) then the Optuna study (200 trials, stop at the 0.5 % certified
+gap, the rest of the safety net); "(timed out)" marks a row the net cut. CPU s = user + sys of the
 search (``time.process_time`` around it, imports and problem building excluded); wall s likewise;
 RSS = the child's peak resident set (its own ``ru_maxrss``). The last lines fit
 log(CPU s) = a + b_P·log P + b_V·log V + b_m·log m + b_L·log L by least squares.
@@ -97,18 +98,20 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
 
     problem = build(*spec)
     c0, t0 = time.process_time(), time.monotonic()
-    deadline = None if timeout is None else t0 + timeout * 0.5
+    limit = SAFETY_TIMEOUT_S if timeout is None else timeout  # as autotune search: the safety net
+    deadline = t0 + limit * 0.5  # the bound phase's half
     bs = bound_and_seeds(problem, [], deadline=deadline)
     c_bound = time.process_time() - c0
+    cut = time.monotonic() > deadline
     stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
-    left = max(1.0, (SAFETY_TIMEOUT_S if timeout is None else timeout) - (time.monotonic() - t0))
+    left = max(1.0, limit - (time.monotonic() - t0))
     out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,
                     bound_ms=bs.bound_ms)
     found = out.best.step_ms if out.best else float("inf")
     gap = (found - bs.bound_ms) / bs.bound_ms if np.isfinite(found) and bs.bound_ms > 0 else float("nan")
     return {"found_ms": found, "bound_ms": bs.bound_ms, "gap": gap, "cpu_s": time.process_time() - c0,
             "bound_cpu_s": c_bound, "wall_s": time.monotonic() - t0, "trials": out.trials,
-            "exact": bs.exact, "timed_out": bool(out.timed_out), "hbm_mib": problem.hbm_mib}
+            "exact": bs.exact, "timed_out": bool(out.timed_out or cut), "hbm_mib": problem.hbm_mib}
 
 
 def child(spec: tuple, timeout: float | None) -> dict:
