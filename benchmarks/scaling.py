@@ -102,7 +102,7 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
     deadline = t0 + limit * 0.5  # the bound phase's half
     bs = bound_and_seeds(problem, [], deadline=deadline)
     c_bound = time.process_time() - c0
-    cut = time.monotonic() > deadline
+    cut = time.monotonic() > deadline or bs.cut
     stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
     left = max(1.0, limit - (time.monotonic() - t0))
     out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,

@@ -357,8 +357,8 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     limit = timeout if timeout is not None else (SAFETY_TIMEOUT_S if safety_net else None)
     baselines, prepared = prepare(cfg, subs, user, limit, t0, prog,
                                   target_gap=None if objective == "time,memory" else gap)
-    # a bound phase whose share ran out may have cut a local search short
-    cut_in_bounds = limit is not None and time.monotonic() > t0 + limit * 0.5
+    # a bound phase whose share ran out, or a solver step past its part of it, was cut short
+    cut_in_bounds = (limit is not None and time.monotonic() > t0 + limit * 0.5) or any(pr.bs.cut for pr in prepared)
     if baselines["user"] is None and user_error is None and user is not None:
         user_error = outside_space_error(user, prepared)
     lb = min(pr.bs.bound_ms for pr in prepared)

@@ -68,12 +68,15 @@ Report = Callable[[str, "float | None", "float | None"], None]
 
 @dataclass
 class BoundAndSeeds:
-    """Seeds to enqueue, the lower bound (ms; +inf when nothing can fit) and whether exact."""
+    """Seeds to enqueue, the lower bound (ms; +inf when nothing can fit), whether exact, and
+    whether a deadline cut a step (``cut``: a step ended past its share of the deadline, so the
+    seeds and the bound may depend on the machine's speed and load)."""
 
     seeds: list[Candidate]
     bound_ms: float
     exact: bool = False
     notes: list[str] = field(default_factory=list)
+    cut: bool = False
 
 
 def _incumbent(cands: list[Candidate]) -> float | None:
@@ -230,8 +233,13 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
     out += starts + relaxed
+
+    def past(limit: float | None) -> bool:  # a step that ends past its deadline was cut
+        return limit is not None and time.monotonic() > limit
+    cut = past(share(FIRST_PASS_SHARE))
     say("local search", _incumbent(out), min(b.per_v_ms.values()))
     out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=share(IMPROVE_SHARE))
+    cut |= past(share(IMPROVE_SHARE))
     say("recompute polish", _incumbent(out), None)
     out += polish(problem, out, dict(b.per_v_ms), deadline=deadline)
     out += finish(problem, out, deadline=deadline)
@@ -248,4 +256,5 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         for V, split in t.splits.items():
             out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
     out += finish(problem, out, deadline=deadline)
-    return BoundAndSeeds(out, min(per_v.values()), notes=notes)
+    cut |= past(deadline)
+    return BoundAndSeeds(out, min(per_v.values()), notes=notes, cut=cut)

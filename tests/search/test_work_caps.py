@@ -119,3 +119,25 @@ def test_improve_skips_a_far_start_over_the_budget(monkeypatch) -> None:
         c.excess_mib, c.peak_mib, c.step_ms = 1.0, pr.hbm_mib + 1.0, even.step_ms * f
     S.improve(pr, [even, far, near], {2: 0.0}, None)
     assert searched == ["even", "near"]
+
+
+def test_bound_and_seeds_says_when_a_deadline_cut_a_step(monkeypatch) -> None:
+    """``BoundAndSeeds.cut``: False without a deadline; True when a step (here the local search,
+    slowed past its share) ends after its part of the deadline, so the seeds may depend on the
+    machine's speed (the search then says CUT SHORT)."""
+    import time
+
+    import autotune.tuner.solve as solve
+    from tests.search.test_exact_bounds import _random_problem
+
+    pr = _random_problem(5, 8, 2, 2, ("full",), 1.0)
+    monkeypatch.setattr(solve, "_exact", lambda *a, **k: None)  # the pipeline, not the enumeration
+    assert solve.bound_and_seeds(pr, []).cut is False
+    orig = solve.improve
+
+    def slow(*a, **k):
+        time.sleep(1.2)
+        return orig(*a, **k)
+    monkeypatch.setattr(solve, "improve", slow)
+    assert solve.bound_and_seeds(pr, [], deadline=time.monotonic() + 1.0).cut is True
+    assert solve.bound_and_seeds(pr, [], deadline=time.monotonic() + 600.0).cut is False
