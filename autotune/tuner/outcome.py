@@ -103,8 +103,8 @@ class SearchOutcome:
                      else f"the {self.time_limit_s:g} s safety net")
             why = ""
             if self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net"):
-                why = (f": the bound phase used up its half, {self.time_limit_s / 2:g} s, and stopped its "
-                       f"local search or later bound passes there; the trials then ended on their own")
+                why = (f": the bound phase (its half of it, {self.time_limit_s / 2:g} s) stopped its local "
+                       f"search or later bound passes at their deadlines; the trials then ended on their own")
             return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
                     f"and load){why}; certified gap then {gap}")
         if self.stopped_by == "static_memory":

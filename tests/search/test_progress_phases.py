@@ -115,7 +115,7 @@ def test_config_no_layout_can_fit_is_decided_before_the_bound_phase(tmp_path) ->
 
 
 def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
-    """A 20 s --timeout whose bound phase used up its half (10 s) while the trials then ended on
+    """A 20 s --timeout whose bound phase was cut in its half (10 s) while the trials then ended on
     their own reads as cut short *there*, not as a run that hit 20 s (a new user saw a 12 s run
     called "CUT SHORT by its 20 s timeout")."""
     from autotune.tuner.outcome import SearchOutcome
@@ -124,7 +124,8 @@ def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
                       certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0,
                       bound_phase_cut=True)
     assert r.stop_text().startswith("CUT SHORT by its 20 s timeout, a wall clock (the answer may depend on the "
-                                    "machine's speed and load): the bound phase used up its half, 10 s,")
+                                    "machine's speed and load): the bound phase (its half of it, 10 s) "
+                                    "stopped its local search")
     assert r.stop_text().endswith("certified gap then 2.09%")
     plain = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=20.1, config=None, profile=None,
                           certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0)
