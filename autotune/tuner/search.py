@@ -113,6 +113,14 @@ def report(cfg: TrainingConfig, var: Variant, c: Candidate | None) -> CostReport
                            hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
 
 
+def user_report(cfg: TrainingConfig, var: Variant, user: Layout) -> CostReport:
+    """The cost report of the config's own layout as ``autotune evaluate`` prices it: its own
+    pattern tables (one per pattern, per op) on the profile's own arrays, not a candidate's one
+    count per side on the sub-problem's folded arrays (:func:`autotune.tuner.space.fold_patterns`)."""
+    return evaluate_layout(var.profile, user, micro_batch_num=var.cfg.micro_batch_num, schedule=var.schedule,
+                           hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
+
+
 def user_layout(cfg: TrainingConfig) -> tuple[Layout | None, dict[str, Any] | None]:
     """The config's own layout, or None and why (``ConfigError.to_dict()``) when it breaks a rule:
     the search still runs, and the result says why there is no "user" baseline."""
@@ -153,7 +161,7 @@ def baselines_of(cfg: TrainingConfig, var: Variant, problem: Problem,
     even = even_layers(cfg.num_layers, cfg.pipeline_stage, V0)
     z = np.zeros_like(even)
     mine = user is not None and user.vpp in problem.vpp_candidates
-    return {"user": report(cfg, var, Candidate.from_layout(user, origin="user")) if mine else None,
+    return {"user": user_report(cfg, var, user) if mine else None,
             "even_full_recompute": report(cfg, var, Candidate(V0, even, even.copy(), z, z)),
             "even_no_recompute": report(cfg, var, Candidate(V0, even, z, z, z))}
 

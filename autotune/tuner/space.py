@@ -13,7 +13,8 @@ Schema (every field optional; the defaults are ``search_spaces/default.yaml``; d
 - ``pipeline_scheduler``: ``keep`` (the config's own), one scheduler name to pin, or a list of
   candidates (``keep`` allowed in it) searched one by one.
 - ``select_patterns`` / ``comm_patterns``: which operators ``select`` / ``comm`` recompute act on:
-  ``default`` (MindFormers' default patterns for the model path: the profile's aggregate options),
+  ``default`` (the config's own patterns, which the answer keeps, priced per op like ``evaluate``
+  prices them; MindFormers' default patterns, the profile's aggregate options, when it names none),
   ``ranked`` (sets chosen from the model's op list: the k ops with the most activation MiB saved per
   replay ms, k = 1 .. ``ranked_max_sets``), or an explicit list of candidate sets, each a list of
   MindFormers patterns (segments separated by ``\\.``, each a full-match regex). Each set is a
@@ -43,6 +44,7 @@ from typing import Any, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autotune.config.layout import layout_from_config
 from autotune.config.training import config_from_dict, get_path, read_yaml
 from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays
 from autotune.cost.schedules import registered
@@ -162,7 +164,8 @@ class Variant:
     profile arrays (pattern sets folded into the select/comm options), and what to emit.
 
     ``settings``: the free knobs' values (YAML path -> value) written into the tuned YAML;
-    ``select_patterns`` / ``comm_patterns``: the pattern set (None = MindFormers' defaults).
+    ``select_patterns`` / ``comm_patterns``: the pattern set (None = the config's own, which ``pa``
+    folds in; MindFormers' defaults when it names none).
     """
 
     label: str
@@ -213,6 +216,18 @@ def pattern_sets(pa: Any, side: str, choice: PatternChoice, max_sets: int) -> li
         ops.sort(key=lambda o: (-(o[1] / max(o[2], 1e-12)), -o[1], o[0]))
         return [[escape_op(o[0]) for o in ops[:k]] for k in range(1, min(max_sets, len(ops)) + 1)]
     return [list(s) for s in choice]
+
+
+def config_patterns(cfg: Any) -> tuple[list[str] | None, list[str] | None]:
+    """The config's own select / comm pattern sets (None for a side it names none of, or when its
+    layout breaks a rule): what the answer keeps when the space's choice is ``default``
+    (:func:`autotune.tuner.search._patterns`), so the search prices them per op as ``evaluate``
+    does, not with the profile's aggregate (MindFormers' default patterns) options."""
+    try:
+        lay = layout_from_config(cfg)
+    except ConfigError:
+        return None, None
+    return list(lay.select_patterns) or None, list(lay.comm_patterns) or None
 
 
 def fold_patterns(pa: Any, select: list[str] | None, comm: list[str] | None) -> Any:
@@ -304,6 +319,7 @@ def expand_space(cfg: Any, space: SearchSpace, profile: Any = None, *, device: s
             a ``ranked`` pattern choice on a profile without op lists.
     """
     free = space.free_knobs()
+    own_sel, own_comm = config_patterns(cfg)   # what a ``default`` side emits (search._patterns)
     mbs = micro_batch_candidates(cfg, space)
     if not mbs:
         raise ConfigError(f"no micro_batch_num candidate in {space.micro_batch_num} keeps the global batch "
@@ -354,7 +370,8 @@ def expand_space(cfg: Any, space: SearchSpace, profile: Any = None, *, device: s
                 bits.append(f"select={'|'.join(sp_)}")
             if cp_ is not None:
                 bits.append(f"comm={'|'.join(cp_)}")
-            out.append(Variant(", ".join(bits) or "as configured", c, prof, fold_patterns(pa0, sp_, cp_),
+            out.append(Variant(", ".join(bits) or "as configured", c, prof, fold_patterns(
+                pa0, own_sel if sp_ is None else sp_, own_comm if cp_ is None else cp_),
                                sched, dict(settings), sp_, cp_))
     return out
 
