@@ -105,20 +105,23 @@ def subproblems(cfg: TrainingConfig, sp: SearchSpace, variants: list[Variant]) -
     return subs
 
 
+def _priced(cfg: TrainingConfig, var: Variant, source: Any, layout: Layout) -> CostReport:
+    """``evaluate_layout`` of ``layout`` on ``source`` (profile or arrays) with the sub-problem's
+    micro_batch_num, schedule and seq_split_num and the config's budget."""
+    return evaluate_layout(source, layout, micro_batch_num=var.cfg.micro_batch_num, schedule=var.schedule,
+                           hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
+
+
 def report(cfg: TrainingConfig, var: Variant, c: Candidate | None) -> CostReport | None:
     """The cost report of candidate ``c`` of a sub-problem (None for None)."""
-    if c is None:
-        return None
-    return evaluate_layout(var.pa, c.layout(), micro_batch_num=var.cfg.micro_batch_num, schedule=var.schedule,
-                           hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
+    return None if c is None else _priced(cfg, var, var.pa, c.layout())
 
 
 def user_report(cfg: TrainingConfig, var: Variant, user: Layout) -> CostReport:
     """The cost report of the config's own layout as ``autotune evaluate`` prices it: its own
     pattern tables (one per pattern, per op) on the profile's own arrays, not a candidate's one
     count per side on the sub-problem's folded arrays (:func:`autotune.tuner.space.fold_patterns`)."""
-    return evaluate_layout(var.profile, user, micro_batch_num=var.cfg.micro_batch_num, schedule=var.schedule,
-                           hbm_mib=cfg.hbm_mib, seq_split_num=var.cfg.seq_split_num)
+    return _priced(cfg, var, var.profile, user)
 
 
 def user_layout(cfg: TrainingConfig) -> tuple[Layout | None, dict[str, Any] | None]:
@@ -376,15 +379,13 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                      storage=storage, study_name=study_name, progress=prog, gap=gap,
                      safety_net=safety_net)
     best, closest = st.best, st.closest
-    timed_out = st.timed_out or cut_in_bounds
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
     cert = None
     if best is not None and np.isfinite(lb) and lb > 0:
         cert = max(0.0, (best[1].step_ms - lb) / lb)
     # a step cut short matters only when the answer is not certified within the --gap target
-    if step_cut and not (gap is not None and cert is not None and cert <= gap):
-        cut_in_bounds = True
-        timed_out = True
+    cut_in_bounds = cut_in_bounds or (step_cut and not (gap is not None and cert is not None and cert <= gap))
+    timed_out = st.timed_out or cut_in_bounds
     chosen = best or closest
     var = chosen[0] if chosen else subs[0][0]
     sel_p, comm_p = _patterns(user)

@@ -235,12 +235,13 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
     out += starts + relaxed
 
-    def past(limit: float | None) -> bool:  # a step that ends past its deadline was cut
+    def past(limit: float | None) -> bool:
+        """A step that ended past its deadline was cut (the first pass is not counted: its proofs
+        only weaken there, which the certified gap shows)."""
         return limit is not None and time.monotonic() > limit
-    cut = False  # the first pass's proofs only weaken at their deadline: the gap says so
     say("local search", _incumbent(out), min(b.per_v_ms.values()))
     out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=share(IMPROVE_SHARE))
-    cut |= past(share(IMPROVE_SHARE))
+    cut = past(share(IMPROVE_SHARE))
     say("recompute polish", _incumbent(out), None)
     out += polish(problem, out, dict(b.per_v_ms), deadline=deadline)
     out += finish(problem, out, deadline=deadline)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.inputs import NONE
-from autotune.cost.simulate import CompiledSchedule, compile_schedule
+from autotune.cost.simulate import compile_schedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import detour_counts, pair_cycle
-from autotune.tuner.bounds._relax import RecomputeFrontiers
+from autotune.tuner.bounds._relax import RecomputeFrontiers, live_rows
 from autotune.tuner.problem import Problem
 from autotune.tuner.recompute import allowed_classes
 
@@ -77,7 +77,8 @@ def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
         end_ws = max(pa.head.ws_mib if p == 0 else 0.0, pa.tail.ws_mib if p == P - 1 else 0.0)
         room = problem.hbm_mib - const - static[ii, jj]
         extra = np.zeros(ii.size)
-        for nu, ws in _live_rows(cs, p, end_ws):  # every row's fit is necessary: keep the largest
+        rows, held = live_rows(cs, p, np.array([end_ws]))  # V = 1: one live count per row
+        for nu, ws in zip(rows[:, 0].tolist(), held.tolist()):  # every row must fit: the largest
             extra = np.maximum(extra, _least_extra(frontier_for(nu if has_sd else None), groups, room - ws,
                                                    nu, end_act, has_sd))
         ok = (size[ii, jj] >= lo[0, p]) & (size[ii, jj] <= hi[0, p]) & ((room >= 0) | has_sd)
@@ -87,19 +88,6 @@ def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     Fp[-1] += tf
     return Fp, Bmin
 
-
-
-def _live_rows(cs: CompiledSchedule, p: int, end_ws: float) -> list[tuple[float, float]]:
-    """(live micro-batches' worth of activation, workspace MiB >= held) of stage p's largest forward
-    row and largest backward row (a backward also holds its workspace, >= ``end_ws``); the
-    backward one only when it can bind (more live or more held)."""
-    nu_f = float(cs.mem_fwd[p].max()) / cs.k if cs.mem_fwd[p].size else 0.0
-    out = [(nu_f, 0.0)]
-    if cs.mem_bwd[p][0].size:
-        nu_b = float(cs.mem_bwd[p][0].max()) / cs.k
-        if nu_b > nu_f or end_ws > 0:
-            out.append((nu_b, end_ws))
-    return out
 
 
 def _least_extra(fr: RecomputeFrontiers, groups: dict[tuple[int, ...], list[int]], room: np.ndarray, nu: float,
