@@ -91,19 +91,20 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     tf, tb = pa.tail.fwd_ms, pa.tail.bwd_ms
     rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
     nv = np.asarray(vecs, dtype=np.int64).reshape(-1, V)  # [M, V]
-    static = su.const_static_mib[p] + nv.sum(axis=1) * lay.static_mib  # [M] MiB
+    mix = su.mix
+    static = su.const_static_mib[p] + mix.static(nv.sum(axis=1))  # [M] MiB
     room = problem.hbm_mib - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
     E = np.maximum(0.0, min_extra_rows(fr, nv, rows, room).max(axis=1, initial=0.0))
     fits = np.isfinite(E)
     if not fits.any():
         return None
     nv, E = nv[fits], E[fits]
-    fv = nv * lay.fwd_ms + su.end_fwd_ms[:, p]  # [M, V]
-    bv = nv * lay.bwd_ms + su.end_bwd_ms[:, p]
+    fv = mix.fwd(nv) + su.end_fwd_ms[:, p]  # [M, V]
+    bv = mix.bwd(nv) + su.end_bwd_ms[:, p]
     own = fv @ sp.cF.T + bv @ sp.cB.T + E[:, None] * sp.cB.min(axis=1)[None, :]  # [M, Q]
     nt = nv.sum(axis=1)
-    oth_f = lay.fwd_ms * (N - nt)[:, None] + (hf if p else 0.0) + (tf if p < P - 1 else 0.0)
-    oth_b = lay.bwd_ms * (N - nt)[:, None] + (hb if p else 0.0) + (tb if p < P - 1 else 0.0)
+    oth_f = mix.fwd(N - nt)[:, None] + (hf if p else 0.0) + (tf if p < P - 1 else 0.0)
+    oth_b = mix.bwd(N - nt)[:, None] + (hb if p else 0.0) + (tb if p < P - 1 else 0.0)
     base = (sp.K[None, :] + own + sp.a_f * oth_f + sp.a_b * oth_b
             + (sp.c0_f * hf + sp.c0_b * hb if p else 0.0)
             + (sp.r_f * tf + sp.r_b * tb if p < P - 1 else 0.0))  # [M, Q]

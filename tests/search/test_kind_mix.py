@@ -1,0 +1,91 @@
+"""The layer kinds' least sums (autotune.tuner.bounds._relax.KindMix) and what they give the stage
+DP: DeepSeek-V3's static memory by hand, least(n) <= the sum of any n of the model's layers
+(hypothesis), and the typed stage DP is never below the one with the cheapest layer everywhere
+and never above the enumerated optimum (that second half is test_stage_dp's)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autotune.tuner.bounds import _relax
+from autotune.tuner.bounds._relax import KindMix
+from autotune.tuner.bounds.stage_dp import stage_dp_bound
+from tests.search.test_stage_dp import VPP_CASES, small_vpp_problem
+
+#: DeepSeek-V3's layers as benchmarks/data/deepseek3_671b_profile.yaml has them, cut to 8 layers:
+#: 3 dense (939.06 MiB static each) then 5 MoE (4,407.01 MiB).
+DSV3 = KindMix(counts=np.array([3, 5]), fwd_ms=np.array([9.7035, 9.7302]), bwd_ms=np.array([19.4071, 19.4604]),
+               static_mib=np.array([939.06, 4407.01]))
+
+
+def test_least_static_by_hand() -> None:
+    """n dense first, then MoE: 0, 2 × 939.06, 3 × 939.06, 3 × 939.06 + 4,407.01, all 8."""
+    got = DSV3.static(np.array([0, 2, 3, 4, 8]))
+    want = [0.0, 1878.12, 2817.18, 2817.18 + 4407.01, 2817.18 + 5 * 4407.01]
+    assert got == pytest.approx(want)
+    # the relaxed layer's n × cheapest says 8 × 939.06 = 7,512.5 MiB for all 8: 16,340 MiB short
+    assert float(DSV3.static(8)) - 8 * 939.06 == pytest.approx(5 * (4407.01 - 939.06))
+
+
+def test_least_sums_take_the_cheapest_kind_per_quantity() -> None:
+    """Each quantity sorts the kinds by itself: kind 1 is the cheaper forward, kind 0 the cheaper
+    backward and static."""
+    mix = KindMix(np.array([2, 2]), fwd_ms=np.array([3.0, 1.0]), bwd_ms=np.array([1.0, 5.0]),
+                  static_mib=np.array([10.0, 20.0]))
+    assert mix.fwd(np.array([1, 3])) == pytest.approx([1.0, 1.0 + 1.0 + 3.0])
+    two_d = mix.bwd(np.array([[1, 3]]))  # shape kept: [1, 2]
+    assert two_d.shape == (1, 2) and two_d[0] == pytest.approx([1.0, 1.0 + 1.0 + 5.0])
+    assert mix.static(np.array(4)) == pytest.approx(60.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+       seed=st.integers(0, 10_000))
+def test_least_is_below_every_subset(counts, seed) -> None:
+    """For random kinds and any n of the model's layers drawn at random, the sum of their values
+    is >= least(n), with equality for some draw (the greedy one)."""
+    rng = np.random.default_rng(seed)
+    counts = np.array(counts)
+    vals = rng.uniform(-5, 50, counts.size)
+    layers = np.repeat(vals, counts)  # the model's layers' values
+    N = layers.size
+    for n in range(N + 1):
+        lo = float(KindMix.least(vals, counts, np.array(n)))
+        for _ in range(5):
+            pick = rng.choice(N, size=n, replace=False)
+            assert layers[pick].sum() >= lo - 1e-9
+        assert np.sort(layers)[:n].sum() == pytest.approx(lo)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**VPP_CASES)
+def test_typed_stage_dp_is_not_below_the_cheapest_layer_one(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
+    """The stage DP with the kinds' least sums >= the same DP with every layer the cheapest kind
+    (the relaxed layer's forward, backward and static put in a one-kind mix)."""
+    problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
+    typed = stage_dp_bound(problem, V)
+    real = _relax.integer_setup
+
+    def cheapest(pb, v):
+        su = real(pb, v)
+        if su is None:
+            return None
+        lay = su.layer
+        one = KindMix(np.array([pb.N]), np.array([lay.fwd_ms]), np.array([lay.bwd_ms]), np.array([lay.static_mib]))
+        return dataclasses.replace(su, mix=one)
+
+    import autotune.tuner.bounds.stage_dp as sdp
+    sdp.integer_setup = cheapest
+    try:
+        plain = stage_dp_bound(problem, V)
+    finally:
+        sdp.integer_setup = real
+    if typed is None or plain is None:
+        assert typed is None and plain is None
+        return
+    assert typed.bound_ms >= plain.bound_ms * (1 - 2e-4)  # both bisect to a relative 1e-4
