@@ -10,6 +10,9 @@ is small, else a short pipeline
   that can still hold the optimum;
 - polish: the integer program picks the recompute of each such V's best layout;
 - tighten: the later bound passes against the incumbent (their relaxed splits become seeds);
+- kick: when the certified gap is still over its target, the iterated local search
+  (:func:`~autotune.tuner.kicks.kick_search`: shears and random kicks, each followed by the
+  local search) from the best layout found;
 - finish: the best layout found gets the 1-opt descent (:func:`~autotune.tuner.heuristic.
   finish_one_opt`), before the later bound passes (a better incumbent prunes them) and again
   after them when their seeds hold a faster layout.
@@ -28,6 +31,7 @@ from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import edge_weighted_fit, fitted
 from autotune.tuner.heuristic import finish_one_opt, local_search, polish_recompute
+from autotune.tuner.kicks import kick_search
 from autotune.tuner.problem import (Candidate, Problem, best_of, better, count_splits, even_layers, fits, improves,
                                     ranked)
 
@@ -60,6 +64,9 @@ LOCAL_ITERS = 60
 #: its 60-move descent (554 of its stage refits went to the greedy: mini-stages too large for the
 #: exact fit) ended over the budget at 1,354,268 ms; ``improve`` took 151 CPU s before, 20 after.
 LOCAL_START_WITHIN = 1.25
+#: The kick search's certified-gap target when the caller gives none (the search's default
+#: ``--gap``).
+KICK_TARGET_GAP = 0.005
 
 
 #: A progress callback: (step name, best feasible step ms or None, lower bound ms or None).
@@ -171,6 +178,22 @@ def finish(problem: Problem, cands: list[Candidate], *, deadline: float | None =
     return [c1] if c1 is not c0 else []
 
 
+def kick(problem: Problem, cands: list[Candidate], bound_ms: float, *, target_gap: float | None = None,
+         deadline: float | None = None) -> list[Candidate]:
+    """The kick search (:func:`~autotune.tuner.kicks.kick_search`) from the fastest fitting
+    candidate of ``cands`` (scored here) while its certified gap against ``bound_ms`` is over
+    ``target_gap`` (None: :data:`KICK_TARGET_GAP`); [] when none fits, the gap is met or nothing
+    faster is found, else [its answer]."""
+    problem.score([c for c in cands if not np.isfinite(c.step_ms)])
+    feas = [c for c in cands if fits(c.peak_mib, problem.hbm_mib)]
+    gap = KICK_TARGET_GAP if target_gap is None else target_gap
+    if not feas or not np.isfinite(bound_ms) or _gap_met(best_of(feas).step_ms, bound_ms, gap):
+        return []
+    c0 = best_of(feas)
+    c1 = kick_search(problem, c0, target_ms=bound_ms * (1 + gap), deadline=deadline)
+    return [c1] if c1 is not c0 else []
+
+
 def _exact(problem: Problem, deadline: float | None, notes: list[str]) -> ExactResult | None:
     """The exact enumeration, or None when it is skipped (too many splits, or over its work
     budget: a note says why)."""
@@ -257,6 +280,8 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         per_v = t.per_v_ms
         for V, split in t.splits.items():
             out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
+    say("kicks", _incumbent(out), min(per_v.values()))
+    out += kick(problem, out, min(per_v.values()), target_gap=target_gap, deadline=deadline)
     out += finish(problem, out, deadline=deadline)
     cut |= past(deadline)
     return BoundAndSeeds(out, min(per_v.values()), notes=notes, cut=cut)
