@@ -21,8 +21,11 @@ three sums: every other stage's forward / backward ms, the chunk-0 mini-stages o
 (C0 layers) and the last-chunk mini-stages of later stages (R layers); any left-over count is
 dropped (durations are >= 0, so the length only falls). On stage p the counts are kept exactly.
 
-Relaxations (each can only lower the bound): every layer is replaced by the cheapest layer kind
-present (componentwise minimum per recompute class, so homogeneous models lose nothing); each
+Relaxations (each can only lower the bound): a stage's n layers (and the N - n elsewhere) are
+charged the least static MiB, forward and backward ms any n of the model's layers have (the kinds'
+least sums, :class:`~autotune.tuner.bounds._relax.KindMix`: the cheapest kinds first, each at most
+as often as the model has it), and their recompute is the cheapest layer kind's (componentwise
+minimum per recompute class, so homogeneous models lose nothing); each
 layer picks its recompute class freely (not the "first r layers" rule); other stages' backward
 counts use the backward without recompute replay; on stage p the replay ms E is weighted by the
 path's smallest backward count over chunks; of the workspace term of the memory peak only the
