@@ -121,7 +121,8 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
         space: search space (object, YAML path, or None for ``search_spaces/default.yaml``).
         trials: most Optuna trials per sub-problem (baselines and solver seeds included); a study
             stops earlier at the certified-gap target, or when no neighbour of its best trial is
-            faster (``stopped_by="neighbourhood"``).
+            faster (``stopped_by="neighbourhood"``), or when its neighbourhood scans used their work
+            cap on a large schedule (``stopped_by="work"``).
         timeout: wall-clock limit (s) for the whole search; None (default) = bounded by work only
             (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net on the trial phase.
             seed: kept for reproducible APIs (the neighbourhood sampler is deterministic).

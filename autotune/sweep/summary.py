@@ -9,7 +9,8 @@ Statuses: ``done`` (the search ended by its work budget or the gap target), ``ti
 scenario's own ``timeout`` cut it; ``certified_gap_pct`` is the gap at that moment), ``infeasible``
 (nothing fits the HBM budget), ``failed`` (the search raised, or its workers died on it
 :data:`autotune.sweep.worker.MAX_CLAIMS` times) and ``invalid`` (bad input found while running).
-``stopped_by`` says why each search ended (``gap``, ``trials``, ``timeout``); ``trials`` counts
+``stopped_by`` says why each search ended (``gap``, ``neighbourhood``, ``work``, ``trials``, ``timeout``, …:
+:attr:`autotune.api.SearchResult.stopped_by`); ``trials`` counts
 finished trials of the study.
 """
 

@@ -37,7 +37,10 @@ class SearchOutcome:
             ``certified_gap`` is then the gap at that moment.
         stopped_by: why the search ended: ``"gap"`` (the certified-gap target was reached),
             ``"neighbourhood"`` (no neighbour of the best config beats it: a local optimum, more
-            trials could not help), ``"trials"`` (the trial budget was used), ``"timeout"`` (the
+            trials could not help), ``"work"`` (the study's neighbourhood scans used their work cap,
+            :data:`~autotune.tuner.sampler.SAMPLER_OPS` simulated ops: only large schedules reach
+            it; the answer still got the final local search and the 1-opt finish),
+            ``"trials"`` (the trial budget was used), ``"timeout"`` (the
             ``timeout`` wall clock), ``"safety_net"`` (the :data:`SAFETY_TIMEOUT_S` wall clock of a
             search without one) or ``"static_memory"`` (no layout can fit: static memory alone
             exceeds the budget, ``min_static_mib``; decided before the bound phase, no trials).
@@ -117,6 +120,10 @@ class SearchOutcome:
             return (f"stopped at a local optimum after {self.trials} trials: no neighbour of the best "
                     f"config (one or two layers moved, a 1-opt move, one stage's recompute changed) is faster, so more "
                     f"trials could not help; certified gap {gap}")
+        if self.stopped_by == "work":
+            return (f"stopped at the study's work cap after {self.trials} trials: its neighbourhood scans "
+                    f"used their budget of simulated ops (a cap that only large schedules reach); the answer "
+                    f"is 1-opt; certified gap {gap}")
         if self.stopped_by == "gap":
             return f"stopped at the certified-gap target after {self.trials} trials; certified gap {gap}"
         return f"stopped after the trial budget ({self.trials} trials); certified gap {gap}"

@@ -127,6 +127,7 @@ class StudyOutcome:
         timed_out: the wall-clock ``timeout`` ended the study before its budget or gap target.
         stopped_by: why it ended: ``"gap"`` (a trial reached ``stop_at_ms``), ``"neighbourhood"``
             (no neighbour of the best trial beats it: a local optimum, more trials cannot help),
+            ``"work"`` (the sampler's scans used :data:`~autotune.tuner.sampler.SAMPLER_OPS`),
             ``"trials"`` (the budget is used), ``"timeout"`` (the wall clock; ``timed_out``).
         waiting: WAITING trials left in the study (only after a time limit or a budget smaller
             than the queue; a resumed run runs them first).
@@ -232,7 +233,7 @@ class _Tracker:
         if self.met():
             self.stopped_by = "gap"
         elif self.sampler.propose(study) is None:
-            self.stopped_by = "neighbourhood"
+            self.stopped_by = "work" if self.sampler.capped else "neighbourhood"
         else:
             return False
         return True
@@ -287,7 +288,8 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     2. the seeds the study does not hold yet (by layout, whatever the state) are enqueued, at most
        as many as the budget has room for (the best ranked when there are more);
     3. the :class:`~autotune.tuner.sampler.NeighbourhoodSampler` proposes neighbours of the best
-       trial that beat it, until none does (``stopped_by="neighbourhood"``), the gap target is met
+       trial that beat it, until none does (``stopped_by="neighbourhood"``), its scans have spent
+       :data:`~autotune.tuner.sampler.SAMPLER_OPS` (``"work"``), the gap target is met
        or the budget is used;
     4. a local search from the best trial (with the pair and kick escapes); its answer is the last
        trial when it is faster (one budget slot is kept for it when ``local_polish`` and

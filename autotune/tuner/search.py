@@ -61,6 +61,7 @@ class StudiesOutcome:
     timed_out: bool = False
     gap_met: bool = False
     local_optimum: bool = False
+    work_cap: bool = False
     time_limit_s: float | None = None
     pareto_pool: list[tuple[Variant, Candidate]] = field(default_factory=list)
     pareto_exact: bool = True
@@ -254,6 +255,7 @@ def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, tria
             out.pareto_exact = out.pareto_exact and pr.bs.exact and (
                 sp.recompute_granularity == "mini_stage" or pr.problem.vpp_candidates == (1,))
     out.local_optimum = bool(runs) and all(r == "neighbourhood" for r in runs)
+    out.work_cap = "work" in runs and all(r in ("neighbourhood", "work") for r in runs)
     return out
 
 
@@ -313,6 +315,8 @@ def _stopped_by(st: StudiesOutcome, timed_out: bool, timeout: float | None, stop
         return "timeout" if timeout is not None else "safety_net"
     if st.gap_met or (stop_at is not None and best is not None and best[1].step_ms <= stop_at):
         return "gap"
+    if st.work_cap:
+        return "work"
     return "neighbourhood" if st.local_optimum else "trials"
 
 

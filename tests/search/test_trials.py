@@ -135,3 +135,27 @@ def test_resumed_study_goes_on_where_it_was(tmp_path) -> None:
     straight = run_study(syn2_problem(150), seeds=_baselines(problem), n_trials=40, seed=0)
     lay = lambda o: [json.loads(t.user_attrs["layout"]) for t in o.study.get_trials(deepcopy=False)]  # noqa: E731
     assert lay(resumed) == lay(straight)
+
+
+def test_study_stops_at_its_work_cap_and_the_answer_is_still_1_opt(monkeypatch) -> None:
+    """With the sampler's work cap (SAMPLER_OPS) below one neighbourhood scan, the study makes the
+    proposals of its first incumbent only, stops with ``stopped_by="work"`` (before the uncapped
+    study's local optimum), and its answer is still 1-opt: the final local search and the 1-opt
+    finish ran (no improving move left, tests/search/test_one_opt.py's check)."""
+    import autotune.tuner.sampler as sampler_mod
+    from autotune.tuner.heuristic import improving_moves
+    from autotune.tuner.outcome import SearchOutcome
+
+    problem, free = _run(n=200)
+    monkeypatch.setattr(sampler_mod, "SAMPLER_OPS", 1.0)
+    problem, capped = _run(n=200)
+    assert capped.stopped_by == "work" and free.stopped_by == "neighbourhood"
+    assert 1 <= capped.proposed < free.proposed
+    best = problem.score([capped.best])[0]
+    layouts, _ = improving_moves(problem, best)
+    assert len(layouts.layers) == 0
+    text = SearchOutcome(best=None, closest=None, baselines={}, trials=capped.trials, seconds=0.0, config=None,
+                         profile=None, study=None, stopped_by="work", certified_gap=0.01).stop_text()
+    assert text == (f"stopped at the study's work cap after {capped.trials} trials: its neighbourhood scans used "
+                    "their budget of simulated ops (a cap that only large schedules reach); the answer is 1-opt; "
+                    "certified gap 1.00%")
