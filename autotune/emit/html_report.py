@@ -110,7 +110,7 @@ def comparison_rows(main: CostReport | None, others: dict[str, CostReport | None
             rows.append([name, "-", "-", "-", "-", "-", "not runnable / invalid"])
             continue
         rel = "-" if ref is None or r is main else f"{r.step_time_ms / ref - 1:+.1%}"
-        room = headroom_text(r.peak_mib, budget_of(r, margin_mib)).replace(" headroom", "") or "-"
+        room = headroom_text(r.peak_mib, budget_of(r, margin_mib), thousands=True).replace(" headroom", "") or "-"
         rows.append([name, f"{r.step_time_ms:,.1f}", rel, f"{r.bubble_fraction:.1%}", f"{r.peak_mib:,.0f}", room,
                      {True: "yes", False: "NO", None: "unknown"}[r.fits]])
     return rows

@@ -126,17 +126,20 @@ def pct_of_budget(peak_mib: float, budget_mib: float) -> str:
     return f"{r:.1f}%"
 
 
-def headroom_text(peak_mib: float, budget_mib: float | None) -> str:
+def headroom_text(peak_mib: float, budget_mib: float | None, *, thousands: bool = False) -> str:
     """``"163 MiB headroom (0.3%)"`` (MiB and % of the budget), ``"over budget by 12 MiB (0.1%)"``,
-    or ``""`` without a budget. A positive headroom under 0.05 % shows as ``"<0.1%"``."""
+    or ``""`` without a budget. A positive headroom under 0.05 % shows as ``"<0.1%"``. MiB are
+    written as the text report writes them (``2774``); ``thousands`` writes ``2,774`` (the HTML
+    report's tables)."""
     if budget_mib is None:
         return ""
     room = budget_mib - peak_mib
     x = 100.0 * abs(room) / budget_mib
     pct = "<0.1%" if 0 < x < 0.05 else f"{x:.1f}%"
+    mib = f"{abs(room):,.0f}" if thousands else f"{abs(room):.0f}"
     if room >= 0:
-        return f"{room:,.0f} MiB headroom ({pct})"
-    return f"over budget by {-room:,.0f} MiB ({pct})"
+        return f"{mib} MiB headroom ({pct})"
+    return f"over budget by {mib} MiB ({pct})"
 
 
 def budget_of(report: CostReport, margin_mib: float = 0.0) -> float | None:

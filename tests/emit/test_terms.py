@@ -67,11 +67,19 @@ def test_shares_of_the_hand_simulated_toy(toy_report):
     (55800, 55808, "99.9%", "8 MiB headroom (<0.1%)"),            # 99.986 % is not 100 %
     (55808, 55808, "100.0%", "0 MiB headroom (0.0%)"),
     (56000, 55808, "100.3%", "over budget by 192 MiB (0.3%)"),
-    (45802, 55808, "82.1%", "10,006 MiB headroom (17.9%)"),
+    (45802, 55808, "82.1%", "10006 MiB headroom (17.9%)"),         # as the text report's tables write MiB
 ])
 def test_honest_percentages(peak, budget, pct, room):
     assert pct_of_budget(peak, budget) == pct
     assert headroom_text(peak, budget) == room
+
+
+def test_headroom_thousands_only_where_asked():
+    """The text report writes MiB without separators everywhere (its tables, the summary line and
+    the headroom note alike); the HTML report's tables write 10,006."""
+    assert headroom_text(45802, 55808, thousands=True) == "10,006 MiB headroom (17.9%)"
+    assert headroom_text(57000, 55808, thousands=True) == "over budget by 1,192 MiB (2.1%)"
+    assert headroom_text(57000, 55808) == "over budget by 1192 MiB (2.1%)"
 
 
 def test_memory_labels_never_say_100_percent_below_the_budget(toy_profile):
