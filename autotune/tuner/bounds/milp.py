@@ -94,6 +94,28 @@ class MilpBound:
     converged: bool
 
 
+def _kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For a model of several layer kinds with different static MiB: (static MiB per kind [K],
+    the model's layers per kind [K], per mini-stage j in layer order (j = v·P + p) the layers of
+    each kind it can hold [V·P, K]); None otherwise. Mini-stage j holds positions >= Σ_{j' < j}
+    lo[j'] and < N − Σ_{j' > j} lo[j'] (the others hold at least their lower bounds
+    ``problem.bounds(V)``, or exactly the ``fixed`` split's, whose windows are then its own
+    positions): on a model whose dense layers come first, a mini-stage after a few others holds
+    none. A relaxation of the real kinds (their order is dropped), so a bound."""
+    pa = problem.pa
+    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
+    static = np.asarray(pa.static_k, dtype=np.float64)[ks]
+    if ks.size < 2 or np.ptp(static) <= 1e-9:
+        return None
+    lo = (problem.bounds(V)[0] if fixed is None else np.asarray(fixed)).reshape(-1).astype(np.int64)
+    before = np.concatenate([[0], np.cumsum(lo)[:-1]])
+    after = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
+    end = np.maximum(before, problem.N - after)
+    window = (pa.kind_prefix[ks][:, end] - pa.kind_prefix[ks][:, before]).T.astype(np.float64)
+    return static, pa.kind_prefix[ks, -1].astype(np.float64), window
+
+
 @contextlib.contextmanager
 def _quiet_stdout():
     """HiGHS writes a few debug lines to the C-level stdout even with output off; silence fd 1
@@ -197,7 +219,11 @@ class _Model:
         self.nw = nn if self.wcls else 0  # workspace MiB of mini-stage j
         self.nx = nn if self.excl else 0  # binary: select-only (1) or comm-only (0) in mini-stage j
         self.iu, self.iw, self.ix = nn + ny, nn + ny + self.nu, nn + ny + self.nu + self.nw
-        self.nvar = self.ix + self.nx + 1
+        # layers of each kind per mini-stage (the static MiB of a model of several kinds)
+        self.kinds = _kind_windows(problem, V, fixed) if np.isfinite(problem.hbm_mib) else None
+        self.ik = self.ix + self.nx
+        self.nk = 0 if self.kinds is None else nn * self.kinds[0].size
+        self.nvar = self.ik + self.nk + 1
         self.iT = self.nvar - 1
         self.cap_j = (np.asarray(fixed) if exact else np.minimum(self.hi, N)).reshape(-1).astype(np.float64)
         self.rows: list[np.ndarray] = []
@@ -207,6 +233,8 @@ class _Model:
         self.path_rows: list[np.ndarray] = []
         self.path_hi: list[float] = []
         self._structure_rows()
+        if self.kinds is not None:
+            self._kind_rows()
         if np.isfinite(problem.hbm_mib):
             self._memory_rows()
 
@@ -248,6 +276,21 @@ class _Model:
                 r[self.ix + j] = cap_j[j]
                 self.add_row(r, -np.inf, cap_j[j])  # comm-only <= n·(1 - x)
 
+    def _kind_rows(self) -> None:
+        """With several layer kinds: Σ_k x[j, k] = n[j] per mini-stage and Σ_j x[j, k] = the
+        model's layers of kind k (x[j, k] within its window, :func:`_kind_windows`)."""
+        static, counts, _ = self.kinds
+        K, nn = static.size, self.nn
+        for j in range(nn):
+            r = np.zeros(self.nvar)
+            r[self.ik + j * K:self.ik + (j + 1) * K] = 1.0
+            r[j] = -1.0
+            self.add_row(r, 0.0, 0.0)
+        for k in range(K):
+            r = np.zeros(self.nvar)
+            r[self.ik + k:self.ik + nn * K:K] = 1.0
+            self.add_row(r, float(counts[k]), float(counts[k]))
+
     def _memory_rows(self) -> None:
         """Per stage and undominated live-count vector: static + activation (+ the workspace of
         the chunk whose backward runs) <= HBM."""
@@ -266,7 +309,11 @@ class _Model:
                     r = np.zeros(self.nvar)
                     for v in range(V):
                         j = v * P + p
-                        r[j] = lay.static_mib
+                        if self.kinds is None:
+                            r[j] = lay.static_mib
+                        else:  # each kind's static MiB on its layers of the mini-stage
+                            K = self.kinds[0].size
+                            r[self.ik + j * K:self.ik + (j + 1) * K] = self.kinds[0]
                         r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act_mib + lay.sdelta_mib
                     room = problem.hbm_mib - su.const_static_mib[p] - float(w @ su.end_act_mib[:, p])
                     if ch is not None:
@@ -308,6 +355,8 @@ class _Model:
         vlo[:nn] = self.lo.reshape(-1)
         vhi[:nn] = np.minimum(self.hi, N).reshape(-1)
         vhi[nn:nn + ny] = N
+        if self.kinds is not None:
+            vhi[self.ik:self.ik + self.nk] = self.kinds[2].reshape(-1)  # the window's layers of kind k
         if self.exact:
             vlo[:nn] = vhi[:nn] = self.cap_j
             integ[nn:nn + ny] = 1
@@ -388,7 +437,9 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             y[:, :, 0] = n  # no replay: the path is what matters, not its length here
             cp = critical_path(cs, *model.durations(n, y), p2p)
             model.add_path(cp.cf, cp.cb, cp.hops)
-    if fixed is None and model.nvar * (len(model.rows) + len(model.path_rows)) > MAX_LP_CELLS:
+    kind_rows = 0 if model.kinds is None else model.nn + model.kinds[0].size
+    cells = (model.nvar - model.nk) * (len(model.rows) - kind_rows + len(model.path_rows))
+    if fixed is None and cells > MAX_LP_CELLS:
         return None  # a work cap: too large a program for the node limit to bound (MAX_LP_CELLS)
     # lower_ms is not T's lower bound in the program: every node whose LP value is below it would
     # read lower_ms, and HiGHS's best-bound search could no longer tell the nodes apart (pp4 vpp3
