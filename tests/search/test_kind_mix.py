@@ -96,9 +96,9 @@ def test_kind_windows_of_a_dense_first_model_by_hand() -> None:
     mini-stage holds >= 1 layer but (0, 0) and the last. Mini-stage j (layer order) starts at
     position >= j - 1, so the dense layers it can hold are 3, 3, 2, 1, then none."""
     from benchmarks.scaling import build
-    from autotune.tuner.bounds.milp import _kind_windows
+    from autotune.tuner.bounds._relax import kind_windows
 
-    static, counts, window = _kind_windows(build(4, 3, 8, 32, "moe", "tight"), 3)
+    static, counts, window = kind_windows(build(4, 3, 8, 32, "moe", "tight"), 3)
     assert counts.tolist() == [3, 29] and static[0] < static[1]
     assert window[:, 0].tolist() == [3, 3, 2, 1] + [0] * 8
     assert window[:5, 1].tolist() == [19, 20, 21, 22, 23]  # ends: 32 minus the others' minimum layers

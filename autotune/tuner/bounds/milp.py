@@ -49,7 +49,7 @@ import numpy as np
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
-from autotune.tuner.bounds._relax import IntegerSetup, integer_setup, undominated
+from autotune.tuner.bounds._relax import IntegerSetup, integer_setup, kind_windows, undominated
 from autotune.tuner.problem import Candidate, Problem
 from autotune.tuner.recompute import allowed_classes
 
@@ -92,28 +92,6 @@ class MilpBound:
     paths: int
     solves: int
     converged: bool
-
-
-def _kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """For a model of several layer kinds with different static MiB: (static MiB per kind [K],
-    the model's layers per kind [K], per mini-stage j in layer order (j = v·P + p) the layers of
-    each kind it can hold [V·P, K]); None otherwise. Mini-stage j holds positions >= Σ_{j' < j}
-    lo[j'] and < N − Σ_{j' > j} lo[j'] (the others hold at least their lower bounds
-    ``problem.bounds(V)``, or exactly the ``fixed`` split's, whose windows are then its own
-    positions): on a model whose dense layers come first, a mini-stage after a few others holds
-    none. A relaxation of the real kinds (their order is dropped), so a bound."""
-    pa = problem.pa
-    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
-    static = np.asarray(pa.static_k, dtype=np.float64)[ks]
-    if ks.size < 2 or np.ptp(static) <= 1e-9:
-        return None
-    lo = (problem.bounds(V)[0] if fixed is None else np.asarray(fixed)).reshape(-1).astype(np.int64)
-    before = np.concatenate([[0], np.cumsum(lo)[:-1]])
-    after = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
-    end = np.maximum(before, problem.N - after)
-    window = (pa.kind_prefix[ks][:, end] - pa.kind_prefix[ks][:, before]).T.astype(np.float64)
-    return static, pa.kind_prefix[ks, -1].astype(np.float64), window
 
 
 @contextlib.contextmanager
@@ -220,7 +198,7 @@ class _Model:
         self.nx = nn if self.excl else 0  # binary: select-only (1) or comm-only (0) in mini-stage j
         self.iu, self.iw, self.ix = nn + ny, nn + ny + self.nu, nn + ny + self.nu + self.nw
         # layers of each kind per mini-stage (the static MiB of a model of several kinds)
-        self.kinds = _kind_windows(problem, V, fixed) if np.isfinite(problem.hbm_mib) else None
+        self.kinds = kind_windows(problem, V, fixed) if np.isfinite(problem.hbm_mib) else None
         self.ik = self.ix + self.nx
         self.nk = 0 if self.kinds is None else nn * self.kinds[0].size
         self.nvar = self.ik + self.nk + 1
@@ -278,7 +256,8 @@ class _Model:
 
     def _kind_rows(self) -> None:
         """With several layer kinds: Σ_k x[j, k] = n[j] per mini-stage and Σ_j x[j, k] = the
-        model's layers of kind k (x[j, k] within its window, :func:`_kind_windows`)."""
+        model's layers of kind k (x[j, k] within its window,
+        :func:`~autotune.tuner.bounds._relax.kind_windows`)."""
         static, counts, _ = self.kinds
         K, nn = static.size, self.nn
         for j in range(nn):
