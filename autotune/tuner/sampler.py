@@ -41,8 +41,7 @@ from optuna.samplers._base import _process_constraints_after_trial
 from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
 from autotune.tuner.heuristic import _pair_top
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.moves import OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves
-from autotune.tuner.moves import scan as scan_moves
+from autotune.tuner.moves import OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
 from autotune.tuner.params import encode, representable
 from autotune.tuner.problem import Candidate, Problem, better, fits, rank_order, ranked
 
@@ -174,35 +173,38 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         p = self.problem
         fit = GREEDY if inc.V == 1 else edge_weighted_fit(inc.V)
         memo = fit_cache(p)
-        ops = compile_schedule(p.schedule, p.P, inc.V, p.m, p.seq_split_num).num_ops
-
-        def scan(*a, **k) -> Scan | None:  # moves.scan, its simulated ops counted
-            sc = scan_moves(*a, **k)
-            self.spent_ops += 0.0 if sc is None else float(len(sc.step_ms)) * ops
-            return sc
         out: list[Candidate] = []
-        single = scan(p, inc, SingleLayerMoves(), fit=fit, memo=memo)
+        single = self._scan(p, inc, SingleLayerMoves(), fit=fit, memo=memo)
         out = self._improving(inc, single)
         if not out:
             # a move over the budget never beats a fitting incumbent: price memory first
             one_opt = OneOptMoves(fitting_only=bool(fits(inc.peak_mib, p.hbm_mib)))
-            out = self._improving(inc, scan(p, inc, one_opt, fit=fit, memo=memo, beat=True))
+            out = self._improving(inc, self._scan(p, inc, one_opt, fit=fit, memo=memo, beat=True))
         if not out and single is not None:
             top = _pair_top(p, inc.V, None)
             if top >= 2:
                 order = rank_order(single.step_ms, single.excess_mib(p))
-                out = self._improving(inc, scan(p, inc, PairMoves(singles=single.layouts.layers, order=order,
-                                                                     top=top), fit=fit, memo=memo))
+                pairs = PairMoves(singles=single.layouts.layers, order=order, top=top)
+                out = self._improving(inc, self._scan(p, inc, pairs, fit=fit, memo=memo))
         if not out:
             opts = stage_options(p, inc, TRADE_TOP)
             for s in range(p.P):
                 if opts[s] is not None:
-                    out += self._improving(inc, scan(p, inc, RecomputeTrades(((s, opts[s]),)), beat=True))
+                    out += self._improving(inc, self._scan(p, inc, RecomputeTrades(((s, opts[s]),)), beat=True))
             out = ranked(out)
         if len(self._scans) >= SCAN_MEMO:
             self._scans.pop(next(iter(self._scans)))
         self._scans[key] = out
         return out
+
+    def _scan(self, p: Problem, inc: Candidate, nbhd, **kw) -> Scan | None:
+        """:func:`~autotune.tuner.moves.scan`, its simulated ops (neighbours × the schedule's
+        ops) added to ``spent_ops`` (:data:`SAMPLER_OPS`)."""
+        sc = scan(p, inc, nbhd, **kw)
+        if sc is not None:
+            self.spent_ops += float(len(sc.step_ms)) * compile_schedule(p.schedule, p.P, inc.V, p.m,
+                                                                         p.seq_split_num).num_ops
+        return sc
 
     def _improving(self, inc: Candidate, sc: Scan | None) -> list[Candidate]:
         """The neighbours of a scan that beat ``inc`` and are layouts of the space, best first."""

@@ -187,9 +187,11 @@ def kick(problem: Problem, cands: list[Candidate], bound_ms: float, *, target_ga
     problem.score([c for c in cands if not np.isfinite(c.step_ms)])
     feas = [c for c in cands if fits(c.peak_mib, problem.hbm_mib)]
     gap = KICK_TARGET_GAP if target_gap is None else target_gap
-    if not feas or not np.isfinite(bound_ms) or _gap_met(best_of(feas).step_ms, bound_ms, gap):
+    if not feas or not np.isfinite(bound_ms):
         return []
     c0 = best_of(feas)
+    if _gap_met(c0.step_ms, bound_ms, gap):
+        return []
     c1 = kick_search(problem, c0, target_ms=bound_ms * (1 + gap), deadline=deadline)
     return [c1] if c1 is not c0 else []
 

@@ -399,26 +399,32 @@ def kind_mix(problem: Problem) -> KindMix:
                    pa.bwd_kc[ks, NONE].astype(np.float64), pa.static_k[ks].astype(np.float64))
 
 
-def kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """For a model of several layer kinds with different static MiB: (static MiB per kind [K],
-    the model's layers per kind [K], per mini-stage j in layer order (j = v·P + p) the layers of
-    each kind it can hold [V·P, K]); None otherwise. Mini-stage j holds positions >= Σ_{j' < j}
-    lo[j'] and < N − Σ_{j' > j} lo[j'] (the others hold at least their lower bounds
-    ``problem.bounds(V)``, or exactly the ``fixed`` split's, whose windows are then its own
-    positions): on a model whose dense layers come first, a mini-stage after a few others holds
-    none. A relaxation of the real kinds (their order is dropped), so a bound."""
-    pa = problem.pa
-    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
-    static = np.asarray(pa.static_k, dtype=np.float64)[ks]
-    if ks.size < 2 or np.ptp(static) <= 1e-9:
+class KindWindows(NamedTuple):
+    """:func:`kind_windows`: static MiB per kind [K], the model's layers per kind [K], and per
+    mini-stage j in layer order (j = v·P + p) the layers of each kind it can hold [V·P, K]."""
+
+    static_mib: np.ndarray
+    counts: np.ndarray
+    window: np.ndarray
+
+
+def kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None) -> KindWindows | None:
+    """The :class:`KindWindows` of a model of several layer kinds with different static MiB; None
+    otherwise. Mini-stage j holds positions >= Σ_{j' < j} lo[j'] and < N − Σ_{j' > j} lo[j'] (the
+    others hold at least their lower bounds ``problem.bounds(V)``, or exactly the ``fixed``
+    split's, whose windows are then its own positions): on a model whose dense layers come first,
+    a mini-stage after a few others holds none. A relaxation of the real kinds (their order is
+    dropped), so a bound."""
+    mix = kind_mix(problem)
+    if mix.counts.size < 2 or np.ptp(mix.static_mib) <= 1e-9:
         return None
     lo = (problem.bounds(V)[0] if fixed is None else np.asarray(fixed)).reshape(-1).astype(np.int64)
     before = np.concatenate([[0], np.cumsum(lo)[:-1]])
     after = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
     end = np.maximum(before, problem.N - after)
-    window = (pa.kind_prefix[ks][:, end] - pa.kind_prefix[ks][:, before]).T.astype(np.float64)
-    return static, pa.kind_prefix[ks, -1].astype(np.float64), window
+    pref = problem.pa.kind_prefix[np.flatnonzero(problem.pa.kind_prefix[:, -1] > 0)]  # kind_mix's kinds
+    window = (pref[:, end] - pref[:, before]).T.astype(np.float64)
+    return KindWindows(mix.static_mib, mix.counts.astype(np.float64), window)
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,7 @@ class _Model:
         # layers of each kind per mini-stage (the static MiB of a model of several kinds)
         self.kinds = kind_windows(problem, V, fixed) if np.isfinite(problem.hbm_mib) else None
         self.ik = self.ix + self.nx
-        self.nk = 0 if self.kinds is None else nn * self.kinds[0].size
+        self.nk = 0 if self.kinds is None else nn * self.kinds.counts.size
         self.nvar = self.ik + self.nk + 1
         self.iT = self.nvar - 1
         self.cap_j = (np.asarray(fixed) if exact else np.minimum(self.hi, N)).reshape(-1).astype(np.float64)
@@ -258,8 +258,8 @@ class _Model:
         """With several layer kinds: Σ_k x[j, k] = n[j] per mini-stage and Σ_j x[j, k] = the
         model's layers of kind k (x[j, k] within its window,
         :func:`~autotune.tuner.bounds._relax.kind_windows`)."""
-        static, counts, _ = self.kinds
-        K, nn = static.size, self.nn
+        counts, nn = self.kinds.counts, self.nn
+        K = counts.size
         for j in range(nn):
             r = np.zeros(self.nvar)
             r[self.ik + j * K:self.ik + (j + 1) * K] = 1.0
@@ -291,8 +291,8 @@ class _Model:
                         if self.kinds is None:
                             r[j] = lay.static_mib
                         else:  # each kind's static MiB on its layers of the mini-stage
-                            K = self.kinds[0].size
-                            r[self.ik + j * K:self.ik + (j + 1) * K] = self.kinds[0]
+                            K = self.kinds.counts.size
+                            r[self.ik + j * K:self.ik + (j + 1) * K] = self.kinds.static_mib
                         r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act_mib + lay.sdelta_mib
                     room = problem.hbm_mib - su.const_static_mib[p] - float(w @ su.end_act_mib[:, p])
                     if ch is not None:
@@ -335,7 +335,7 @@ class _Model:
         vhi[:nn] = np.minimum(self.hi, N).reshape(-1)
         vhi[nn:nn + ny] = N
         if self.kinds is not None:
-            vhi[self.ik:self.ik + self.nk] = self.kinds[2].reshape(-1)  # the window's layers of kind k
+            vhi[self.ik:self.ik + self.nk] = self.kinds.window.reshape(-1)  # the window's layers of kind k
         if self.exact:
             vlo[:nn] = vhi[:nn] = self.cap_j
             integ[nn:nn + ny] = 1
@@ -416,7 +416,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             y[:, :, 0] = n  # no replay: the path is what matters, not its length here
             cp = critical_path(cs, *model.durations(n, y), p2p)
             model.add_path(cp.cf, cp.cb, cp.hops)
-    kind_rows = 0 if model.kinds is None else model.nn + model.kinds[0].size
+    kind_rows = 0 if model.kinds is None else model.nn + model.kinds.counts.size
     cells = (model.nvar - model.nk) * (len(model.rows) - kind_rows + len(model.path_rows))
     if fixed is None and cells > MAX_LP_CELLS:
         return None  # a work cap: too large a program for the node limit to bound (MAX_LP_CELLS)
