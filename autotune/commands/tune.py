@@ -10,6 +10,7 @@ import click
 
 from autotune.api import evaluate, load_config, search
 from autotune.commands import _megatron
+from autotune.commands._dry_text import dry_run_lines
 from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
@@ -261,7 +262,8 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
 
 def _dry_run(config: str, hf_config: str | None, profile: str | None, space: str | None, device: str,
              hbm_mib: float, sets: tuple[str, ...], margin: float, fmt: str) -> None:
-    """``search --dry-run``: print the search space (size, free knobs, constraints)."""
+    """``search --dry-run``: print the search space (size, free knobs, constraints): the mapping
+    of :func:`describe_space` as JSON, or as plain lines (:func:`dry_run_lines`)."""
 
     info = describe_space(_cfg(config, hf_config), profile, space=space, device=device, hbm_mib=hbm_mib,
                           overrides=_overrides(sets))
@@ -270,8 +272,7 @@ def _dry_run(config: str, hf_config: str | None, profile: str | None, space: str
     if fmt == "json":
         click.echo(json.dumps(info, indent=2))
     else:
-        for k, v in info.items():
-            click.echo(f"{k}: {v}")
+        click.echo("\n".join(dry_run_lines(info)))
 
 
 def _print_search(result: object, config: str, out: str | None) -> None:
