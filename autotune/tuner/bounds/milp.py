@@ -71,8 +71,13 @@ MAX_SOLVES = 12
 #: The bound's program is skipped (no proof from it; the device DP's stands) when its first LP
 #: has more cells (variables × rows) than this: the node limit does not bound HiGHS's root work,
 #: and one solve of pp 16 × vpp 4 (64 mini-stages) took 44 s of CPU. TeleChat2 vpp4 (32
-#: mini-stages, the largest shipped problem) starts at ~69,000 cells. Deterministic.
-MAX_LP_CELLS = 150_000
+#: mini-stages, the largest shipped problem) starts at ~69,000 cells. Deterministic. Measured at
+#: the cap's edge (CPU s of the whole program, one solve): pp 8 × vpp 4 (161,000 cells, any
+#: micro_batch_num >= 64: Llama-2-70B's V 4, scaling.py's P8 V4 L256) takes 7-8 s and raised the
+#: dense P8 V4 m128 L256 bound 222,130 -> 239,851 ms (certified gap 9.53 -> 1.31 %) and its MoE
+#: twin's 123,627 -> 158,189 ms (44.8 -> 13.9 %); pp 32 × vpp 2 m32 L64 (189,000) took 97 s for
+#: no gain, pp 16 × vpp 3 (409,000) 8.6 s for none. The cap was 150,000 before.
+MAX_LP_CELLS = 175_000
 #: Linear-relaxation solves of the path generation that precedes the integer solves (each adds the
 #: LP minimiser's longest path; a few ms each). pp4 vpp3 m8, 32 TeleChat2 layers (scaling.py), same
 #: node cap: 4,311.8 -> 4,351.5 ms (the program's converged optimum: 4,369.0 ms, 25 CPU s). More
