@@ -21,7 +21,8 @@ def pareto_mask(vals: np.ndarray, *, tol: float = 0.0, keep_ties: bool = False) 
     given) and a row is dropped when an earlier row of that order is within ``tol`` of it or below
     it in every column (``earlier - tol <= row``). With ``tol = 0`` that is the textbook front
     with the first of equal rows kept. Two columns take a sorted sweep (O(n log n)); more, blocks
-    of :data:`BLOCK` rows against the rows before them (O(n²·d)).
+    of :data:`BLOCK` rows against the rows before them (O(n²·d)), or with tol = 0 bitsets of rows
+    (O(n²·d / 64), :func:`_sweep_bitsets`).
 
     ``keep_ties``: a row is dropped only when another row is <= it + tol in every column and
     < it - tol in some column (``other <= row + tol``, ``other < row - tol``), so rows equal
@@ -55,9 +56,56 @@ def pareto_order(vals: np.ndarray, *, tol: float = 0.0) -> np.ndarray:
         # sorted by column 0, so an earlier row is below in it: compare the running min of column 1
         run_min = np.minimum.accumulate(s[:, 1])
         keep = np.concatenate([[True], s[1:, 1] < run_min[:-1] - tol])
+    elif tol == 0.0 and n <= BITSET_MAX_ROWS:
+        keep = _sweep_bitsets(s)
     else:
         keep = _sweep_blocks(s, tol)
     return order[keep]
+
+
+#: Most rows :func:`_sweep_bitsets` takes (its [n, n / 64] words: 4 MiB at 4,096 rows, 32 MiB at
+#: this); larger tables go through :func:`_sweep_blocks`.
+BITSET_MAX_ROWS = 16_384
+
+
+def _sweep_bitsets(s: np.ndarray) -> np.ndarray:
+    """bool [n] keep-mask of the default rule with tol = 0 on lexicographically sorted rows
+    ``s`` [n, d], d >= 3: row i is dropped when some row j < i has s[j] <= s[i] in every column.
+
+    Bitsets of rows (n / 64 words each): per column, the rows with a value <= s[i, c] are a prefix
+    of that column's sorted order, so their set is a prefix OR of one-hot rows, found by binary
+    search; row i's candidate dominators are the AND over the columns of those sets and of the rows
+    before it (column 0 is skipped: it ascends), and a row left with none is kept and leaves the
+    work. O(d · n · n / 64) word operations instead of the block sweep's O(d · n · front). With
+    tol = 0 dominance is transitive, so "dominated by an earlier row" is the same as "by an earlier
+    kept row" (:func:`_sweep_blocks`' rule). Measured on 150 tables of the exact recompute fit
+    (scaling.py's P8 V4 m128 L256 MoE problem: ~2,240 rows, front ~1,000, ~26 columns): 1.3 s of
+    CPU against the block sweep's 2.6 s, the same rows kept."""
+    n, d = s.shape
+    words = (n + 63) // 64
+    rows = np.arange(n)
+    onehot = np.zeros((n, words), dtype=np.uint64)
+    onehot[rows, rows // 64] = np.left_shift(np.uint64(1), (rows % 64).astype(np.uint64))
+    prefix = np.zeros((n + 1, words), dtype=np.uint64)
+    np.bitwise_or.accumulate(onehot, axis=0, out=prefix[1:])
+    acc = prefix[:-1].copy()  # row live[k]: the rows before it that are <= it in the columns so far
+    live = rows
+    cols = np.ascontiguousarray(s.T)
+    rank = np.empty(n, dtype=np.int64)
+    for k, c in enumerate(range(1, d)):  # column 0 ascends: it rules out no earlier row
+        order = np.argsort(cols[c], kind="stable")
+        v = cols[c][order]
+        rank[order] = np.searchsorted(v, v, side="right")  # rows with a value <= this row's: a prefix
+        np.bitwise_or.accumulate(onehot[order], axis=0, out=prefix[1:])
+        acc &= prefix[rank[live]]
+        if k % 2 == 1:  # rows with no candidate dominator left are kept: drop them from the work
+            nz = acc.any(axis=1)
+            live, acc = live[nz], acc[nz]
+            if not live.size:
+                break
+    keep = np.ones(n, dtype=bool)
+    keep[live[acc.any(axis=1)]] = False
+    return keep
 
 
 def _sweep_blocks(s: np.ndarray, tol: float) -> np.ndarray:
@@ -120,3 +168,4 @@ def _strict_mask(vals: np.ndarray, tol: float) -> np.ndarray:
         lt = (f[None, :, :] < blk[:, None, :] - tol).any(-1)
         keep[lo:lo + len(blk)] = ~(le & lt).any(axis=1)
     return keep
+

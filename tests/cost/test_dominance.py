@@ -63,3 +63,26 @@ def test_hand_example():
     v = np.array([[2, 6, 6], [1, 5, 5], [5, 1, 5], [5, 5, 1], [1, 5, 5]], dtype=float)
     assert pareto_mask(v).tolist() == [False, True, True, True, False]
     assert pareto_mask(v, keep_ties=True).tolist() == [False, True, True, True, True]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(65, 1500), st.integers(3, 32), st.integers(0, 10_000), st.sampled_from([2, 6, 1000, 10**6]))
+def test_bitset_sweep_matches_block_sweep(n, d, seed, span):
+    """tol = 0 takes the bitset sweep: on tables past one 64-row word, with many columns and ties
+    (span 2 makes most rows equal somewhere) and correlated columns (a shared base, as the exact
+    recompute fit's partial sums), it keeps the rows of the block sweep."""
+    rng = np.random.default_rng(seed)
+    vals = rng.integers(0, span, size=(n, 1)) + rng.integers(0, span, size=(n, d))
+    s = vals[np.lexsort(vals.T[::-1])].astype(float)
+    np.testing.assert_array_equal(dominance._sweep_bitsets(s), dominance._sweep_blocks(s, 0.0))
+
+
+def test_bitset_sweep_by_hand():
+    """Rows k = (k, 70 - k, 70 - k), k = 0..69 (past one 64-row word), are a front. Appended:
+    (3, 70, 70) is dominated by (3, 67, 67); (69.5, 0, 0) is after every row in column 0 and below
+    them in the others, so it stays; a copy of (5, 65, 65) goes (the first of equal rows is kept)."""
+    front = np.array([[k, 70 - k, 70 - k] for k in range(70)], dtype=float)
+    extra = np.array([[3, 70, 70], [69.5, 0, 0], [5, 65, 65]], dtype=float)
+    keep = pareto_mask(np.concatenate([front, extra]))
+    assert keep[:70].all()
+    assert keep[70:].tolist() == [False, True, False]
