@@ -8,7 +8,7 @@ import click
 
 from autotune.api import evaluate, load_config, resolve_profile
 from autotune.commands._paths import check_out_dir
-from autotune.commands.tune import _overrides
+from autotune.commands.tune import DEVICE_NAMES, _overrides
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS, write_report
 from autotune.emit.render import summary_line
 from autotune.extras import REPORT_MODULES, require
@@ -25,7 +25,7 @@ from autotune.units import parse_memory_mib
               help="Folder for report.html, report.md, timeline.png/.svg, memory.png, stages.png.")
 @click.option("--force", is_flag=True, help="Overwrite report files already in --out.")
 @click.option("--device", default="ascend-910b", show_default=True,
-              help="Device preset for the analytic profile (ascend-910b, h100, h200, a100).")
+              help=f"Device preset for the analytic profile ({DEVICE_NAMES}).")
 @click.option("--hbm", default=None, help="HBM budget per device, e.g. 60GB (default: "
               "context.max_device_memory).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",

@@ -18,6 +18,7 @@ from autotune.emit.render import comparison_table, headroom_text, render_report,
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
+from autotune.profile.devices import DEVICES
 from autotune.profile.schema import load_profile
 from autotune.tuner.describe import describe_space
 from autotune.tuner.progress import Progress
@@ -92,11 +93,13 @@ def _profile_warnings(profile: str | None) -> None:
         click.echo(f"warning: profile {profile}: {w}", err=True)
 
 
+#: The analytic device presets, as the --device help lists them.
+DEVICE_NAMES = ", ".join(DEVICES)
 _config_arg = click.argument("config", type=click.Path(dir_okay=False))
 _profile_opt = click.option("--profile", "profile", type=click.Path(dir_okay=False), default=None,
                             help="Layer profile YAML/JSON (default: derived analytically from the config).")
 _device_opt = click.option("--device", default="ascend-910b", show_default=True,
-                           help="Device preset for the analytic profile (ascend-910b, h100, h200, a100).")
+                           help=f"Device preset for the analytic profile ({DEVICE_NAMES}).")
 _hbm_opt = click.option("--hbm", default=None, help="HBM budget per device, e.g. 60GB (default: "
                         "context.max_device_memory).")
 _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -157,7 +160,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.argument("config", type=click.Path(dir_okay=False), required=False)
 @_profile_opt
 @click.option("--device", default=None,
-              help="Device preset for the analytic profile (ascend-910b, h100, h200, a100, b200; default "
+              help=f"Device preset for the analytic profile ({DEVICE_NAMES}; default "
                    "ascend-910b, h100 for Megatron input).")
 @_hbm_opt
 @_margin_opt

@@ -26,7 +26,7 @@ from typing import Any
 
 from autotune.cost.report import CostReport
 from autotune.emit import plots
-from autotune.emit.render import TERMS, budget_of, headroom_text, summary_line
+from autotune.emit.render import TERMS, budget_of, fits_word, headroom_text, summary_line
 from autotune.emit.yaml_block import canonical_values, dump_yaml, tuned_block
 from autotune.errors import ConfigError
 from autotune.extras import REPORT_MODULES, require
@@ -112,7 +112,7 @@ def comparison_rows(main: CostReport | None, others: dict[str, CostReport | None
         rel = "-" if ref is None or r is main else f"{r.step_time_ms / ref - 1:+.1%}"
         room = headroom_text(r.peak_mib, budget_of(r, margin_mib), thousands=True).replace(" headroom", "") or "-"
         rows.append([name, f"{r.step_time_ms:,.1f}", rel, f"{r.bubble_fraction:.1%}", f"{r.peak_mib:,.0f}", room,
-                     {True: "yes", False: "NO", None: "unknown"}[r.fits]])
+                     fits_word(r.fits)])
     return rows
 
 

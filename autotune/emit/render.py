@@ -221,6 +221,12 @@ def render_report(report: CostReport, title: str = "", margin_mib: float = 0.0) 
     return "\n".join(parts)
 
 
+def fits_word(fits: bool | None) -> str:
+    """A report's ``fits`` as the tables write it: "yes", "NO" (upper case: it must not be missed)
+    or "unknown" (no budget given)."""
+    return {True: "yes", False: "NO", None: "unknown"}[fits]
+
+
 def comparison_table(best: CostReport | None, baselines: dict[str, Any], margin_mib: float = 0.0) -> str:
     """Tuned config vs the baselines: step time, change, worst peak, headroom to the full budget
     (MiB and %), fits (against budget − ``margin_mib``)."""
@@ -236,5 +242,6 @@ def comparison_table(best: CostReport | None, baselines: dict[str, Any], margin_
         budget = budget_of(r, margin_mib)
         room, pct = ("-", "") if budget is None else (f"{budget - r.peak_mib:.0f}",
                                                       f"({100 * (budget - r.peak_mib) / budget:.1f}%)")
-        lines.append(f"{name:<22}{r.step_time_ms:>12.1f}{rel:>10}{r.peak_mib:>11.0f}{room:>14} {pct:>10}  {r.fits}")
+        lines.append(f"{name:<22}{r.step_time_ms:>12.1f}{rel:>10}{r.peak_mib:>11.0f}{room:>14} {pct:>10}  "
+                     f"{fits_word(r.fits)}")
     return "\n".join(lines)

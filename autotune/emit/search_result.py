@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.config.layout import canonical_values, mtp_layers_in_split
 from autotune.cost.report import CostReport
-from autotune.emit.render import memory_text, report_json
+from autotune.emit.render import fits_word, memory_text, report_json
 from autotune.emit.splice import leaves, splice
 from autotune.emit.yaml_block import deep_merge, dump_yaml, tuned_block
 from autotune.errors import ConfigError, InfeasibleError
@@ -54,7 +54,7 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
                     f"{report.bubble_fraction:.1%} of device time, {memory_text(report, result.hbm_margin_mib)}")
     user = result.baselines.get("user")
     if user is not None and report is not None:
-        head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {user.fits}")
+        head.append(f"user's config: {user.step_time_ms:.1f} ms, fits: {fits_word(user.fits)}")
     head += budget_notes(result, report)
     head.append("tuned keys: model.model_config.{offset, pp_interleave_num}, parallel.pipeline_config, "
                 "recompute_config.{recompute, select_recompute, select_comm_recompute}"

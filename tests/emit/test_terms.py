@@ -142,3 +142,23 @@ def test_report_timelines_have_equal_size_and_axis(toy_report, toy_profile, tmp_
     html = (tmp_path / "report.html").read_text()
     assert "<h2>Terms</h2>" in html and "imbalance" in html and "Never negative" in html
     assert "## Terms" in (tmp_path / "report.md").read_text()
+
+
+def test_comparison_table_writes_fits_as_words(interleaved):
+    """The text table's fits column says yes / NO, not Python's True / False (a new user read
+    ``True`` next to YAML that spells booleans ``true``): the toy layout at 1,000 MiB fits, and the
+    same layout against a budget 1 MiB below its peak does not."""
+    from autotune.emit.render import comparison_table, fits_word
+
+    prof = profile_from_dict({**TOY_PROFILE, "layer_kinds": [["dense", 8]]})
+    lay = np.array([[2, 2], [2, 2]])
+    z = np.zeros_like(lay)
+    tight = evaluate_layout(prof, Layout(lay, np.array([[0, 0], [1, 0]]), z, z.copy()), micro_batch_num=4,
+                            schedule="1f1b", hbm_mib=interleaved.peak_mib - 1.0)
+    assert interleaved.fits is True and tight.fits is False
+    lines = comparison_table(interleaved, {"user": tight}).splitlines()
+    assert lines[0].endswith("fits")
+    assert lines[1].startswith("tuned (best)") and lines[1].endswith("  yes")
+    assert lines[2].startswith("user") and lines[2].endswith("  NO")
+    assert "True" not in "\n".join(lines) and "False" not in "\n".join(lines)
+    assert [fits_word(x) for x in (True, False, None)] == ["yes", "NO", "unknown"]

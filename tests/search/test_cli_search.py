@@ -94,3 +94,6 @@ def test_out_header_and_json_carry_key_warnings_and_budget_mismatch(tmp_path) ->
     r2 = CliRunner().invoke(main, ["search", "tests/e2e/data/toy.yaml", "--trials", "3", "--quiet", "--out", str(same)])
     assert r2.exit_code == 0, r2.output
     assert "NOTE: tuned for" not in same.read_text() and "WARNING" not in same.read_text()
+    # the user's config line says "fits: yes" / "fits: NO", not Python's True / False
+    [user_line] = [ln for ln in same.read_text().splitlines() if ln.startswith("# user's config: ")]
+    assert user_line.endswith(("fits: yes", "fits: NO")), user_line
