@@ -374,7 +374,8 @@ def parse_script(text: str, *, source: str = "<memory>", env: dict[str, str] | N
             break
     if command is None:
         raise ConfigError("no training command found: expected a line that runs pretrain_gpt.py or "
-                          "pretrain_mamba.py", field=source, value=None, rule="R_MEGATRON_SCRIPT")
+                          "pretrain_mamba.py (read as a Megatron-LM launch script; a MindFormers config "
+                          "must be a YAML mapping)", field=source, value=None, rule="R_MEGATRON_SCRIPT")
     return _collect(rest, launch, E, text=text, source=source, entry=entry)
 
 

@@ -97,3 +97,16 @@ def test_out_header_and_json_carry_key_warnings_and_budget_mismatch(tmp_path) ->
     # the user's config line says "fits: yes" / "fits: NO", not Python's True / False
     [user_line] = [ln for ln in same.read_text().splitlines() if ln.startswith("# user's config: ")]
     assert user_line.endswith(("fits: yes", "fits: NO")), user_line
+
+
+def test_a_text_file_that_mentions_pretrain_says_how_it_was_read(tmp_path):
+    """A file that is not a YAML mapping but mentions pretrain_gpt.py (a README) is read as a
+    Megatron-LM launch script; with no launch line in it the error says so, and that a MindFormers
+    config must be a YAML mapping (a new user passed README.md and got a Megatron message only)."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nWe train with `pretrain_gpt.py` on 64 GPUs.\n")
+    r = CliRunner().invoke(main, ["search", str(notes)])
+    assert r.exit_code == 2
+    assert "[R_MEGATRON_SCRIPT]" in r.output and "no training command found" in r.output
+    assert "read as a Megatron-LM launch script; a MindFormers config must be a YAML mapping" in r.output
+    assert "Traceback" not in r.output
