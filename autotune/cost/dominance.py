@@ -97,13 +97,13 @@ def _sweep_bitsets(s: np.ndarray) -> np.ndarray:
     live = rows
     cols = np.ascontiguousarray(s.T)
     rank = np.empty(n, dtype=np.int64)
-    for k, c in enumerate(range(1, d)):  # column 0 ascends: it rules out no earlier row
+    for c in range(1, d):  # column 0 ascends: it rules out no earlier row
         order = np.argsort(cols[c], kind="stable")
         v = cols[c][order]
         rank[order] = np.searchsorted(v, v, side="right")  # rows with a value <= this row's: a prefix
         np.bitwise_or.accumulate(onehot[order], axis=0, out=prefix[1:])
         acc &= prefix[rank[live]]
-        if k % 2 == 1:  # rows with no candidate dominator left are kept: drop them from the work
+        if c % 2 == 0:  # rows with no candidate dominator left are kept: drop them from the work
             nz = acc.any(axis=1)
             live, acc = live[nz], acc[nz]
             if not live.size:
@@ -173,4 +173,3 @@ def _strict_mask(vals: np.ndarray, tol: float) -> np.ndarray:
         lt = (f[None, :, :] < blk[:, None, :] - tol).any(-1)
         keep[lo:lo + len(blk)] = ~(le & lt).any(axis=1)
     return keep
-

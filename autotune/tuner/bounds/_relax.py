@@ -391,10 +391,16 @@ class KindMix:
         return self.least(self.static_mib, self.counts, n)
 
 
+def present_kinds(problem: Problem) -> np.ndarray:
+    """int [K]: the indices of the layer kinds the model has (kinds with no layer dropped), in
+    kind order: the K of :class:`KindMix` and :class:`KindWindows`."""
+    return np.flatnonzero(problem.pa.kind_prefix[:, -1] > 0)
+
+
 def kind_mix(problem: Problem) -> KindMix:
     """The :class:`KindMix` of the problem's layers (kinds present only)."""
     pa = problem.pa
-    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
+    ks = present_kinds(problem)
     return KindMix(pa.kind_prefix[ks, -1].astype(np.int64), pa.fwd_k[ks].astype(np.float64),
                    pa.bwd_kc[ks, NONE].astype(np.float64), pa.static_k[ks].astype(np.float64))
 
@@ -422,7 +428,7 @@ def kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None) -> K
     before = np.concatenate([[0], np.cumsum(lo)[:-1]])
     after = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
     end = np.maximum(before, problem.N - after)
-    pref = problem.pa.kind_prefix[np.flatnonzero(problem.pa.kind_prefix[:, -1] > 0)]  # kind_mix's kinds
+    pref = problem.pa.kind_prefix[present_kinds(problem)]
     window = (pref[:, end] - pref[:, before]).T.astype(np.float64)
     return KindWindows(mix.static_mib, mix.counts.astype(np.float64), window)
 
