@@ -448,3 +448,38 @@ def test_beam_bound_and_stage_memo() -> None:
         for x, y in zip(one, again):
             np.testing.assert_array_equal(x, y)
     assert any(k[0] == "xs" for k in shared)
+
+
+def test_stage_best_answers_stages_the_unbounded_tables_sent_to_the_greedy(monkeypatch) -> None:
+    """scaling.py's P8 V4 m128 L256 dense tight problem, even split (8 layers a mini-stage, 40
+    undominated options each), edge chunks weighted 1.1: the DP sized its tables before the beam
+    bound and sent stages 4, 5 and 6 to the greedy (their unpruned chunk-2 table passed
+    EXACT_FIT_MAX_COMBOS). Bounded from chunk 0 on, every stage is answered, with the objective of
+    the same DP run without the bound and without caps (exact: test_stage_dp_equals_full_enumeration)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from scaling import build
+
+    problem = build(8, 4, 128, 256, "dense", "tight")
+    V, P = 4, 8
+    lay = even_layers(256, P, V)[None]
+    memo: dict = {}
+    pos = F._positions(problem, V)
+    F._frontiers(problem, lay, [(0, v, p) for v in range(V) for p in range(P)], memo, pos)
+    starts = first_layers(lay, pos)
+    z = np.zeros_like(lay)
+    static0 = problem.costs(V, lay, z, z, z).static_mib[0]
+    rows = F._stage_rows(problem, V)
+    w = np.array([1.1, 1.0, 1.0, 1.1])
+    stages = [([memo[("xf", V, v, p, int(starts[0, v, p]), 8)] for v in range(V)],
+               float(problem.hbm_mib + 1e-9 - static0[p]), rows[p]) for p in range(P)]
+    got = [F._stage_best(fr, room, w, *rows_p) for fr, room, rows_p in stages]
+    monkeypatch.setattr(F, "_beam_bound", lambda *a: np.inf)
+    monkeypatch.setattr(F, "EXACT_FIT_MAX_COMBOS", 10**9)
+    monkeypatch.setattr(F, "PRUNE_MAX_ROWS", 10**9)
+    for (fr, room, rows_p), g in zip(stages, got):
+        want = F._stage_best(fr, room, w, *rows_p)
+        assert want is not None and g is not None
+        assert g[1] == pytest.approx(want[1], rel=1e-12)
+        np.testing.assert_array_equal(g[0], want[0])
