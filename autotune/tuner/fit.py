@@ -26,7 +26,7 @@ from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation, stage_peak_activation
 from autotune.tuner.bounds._relax import undominated
-from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min
+from autotune.tuner.problem import REL_TOL, Candidate, Problem, even_layers, first_min
 from autotune.tuner.recompute import recompute_choices
 
 _KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
@@ -661,7 +661,7 @@ def _prune_cols(nu: np.ndarray, om: np.ndarray, has_sd: tuple[bool, ...]) -> lis
 
 
 def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.ndarray,
-                ) -> tuple[np.ndarray, float, float] | None:
+                capped: list | None = None) -> tuple[np.ndarray, float, float] | None:
     """The fitting combination of :func:`_stage_combos` with the least Σ_v w_v·replay (ties: the
     least largest memory-row share), by a DP over the chunks: after chunk v the partial
     combinations are feasibility-filtered (least share of the remaining chunks) and pruned to
@@ -669,7 +669,8 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
     Rows with the same coefficients on the chunks placed so far have the same partial sums and
     count once, so for the 1F1B families (nested live-count vectors) the state is one number.
     Returns (option index per chunk int [V], objective, largest row share) or None (no frontier,
-    no fitting combination, or over :data:`EXACT_FIT_MAX_COMBOS`).
+    no fitting combination, or over :data:`EXACT_FIT_MAX_COMBOS`; in that last case a 1 is
+    appended to ``capped`` when given).
 
     The partial combinations are also bounded from chunk 0 on: their objective plus the remaining
     chunks' least must not exceed a fitting combination's (:func:`_beam_bound`, found first) by
@@ -707,14 +708,18 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
             f = fr[v]
             k = len(f[0])
             if len(sc) * k > EXACT_FIT_MAX_COMBOS:
-                return None
-            # the objective bound first (one column), then the memory rows of the survivors only
-            nobj = (obj[:, None] + w[v] * f[2][None, :]).reshape(-1)
-            i, j = np.divmod(np.nonzero(nobj + tail[v + 1] <= cut)[0], k)
-            sc, obj = sc[i] + f[1][j], nobj[i * k + j]
-            idx = np.concatenate([idx[i], j[:, None]], axis=1)
-        ok = (sc + rest[v + 1] <= room).all(axis=1) & (obj + tail[v + 1] <= cut)
-        sc, obj, idx = sc[ok], obj[ok], idx[ok]
+                return _capped(capped)
+            # past this many survivors the next product is over the cap unpruned: stop there
+            limit = None
+            if v < V - 1 and cols[v] is not None and len(cols[v]) > 1:
+                limit = max(PRUNE_MAX_ROWS, EXACT_FIT_MAX_COMBOS // len(fr[v + 1][0]))
+            got = _extend(sc, obj, idx, f, w[v], rest[v + 1], tail[v + 1], room, cut, limit)
+            if got is None:
+                return _capped(capped)
+            sc, obj, idx = got
+        else:
+            ok = (sc + rest[1] <= room).all(axis=1) & (obj + tail[1] <= cut)
+            sc, obj, idx = sc[ok], obj[ok], idx[ok]
         if not len(sc):
             return None
         if v == V - 1:
@@ -732,6 +737,44 @@ def _stage_best(fr: list, room: float, w: np.ndarray, nu: np.ndarray, om: np.nda
     tie = np.nonzero(obj <= obj.min() + REL_TOL * abs(obj.min()))[0]
     i = int(tie[first_min(top[tie])])  # least memory among the tied, near-ties by position
     return idx[i], float(obj[i]), float(top[i])
+
+
+def _capped(capped: list | None) -> None:
+    """:func:`_stage_best`'s None for a stage over its caps, counted in ``capped``."""
+    if capped is not None:
+        capped.append(1)
+
+
+#: Pairs (partial combination, option) :func:`_extend` builds at once.
+EXTEND_BLOCK = 65_536
+
+
+def _extend(sc: np.ndarray, obj: np.ndarray, idx: np.ndarray, f: tuple, wv: float, rest: np.ndarray,
+            tail: float, room: float, cut: float, limit: int | None,
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """One step of :func:`_stage_best`'s DP: every partial combination (row shares ``sc`` [n, R],
+    objective ``obj`` [n], option indices ``idx`` [n, v]) times every option of the next chunk's
+    frontier ``f``, kept when it can still fit (+ ``rest`` [R], the least share of the chunks after)
+    and its objective + ``tail`` (their least) is <= ``cut``; in table order (partial combination,
+    then option). Built in blocks of :data:`EXTEND_BLOCK` pairs, the objective test first (one
+    column) and the memory rows for its survivors only; None as soon as more than ``limit``
+    survive (the caller's cap: the rest of the table cannot change that)."""
+    k = len(f[0])
+    step = max(1, EXTEND_BLOCK // k)
+    parts, count = [], 0
+    for a in range(0, len(sc), step):
+        o = (obj[a:a + step, None] + wv * f[2][None, :]).reshape(-1)
+        i, j = np.divmod(np.nonzero(o + tail <= cut)[0], k)
+        s = sc[a + i] + f[1][j]
+        ok = (s + rest <= room).all(axis=1)
+        i, j = i[ok], j[ok]
+        count += len(i)
+        if limit is not None and count > limit:
+            return None
+        parts.append((s[ok], o[i * k + j], np.concatenate([idx[a + i], j[:, None]], axis=1)))
+    if not parts:
+        return sc[:0], obj[:0], np.zeros((0, idx.shape[1] + 1), dtype=idx.dtype)
+    return tuple(np.concatenate(x) for x in zip(*parts))
 
 
 def _dominance_prune(sc: np.ndarray, obj: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -758,6 +801,33 @@ def _least_replay_fits(fr: list, room: float, w: np.ndarray) -> tuple[np.ndarray
     if gaps and min(gaps) <= REL_TOL * abs(obj):
         return None
     return np.zeros(len(fr), dtype=np.int64), obj, float(shares.max())
+
+
+def _over_caps(problem: Problem, V: int, memo: dict, pos: np.ndarray | None, rows: list) -> np.ndarray:
+    """bool [P]: the pipeline stages that :func:`fit_exact` sends to the greedy without its DP, those
+    whose stage of the even split (unit weights) passes the DP's caps (:data:`EXACT_FIT_MAX_COMBOS`).
+    Decided once per problem and V (memoised in ``memo``) from the problem alone, so a fit does not
+    depend on which fits ran before it (a sweep's workers share trials, not memos). On scaling.py's
+    P8 V4 m128 L256 MoE problem (~26 memory rows a stage, ~43,000 partial combinations at chunk 2)
+    775 of the local search's 776 DP runs passed the caps, ~36 CPU s of DP for one exact answer;
+    there stages 0-6 of the even split pass them and stage 7 (18 memory rows) does not. Its dense
+    twin's even split fits every stage exactly (none is sent)."""
+    key = ("xcaps", V)
+    if key not in memo:
+        P, N = problem.P, problem.N
+        memo[key] = np.zeros(P, dtype=bool)
+        if N >= P * V:
+            lay = even_layers(N, P, V)[None]
+            _frontiers(problem, lay, [(0, v, p) for v in range(V) for p in range(P)], memo, pos)
+            starts = first_layers(lay, pos)
+            z = np.zeros_like(lay)
+            static0 = problem.costs(V, lay, z, z, z).static_mib[0]
+            for p in range(P):
+                fr = [memo[("xf", V, v, p, int(starts[0, v, p]), int(lay[0, v, p]))] for v in range(V)]
+                capped: list = []
+                _stage_best(fr, float(problem.hbm_mib + 1e-9 - static0[p]), np.ones(V), *rows[p], capped=capped)
+                memo[key][p] = bool(capped)
+    return memo[key]
 
 
 def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None = None,
@@ -797,6 +867,7 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
     starts = first_layers(layers, pos)
     rows = _stage_rows(problem, V)
     greedy = np.zeros((B, P), dtype=bool)
+    over_caps = _over_caps(problem, V, memo, pos, rows)
     for b, p in zip(bs, ps):
         keys = [("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p])) for v in range(V)]
         fr = [memo[k] for k in keys]
@@ -805,7 +876,9 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
         # layers): a stage with the same frontiers, room and weights has the same answer
         sk = ("xs", V, p, room, w[b, :, p].tobytes(), *(memo.get(("xd",) + k) for k in keys))
         got = memo.get(sk, False) if all(f is not None for f in fr) else None
-        if got is False:
+        if got is False and over_caps[p]:
+            got = None  # this problem's stages pass the DP's caps: the greedy, without the DP's work
+        elif got is False:
             got = memo[sk] = _stage_best(fr, room, w[b, :, p], *rows[p])
         if got is None:
             greedy[b, p] = True
