@@ -483,3 +483,30 @@ def test_stage_best_answers_stages_the_unbounded_tables_sent_to_the_greedy(monke
         assert want is not None and g is not None
         assert g[1] == pytest.approx(want[1], rel=1e-12)
         np.testing.assert_array_equal(g[0], want[0])
+
+
+def test_stages_over_the_dp_caps_go_to_the_greedy_whatever_ran_before() -> None:
+    """scaling.py's P8 V4 m128 L256 problems: on the MoE one stages 0-6 of the even split pass the
+    exact fit's caps (stage 7, 18 memory rows, does not), on the dense one none does; the decision
+    is the problem's (memoised once), so a split's fit is the same with a fresh cache as after
+    other fits on a shared one."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from scaling import build
+
+    V = 4
+    for model, want in (("dense", [False] * 8), ("moe", [True] * 7 + [False])):
+        problem = build(8, V, 128, 256, model, "tight")
+        got = F._over_caps(problem, V, {}, F._positions(problem, V), F._stage_rows(problem, V))
+        assert got.tolist() == want, model
+    ev = even_layers(256, 8, V)
+    moved = ev.copy()
+    moved[0, 6], moved[3, 2] = moved[0, 6] + 1, moved[3, 2] - 1
+    shared: dict = {}
+    F.fit_exact(problem, ev[None], memo=shared)  # the MoE problem: a fit before the ones compared
+    for split in (moved, ev):
+        one = F.fit_exact(problem, split[None], memo={})
+        again = F.fit_exact(problem, split[None], memo=shared)
+        for x, y in zip(one, again):
+            np.testing.assert_array_equal(x, y)
