@@ -1,7 +1,14 @@
 """Shared fixtures: paths to the project root, the shipped examples and the reference cases.
 
 `shared` is `tests/data`, whose `cases/` folder holds verbatim copies of the steering repo's
-`shared/cases/` (a user's clone has no `../shared`)."""
+`shared/cases/` (a user's clone has no `../shared`).
+
+The suite runs in two processes (pyproject.toml: ``addopts = "-n 2 --dist loadgroup"``, pytest-xdist).
+:data:`MACHINE_LOAD` keeps the tests that load every core on purpose (busy-loop "other tenants")
+and the tests that assert wall-clock limits in one process, one after another: a wall-clock limit
+is then never measured while the busy loops run. The slow tests start first
+(:func:`pytest_collection_modifyitems`), so that no long test starts last and keeps one process
+busy while the other has finished."""
 
 from __future__ import annotations
 
@@ -12,6 +19,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / "tests" / "data"
 EXAMPLES = ROOT / "examples"
+
+# One xdist group (``--dist loadgroup``): these tests run in one process, never two at once.
+MACHINE_LOAD = pytest.mark.xdist_group("machine_load")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests marked ``slow`` first (a stable sort: their order, and the others', is kept).
+    Each process takes the next test when it has finished one, so the long ones, started first,
+    end before the short ones that fill the gaps."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture

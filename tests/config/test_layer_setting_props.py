@@ -25,6 +25,7 @@ from autotune.config.cases import case_to_training_yaml
 from autotune.config.layer_setting import VERSIONS, emit_canonical
 from autotune.config.read import check_config
 from autotune.errors import ConfigError
+from tests.conftest import MACHINE_LOAD
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / "tests" / "data" / "cases"  # copies of shared/cases (see its README)
@@ -142,6 +143,7 @@ def _exit_code(data, version, emulate):
         return 2
 
 
+@MACHINE_LOAD  # wall-clock limits (2 s a config, 60 s in all): never while the busy-loop tests run
 def test_ten_thousand_random_and_mutated_configs():
     rng = random.Random(20240603)
     bases = _bases()

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.sweep import run_sweep
+from tests.conftest import MACHINE_LOAD
 from tests.sweep.sweep_helpers import DATA, snapshot, write_sweep
 
 
@@ -69,6 +70,7 @@ def test_rerun_same_summary_baseline_and_fresh(tmp_path):
 
 
 @pytest.mark.slow  # a sweep command with slowed trials
+@MACHINE_LOAD  # a 1.2 s scenario timeout against slowed trials: never while the busy-loop tests run
 def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
     """An explicit scenario timeout that fires: the row says timed_out with the gap then, in
     summary.csv/md, result.json, report.txt and the command's output; the seeds it left queued are
@@ -106,6 +108,7 @@ def test_scenario_timeout_says_timed_out_everywhere(tmp_path):
 
 
 @pytest.mark.slow  # a search with a slowed bound phase
+@MACHINE_LOAD  # a 6 s safety net, 3.5 s sleeps, a 30 s wall-clock limit: never while the busy-loop tests run
 def test_bound_phase_without_timeout_is_cut_by_the_safety_net(monkeypatch):
     """Without --timeout the bound phase has the safety net's first half (here 3 s of a patched
     6 s net): a bound phase that would run on (its local searches start 3.5 s late) stops there
@@ -141,6 +144,7 @@ def test_bound_phase_without_timeout_is_cut_by_the_safety_net(monkeypatch):
 
 
 @pytest.mark.slow  # three searches with slowed trials
+@MACHINE_LOAD  # a 1 s safety net against 0.3 s sleeps: never while the busy-loop tests run
 def test_search_cut_by_the_safety_net_says_so_in_every_form(tmp_path, monkeypatch):
     import json
     import time as _time
