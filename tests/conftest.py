@@ -4,9 +4,10 @@
 `shared/cases/` (a user's clone has no `../shared`).
 
 The suite runs in two processes (pyproject.toml: ``addopts = "-n 2 --dist loadgroup"``, pytest-xdist).
-:data:`MACHINE_LOAD` keeps the tests that load every core on purpose (busy-loop "other tenants")
-and the tests that assert wall-clock limits in one process, one after another: a wall-clock limit
-is then never measured while the busy loops run. The slow tests start first
+:data:`MACHINE_LOAD` keeps in one process, one after another, the tests that load every core on
+purpose (busy-loop "other tenants"), the tests that assert wall-clock limits, and the sweep tests
+that time a kill against a running trial (tests/sweep/test_distributed.py, test_failures.py): a
+wall-clock limit or a kill is then never timed while the busy loops run. The slow tests start first
 (:func:`pytest_collection_modifyitems`), so that no long test starts last and keeps one process
 busy while the other has finished."""
 

@@ -19,10 +19,14 @@ import time
 import pytest
 
 from autotune.sweep import run_sweep
+from tests.conftest import MACHINE_LOAD
 from tests.sweep.sweep_helpers import (budget_done, check_clean, kill_group, pg_admin, snapshot,
                                        start_worker, study_names, wait_for, write_sweep)
 
-pytestmark = pytest.mark.slow  # end to end: real worker processes killed on a journal and on PostgreSQL
+# end to end: real worker processes killed on a journal and on PostgreSQL. The kills are timed against
+# running trials, so these run in the one process of the tests that load the machine
+# (tests/conftest.py: MACHINE_LOAD), never beside their busy loops.
+pytestmark = [pytest.mark.slow, MACHINE_LOAD]
 
 
 def _rows(path):
