@@ -77,7 +77,8 @@ def test_linear_relaxation_hand_computed() -> None:
 @given(seed=st.integers(0, 10_000), V=st.integers(1, 3), frac=st.floats(0.0, 1.0))
 def test_linear_relaxation_is_below_the_exact_value_and_within_one_layer(seed, V, frac) -> None:
     """For every configuration of <= 5 layers: exact − (largest − least replay of one layer) <=
-    min_extra_lp <= exact (one layer at most is split between two classes), +inf together."""
+    min_extra_lp <= exact (one layer at most is split between two classes) <= the replay of
+    lp_dual_bounds' integer choice, +inf together."""
     problem, _ = small_vpp_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, "1f1b", True)
     layer = relaxed_layer(problem)
     rng = np.random.default_rng(seed)
@@ -88,12 +89,17 @@ def test_linear_relaxation_is_below_the_exact_value_and_within_one_layer(seed, V
     u = np.unique(w)
     gc = nv @ (w[:, None] == u[None, :]).astype(np.int64)
     got = min_extra_lp(layer, u, gc, budget)
+    mem = u[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]
+    lp, ub = _relax.lp_dual_bounds(mem, np.broadcast_to(layer.extra_ms, mem.shape), gc, budget)
     one_layer = float(layer.extra_ms.max() - layer.extra_ms.min())
     for i, cnt in enumerate(nv):
         want = brute(layer, tuple(int(x) for x in cnt), w, float(budget[i]))
-        assert np.isinf(want) == np.isinf(got[i])
+        assert np.isinf(want) == np.isinf(got[i]) == np.isinf(ub[i])
+        assert lp[i] == got[i]
         if np.isfinite(want):
             assert want - one_layer - 1e-9 <= got[i] <= want + 1e-9 * max(1.0, want)
+            # the integer choice beside the relaxation fits and is no better than the optimum
+            assert want - 1e-9 * max(1.0, want) <= ub[i]
 
 
 def test_rows_use_the_linear_relaxation_from_lp_min_layers(monkeypatch) -> None:
@@ -115,3 +121,44 @@ def test_rows_use_the_linear_relaxation_from_lp_min_layers(monkeypatch) -> None:
         else:
             want = min_extra_ms(fr, tuple(int(x) for x in cnt), rows[0], float(budget[i, 0]))
         assert got[i] == want or abs(got[i] - want) <= 1e-9 * max(1.0, abs(want))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), V=st.integers(2, 4), frac=st.floats(0.0, 1.0))
+def test_worst_row_extra_equals_the_row_maximum(seed, V, frac) -> None:
+    """worst_row_extra (the exact fronts only where lp + Δ reaches the row maximum) gives
+    max(0, max over rows of min_extra_rows) for every configuration: five live-count vectors with
+    random weights and budgets from none fitting to all fitting, some on the least-memory edge."""
+    problem, _ = small_vpp_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, "1f1b", True)
+    layer = relaxed_layer(problem)
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, 5, size=(5, V)).astype(float) / rng.integers(1, 3)
+    nv = np.array(count_vectors(np.zeros(V, dtype=np.int64), np.full(V, 4), 7))
+    hi = float(7 * rows.max() * layer.act_mib.max() + 1.0)
+    budget = rng.uniform(-0.1, 1.0, size=(nv.shape[0], rows.shape[0])) * hi * (0.2 + frac)
+    least = np.stack([nv @ (w[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]).min(axis=1)
+                      for w in rows], axis=1)  # the least-memory choice: exactly on the edge
+    budget[::7] = least[::7]
+    want = np.maximum(0.0, min_extra_rows(RowFrontiers(layer), nv, rows, budget).max(axis=1, initial=0.0))
+    got = _relax.worst_row_extra(RowFrontiers(layer), nv, rows, budget)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    assert np.allclose(got[fin], want[fin], rtol=1e-12, atol=1e-9)
+
+
+def test_worst_row_extra_prices_exactly_only_the_rows_that_can_hold_the_maximum(monkeypatch) -> None:
+    """Four layers of the two-class layer (kept 10 / 2 MiB, replay 0 / 5 ms: Δ = 5 ms) in chunk 0
+    against two rows of weight 1: a 100 MiB budget keeps everything (lp 0) and an 8 MiB one needs
+    full recompute on all four (20 ms, on the least-memory edge). 0 + Δ < 20, so only the second
+    row's exact fronts are built, and the value is 20 ms."""
+    asked = []
+    real = _relax.min_extra_rows
+
+    def spy(fr, nv_, rows_, budget_):
+        asked.append(budget_.tolist())
+        return real(fr, nv_, rows_, budget_)
+    monkeypatch.setattr(_relax, "min_extra_rows", spy)
+    got = _relax.worst_row_extra(RowFrontiers(_two_class_layer()), np.array([[4, 0]]),
+                                 np.array([[1.0, 1.0], [1.0, 1.0]]), np.array([[100.0, 8.0]]))
+    assert got.tolist() == [20.0]
+    assert asked == [[[8.0]]]

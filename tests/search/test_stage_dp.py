@@ -19,6 +19,7 @@ from autotune.tuner.exact import exact_optimum
 from autotune.tuner.problem import Problem
 from autotune.tuner.bounds._paths import stage_paths
 from autotune.tuner.bounds._relax import count_vectors
+from autotune.tuner.bounds import stage_dp
 from autotune.tuner.bounds.stage_dp import stage_dp_bound
 from tests.search.test_exact_bounds import _random_problem
 
@@ -152,3 +153,27 @@ def test_not_applicable_cases() -> None:
     assert stage_dp_bound(problem, 1) is None
     zb = _random_problem(3, 8, 2, 2, ("full",), 1.0, schedule="zero_bubble_v", m=4)
     assert stage_dp_bound(zb, 2) is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**VPP_CASES)
+def test_unreachable_states_dropped_change_no_answer(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
+    """The DP drops the states that can no longer reach (N, 0) (too few or too many layers or
+    last-chunk layers left for the stages after) and moves only the box of the states it holds:
+    every feasibility answer of the bisection is the same as over the whole grid, so the bound,
+    the number of evaluations and the split are identical."""
+    problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
+    fast = stage_dp_bound(problem, V)
+    init = stage_dp._ThresholdDP.__init__
+
+    def whole_grid(self, tabs, N_, V_):
+        init(self, tabs, N_, V_)
+        self.reach = [np.ones_like(r) for r in self.reach]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stage_dp._ThresholdDP, "__init__", whole_grid)
+        slow = stage_dp_bound(problem, V)
+    assert fast is not None and slow is not None
+    assert (fast.bound_ms, fast.evaluations) == (slow.bound_ms, slow.evaluations)
+    assert (fast.split is None) == (slow.split is None)
+    if fast.split is not None:
+        assert np.array_equal(fast.split, slow.split)

@@ -18,6 +18,7 @@ from autotune.profile.schema import ModelProfile
 from autotune.tuner.bounds._kinds import LayerTypes, TypedFronts
 from autotune.tuner.bounds.device_dp import _WeightedFronts
 from autotune.tuner.problem import Problem
+from tests.search.test_exact_bounds import _random_problem
 
 
 def _problem(full_x: float, sel_x: float, comm_x: float) -> Problem:
@@ -66,3 +67,35 @@ def test_negative_weight_takes_the_slowest_class():
     assert _brute(lay, (0, 1), (1.0, 1.0), (1.0, -1.0), 100.0) == pytest.approx(-0.9)
     got = _WeightedFronts(TypedFronts(types)).least(((0,), (1,)), (1.0, 1.0), (1.0, -1.0), 100.0)
     assert got <= -0.9 + 1e-9
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), frac=st.floats(0.0, 1.0))
+def test_worst_rows_equals_the_row_maximum_of_the_exact_values(seed, frac):
+    """TypedFronts.worst_rows (the exact fronts only for the rows whose integer choice beside the
+    linear relaxation reaches the largest relaxation) gives max(0, max over rows of min_extra)
+    for every configuration of a two-type model: random type counts per chunk, four live-count
+    vectors, budgets from none fitting to all fitting, some exactly on the least-memory edge."""
+    problem = _random_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, static_delta=True)
+    types = LayerTypes(problem, 2)
+    if types.T < 2:
+        return
+    tf = TypedFronts(types)
+    rng = np.random.default_rng(seed)
+    tn = rng.integers(0, 3, size=(30, 2, types.T))
+    rows = rng.integers(0, 4, size=(4, 2)).astype(float)
+    act = np.stack([lay.act_mib for lay in types.layers])
+    sd = np.stack([lay.sdelta_mib for lay in types.layers])
+    least = np.stack([np.einsum("mvt,vt->m", tn, (w[:, None, None] * act[None] + sd[None]).min(axis=2))
+                      for w in rows], axis=1)  # [M, R] the least-memory choice
+    most = np.stack([np.einsum("mvt,vt->m", tn, (w[:, None, None] * act[None] + sd[None]).max(axis=2))
+                     for w in rows], axis=1)
+    room = least + (most - least) * rng.uniform(-0.2, 1.1, size=least.shape) * (0.3 + frac)
+    room[::5] = least[::5]
+    got = tf.worst_rows(tn, rows, room)
+    for i in range(tn.shape[0]):
+        cnt = tuple(tuple(int(x) for x in c) for c in tn[i])
+        want = max([0.0] + [tf.min_extra(cnt, w, float(r)) for w, r in zip(rows, room[i])])
+        assert np.isinf(want) == np.isinf(got[i])
+        if np.isfinite(want):
+            assert got[i] == pytest.approx(want, rel=1e-12, abs=1e-9)

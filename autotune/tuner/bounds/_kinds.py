@@ -25,7 +25,8 @@ import numpy as np
 
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
-from autotune.tuner.bounds._relax import RelaxedLayer, RowFrontiers, min_extra_ms, pareto_front, relaxed_layer
+from autotune.tuner.bounds._relax import (RelaxedLayer, RowFrontiers, at_budget_edge, lp_dual_bounds, min_extra_ms,
+                                          pareto_front, relaxed_layer, screen_rows, worst_row_extra)
 from autotune.tuner.problem import Problem
 
 
@@ -128,6 +129,34 @@ class TypedFronts:
         i = np.searchsorted(last[:, 0], budget - acc[:, 0] + 1e-9, side="right") - 1
         ok = i >= 0
         return float((acc[ok, 1] + last[i[ok], 1]).min()) if ok.any() else float("inf")
+
+
+    def worst_rows(self, tn: np.ndarray, rows: np.ndarray, room: np.ndarray) -> np.ndarray:
+        """float [M] ms: max(0, max over rows r of ``min_extra(tn[i], rows[r], room[i, r])``) for
+        every configuration i (type counts int [M, V, T], live-count vectors [R, V], budgets MiB
+        [M, R]), the same values, with the exact fronts asked only for the rows that can hold the
+        maximum (:func:`~autotune.tuner.bounds._relax.screen_rows`; the groups of the linear
+        relaxation are the (chunk, type) pairs)."""
+        M, V, T = tn.shape
+        R = rows.shape[0]
+        if self.T == 1:
+            return worst_row_extra(self.fr[0], tn[:, :, 0], rows, room)
+        lays = [fr.layer for fr in self.fr]
+        act = np.stack([lay.act_mib for lay in lays])  # [T, C]
+        sd = np.stack([lay.sdelta_mib for lay in lays])
+        ex = np.stack([lay.extra_ms for lay in lays])
+        n = tn.reshape(M, V * T)
+        lp, ub, near = np.empty((M, R)), np.empty((M, R)), np.zeros((M, R), dtype=bool)
+        extra = np.broadcast_to(ex[None], (V, T, ex.shape[1])).reshape(V * T, -1)
+        for r, w in enumerate(rows):
+            mem = (np.asarray(w, dtype=np.float64)[:, None, None] * act[None] + sd[None]).reshape(V * T, -1)
+            lp[:, r], ub[:, r] = lp_dual_bounds(mem, extra, n, room[:, r])
+            near[:, r] = at_budget_edge(n @ mem.min(axis=1), room[:, r])
+        out, need = screen_rows(lp, ub, near, np.ones(M, dtype=bool))
+        for i, r in zip(*np.nonzero(need)):
+            cnt = tuple(tuple(int(x) for x in c) for c in tn[i])
+            out[i] = max(out[i], self.min_extra(cnt, rows[r], float(room[i, r])))
+        return out
 
 
 def class_counts(n: int, C: int) -> np.ndarray:

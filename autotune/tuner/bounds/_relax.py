@@ -252,6 +252,40 @@ def min_extra_rows(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: n
 
 
 
+def worst_row_extra(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """float [M] ms: ``max(0, min_extra_rows(fr, nv, rows, budget).max(axis=1))``, the same values,
+    with the exact Pareto fronts built only for the live-count vectors that can hold the maximum.
+
+    Every (configuration, row) is first given lp <= exact <= ub (:func:`lp_dual_bounds`: the
+    linear relaxation and one integer choice that fits). A row whose ub is below the
+    configuration's largest lp cannot hold the maximum and is not priced exactly (rows where lp is
+    within a tolerance of infeasible always are, so +inf comes from the exact test as before). On
+    scaling.py's pp 32 × vpp 4 × m 256, 256-layer MoE problem the stage DP's tables built ~409,600
+    prefix fronts over its 1,568 rows; see docs/search.md."""
+    nv = np.asarray(nv, dtype=np.int64)
+    M, R = nv.shape[0], rows.shape[0]
+    out = np.zeros(M)
+    if M == 0 or R == 0:
+        return out
+    layer = fr.layer
+    lp = np.empty((M, R))
+    ub = np.empty((M, R))
+    near = np.zeros((M, R), dtype=bool)
+    for r, w in enumerate(rows):
+        u = np.unique(w)
+        gc = nv @ (w[:, None] == u[None, :]).astype(np.int64)
+        mem = u[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]
+        lp[:, r], ub[:, r] = lp_dual_bounds(mem, np.broadcast_to(layer.extra_ms, mem.shape), gc, budget[:, r])
+        near[:, r] = at_budget_edge(gc @ mem.min(axis=1), budget[:, r])
+    out, need = screen_rows(lp, ub, near, nv.sum(axis=1) < LP_MIN_LAYERS)
+    for r in range(R):
+        idx = np.flatnonzero(need[:, r])
+        if idx.size:
+            val = min_extra_rows(fr, nv[idx], rows[r:r + 1], budget[idx, r:r + 1])[:, 0]
+            out[idx] = np.maximum(out[idx], val)
+    return out
+
+
 def min_extra_lp(layer: RelaxedLayer, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
     """float [K]: a lower bound on :func:`min_extra_ms` of configurations with gc[k, g] relaxed
     layers of weight u[g] (int [K, G]) within budget b[k] (MiB): the linear relaxation (each layer
@@ -264,18 +298,94 @@ def min_extra_lp(layer: RelaxedLayer, u: np.ndarray, gc: np.ndarray, b: np.ndarr
     largest value at 0 and at those ties (the linear relaxation's optimum, which leaves at most
     one layer split between two classes: within that layer's replay of the exact value). +inf
     where even the least-memory class of every layer exceeds b (the exact value's test)."""
-    a, s, e = layer.act_mib, layer.sdelta_mib, layer.extra_ms
-    mem = u[:, None] * a[None, :] + s[None, :]  # [G, C] MiB
-    if gc.shape[0] == 0:
-        return np.zeros(0)
+    mem = u[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]  # [G, C] MiB
+    return lp_dual(mem, np.broadcast_to(layer.extra_ms, mem.shape), gc, b)
+
+
+def lp_dual(mem: np.ndarray, extra: np.ndarray, n: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float [K] ms: the linear relaxation of "n[k, g] layers of group g each take a class c
+    (memory mem[g, c] MiB, replay extra[g, c] ms), Σ memory <= b[k] MiB, least Σ replay", exactly,
+    through its Lagrangian dual (see :func:`min_extra_lp`: the maximum of D(λ) over λ = 0 and the
+    class ties of every group); +inf where even the least-memory class of every layer exceeds b,
+    values below 0 raised to 0."""
+    return lp_dual_bounds(mem, extra, n, b)[0]
+
+
+def lp_dual_bounds(mem: np.ndarray, extra: np.ndarray, n: np.ndarray, b: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(lp, ub), float [K] ms each: :func:`lp_dual`'s value and the replay of an integer choice
+    that fits, so lp <= the exact least replay <= ub (+inf together).
+
+    With the minimisers of extra + λ·mem just left and just right of the dual's maximiser λ*: every
+    group on its right minimiser fits (D's right slope at λ*, Σ n·mem of that choice − b, is <= 0
+    at a maximum of the concave D); and moving whole layers from the left minimisers to the right
+    ones, each at λ* ms per MiB freed, reaches a fitting choice within lp + the largest replay
+    rise of one moved layer. ub is the smaller of the two."""
+    K = n.shape[0]
+    if K == 0:
+        return np.zeros(0), np.zeros(0)
+    e = extra
     with np.errstate(divide="ignore", invalid="ignore"):
-        lam = (e[None, :, None] - e[None, None, :]) / (mem[:, None, :] - mem[:, :, None])  # [G, C, C]
+        lam = (e[:, :, None] - e[:, None, :]) / (mem[:, None, :] - mem[:, :, None])  # [G, C, C]
     lam = np.unique(np.concatenate([[0.0], lam[np.isfinite(lam) & (lam > 0)]]))
-    g = (e[None, None, :] + lam[:, None, None] * mem[None, :, :]).min(axis=2)  # [Λ, G] ms per layer
-    n = gc.astype(np.float64)
-    best = (n @ g.T - (b + 1e-9)[:, None] * lam[None, :]).max(axis=1)
-    infeasible = n @ mem.min(axis=1) > b + 1e-9
-    return np.where(infeasible, np.inf, np.maximum(best, 0.0))
+    g = (e[None, :, :] + lam[:, None, None] * mem[None, :, :]).min(axis=2)  # [Λ, G] ms per layer
+    nf = n.astype(np.float64)
+    vals = nf @ g.T - (b + 1e-9)[:, None] * lam[None, :]  # [K, Λ]
+    j = vals.argmax(axis=1)
+    best = vals[np.arange(K), j]
+    infeasible = nf @ mem.min(axis=1) > b + 1e-9
+    lp = np.where(infeasible, np.inf, np.maximum(best, 0.0))
+    # just right of λ*: halfway to the next tie that is not λ* again (the same tie computed from
+    # two class pairs can differ in the last bits)
+    nxt = np.searchsorted(lam, lam * (1.0 + 1e-9) + 1e-12, side="right")
+    right = np.where(nxt < lam.size, 0.5 * (lam + lam[np.minimum(nxt, lam.size - 1)]), 2.0 * lam + 1.0)[j]
+    prv = np.searchsorted(lam, lam * (1.0 - 1e-9) - 1e-12, side="left") - 1
+    left = np.where(prv >= 0, 0.5 * (lam + lam[np.maximum(prv, 0)]), lam)[j]  # just left of λ* (or 0)
+    G = mem.shape[0]
+    gi = np.arange(G)[None, :]
+    cr = (e[None, :, :] + right[:, None, None] * mem[None, :, :]).argmin(axis=2)  # [K, G]
+    cl = (e[None, :, :] + left[:, None, None] * mem[None, :, :]).argmin(axis=2)
+    used = (nf * mem[gi, cr]).sum(axis=1)
+    ub = np.where(used > b + 1e-6 * (1.0 + np.abs(b)), np.inf, (nf * e[gi, cr]).sum(axis=1))
+    # from the left choices (D(λ*) = their replay + λ*·(their memory − b)) whole layers move to
+    # the right ones, each freeing memory at λ* ms per MiB, until the rest fits: the last move
+    # overshoots by less than one layer, so lp + the largest switch's replay rise fits too
+    rise = np.where(nf > 0, e[gi, cr] - e[gi, cl], 0.0).max(axis=1, initial=0.0)
+    ub = np.where(infeasible, np.inf, np.minimum(ub, lp + rise))
+    return lp, ub
+
+
+def screen_rows(lp: np.ndarray, ub: np.ndarray, near: np.ndarray, exact: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Which (configuration, row) pairs a row maximum of exact least-replay values needs.
+
+    Args:
+        lp, ub: float [M, R] ms, a lower and an upper value of each pair's exact least replay
+            (:func:`lp_dual_bounds`).
+        near: bool [M, R], pairs whose least-memory choice is within a tolerance of the budget
+            (lp's +inf test and the exact one could disagree there: always priced).
+        exact: bool [M], configurations priced exactly (the others keep lp).
+
+    Returns:
+        (out float [M], need bool [M, R]): ``out`` holds max(0, max_r lp) for the configurations
+        not priced exactly, +inf for those with a row over the budget for sure, 0 elsewhere (the
+        caller raises it to the exact values of the ``need`` pairs: a pair whose ub is below the
+        configuration's largest lp cannot hold the maximum).
+    """
+    out = np.zeros(lp.shape[0])
+    out[~exact] = np.maximum(0.0, lp[~exact].max(axis=1, initial=0.0))
+    fin = np.isfinite(lp)
+    gone = exact & (~fin & ~near).any(axis=1)  # a row over the budget for sure
+    out[gone] = np.inf
+    top = np.where(fin, lp, -np.inf).max(axis=1, initial=-np.inf)  # the largest finite lp
+    tol = 1e-9 * (1.0 + np.abs(np.where(np.isfinite(top), top, 0.0)))
+    need = (exact & ~gone)[:, None] & (near | (fin & (ub + tol[:, None] >= top[:, None])))
+    return out, need
+
+
+def at_budget_edge(least: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """bool like budget: the least memory (MiB) within a tolerance of the budget."""
+    return np.abs(budget - least) <= 1e-6 * (1.0 + np.abs(budget))
 
 
 def _min_extra_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:

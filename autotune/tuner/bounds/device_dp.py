@@ -60,8 +60,8 @@ import numpy as np
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import one_stay_counts
 from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, TypedFronts
-from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, min_extra_rows,
-                                          pareto_front, undominated)
+from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, pareto_front,
+                                          undominated)
 from autotune.tuner.problem import Problem
 
 
@@ -346,14 +346,11 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
         groups, inv = np.unique(np.round(np.concatenate([A] + ([S_b] if skip else [])), 9), axis=0,
                                 return_inverse=True)
         inv = inv.reshape(-1)
-        if tf.T == 1 and ok.any():  # one layer type: every configuration's least replay in one batch
+        if ok.any():  # every configuration's least replay over its rows in one batch
             idx = np.flatnonzero(ok)
-            e[idx] = np.maximum(0.0, min_extra_rows(tf.fr[0], tn[idx][:, :, 0], rows, room[idx]).max(axis=1,
-                                                                                                   initial=0.0))
+            e[idx] = tf.worst_rows(tn[idx], rows, room[idx])
         for i in np.flatnonzero(ok):
             cnt = tuple(tuple(int(x) for x in c) for c in tn[i])
-            if tf.T > 1:  # several layer types: per live-count vector (one type was batched above)
-                e[i] = max([e[i]] + [tf.min_extra(cnt, w, r) for w, r in zip(rows, room[i])])
             if not np.isfinite(e[i]) or not keep:
                 continue
             if least_work + len(rows) * len(groups) > LEAST_WORK:

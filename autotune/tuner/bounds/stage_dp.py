@@ -36,7 +36,13 @@ DP. For a threshold T, scan stages 0..P-1 with state (layers placed, last-chunk 
 place) and value "fewest chunk-0 layers placed" (every constraint grows with C0, so fewer is never
 worse: the DP is exact for the relaxed problem). T is feasible when the state (N, 0) is reached;
 bisection gives the least feasible T to a relative tolerance and the bound is the last infeasible
-T. Per T: P × (layer-count vectors) vectorised steps over the (N+1)² state grid.
+T. Per T: P × (layer-count vectors) vectorised steps over the (N+1)² state grid, each over
+the box of the states still reached (states from which the later stages' least / most layers
+cannot reach (N, 0) are dropped first). With a feasible step time ``upper_ms`` the bisection never
+tries a T above it, so configurations whose paths without replay already pass it are dropped
+before their replay is priced. A configuration's least replay is the exact Pareto-front value
+(:func:`~autotune.tuner.bounds._relax.worst_row_extra`: its fronts built only for the memory rows
+that can hold the maximum).
 
 Applies when the schedule runs the whole backward as one op (not zero_bubble_v) and V > 1.
 """
@@ -52,7 +58,7 @@ from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
 from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, live_rows,
-                                          min_extra_rows, row_frontiers)
+                                          row_frontiers, worst_row_extra)
 from autotune.tuner.problem import Problem
 
 
@@ -84,33 +90,39 @@ class _StageTable(NamedTuple):
 
 
 def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers,
-                 vecs: list[tuple[int, ...]]) -> _StageTable | None:
+                 vecs: list[tuple[int, ...]], cap_ms: float | None = None) -> _StageTable | None:
     """The :class:`_StageTable` of stage p over the layer-count vectors ``vecs``; None when no
-    configuration fits the memory budget."""
+    configuration fits the memory budget. With ``cap_ms`` (ms), configurations whose paths
+    without replay already pass it are dropped before their replay is priced (they can hold no
+    threshold T <= cap_ms; the bisection of :func:`stage_dp_bound` stays there), and None also
+    means that none is left."""
     cs, lay = su.cs, su.layer
     V, P, N = su.end_fwd_ms.shape[0], problem.P, problem.N
     pa = problem.pa
     hf, hb = pa.head.fwd_ms, pa.head.bwd_ms
     tf, tb = pa.tail.fwd_ms, pa.tail.bwd_ms
-    rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
-    nv = np.asarray(vecs, dtype=np.int64).reshape(-1, V)  # [M, V]
     mix = su.mix
+    nv = np.asarray(vecs, dtype=np.int64).reshape(-1, V)  # [M, V]
+    fv = mix.fwd(nv) + su.end_fwd_ms[:, p]  # [M, V]
+    bv = mix.bwd(nv) + su.end_bwd_ms[:, p]
+    nt = nv.sum(axis=1)
+    oth_f = mix.fwd(N - nt)[:, None] + (hf if p else 0.0) + (tf if p < P - 1 else 0.0)
+    oth_b = mix.bwd(N - nt)[:, None] + (hb if p else 0.0) + (tb if p < P - 1 else 0.0)
+    base = (sp.K[None, :] + fv @ sp.cF.T + bv @ sp.cB.T + sp.a_f * oth_f + sp.a_b * oth_b
+            + (sp.c0_f * hf + sp.c0_b * hb if p else 0.0)
+            + (sp.r_f * tf + sp.r_b * tb if p < P - 1 else 0.0))  # [M, Q] without the replay
+    if cap_ms is not None:
+        under = base.max(axis=1, initial=-np.inf) <= cap_ms + 1e-6 * (1.0 + abs(cap_ms))
+        nv, base = nv[under], base[under]
+    rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
     static = su.const_static_mib[p] + mix.static(nv.sum(axis=1))  # [M] MiB
     room = problem.hbm_mib - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
-    E = np.maximum(0.0, min_extra_rows(fr, nv, rows, room).max(axis=1, initial=0.0))
+    E = worst_row_extra(fr, nv, rows, room)
     fits = np.isfinite(E)
     if not fits.any():
         return None
     nv, E = nv[fits], E[fits]
-    fv = mix.fwd(nv) + su.end_fwd_ms[:, p]  # [M, V]
-    bv = mix.bwd(nv) + su.end_bwd_ms[:, p]
-    own = fv @ sp.cF.T + bv @ sp.cB.T + E[:, None] * sp.cB.min(axis=1)[None, :]  # [M, Q]
-    nt = nv.sum(axis=1)
-    oth_f = mix.fwd(N - nt)[:, None] + (hf if p else 0.0) + (tf if p < P - 1 else 0.0)
-    oth_b = mix.bwd(N - nt)[:, None] + (hb if p else 0.0) + (tb if p < P - 1 else 0.0)
-    base = (sp.K[None, :] + own + sp.a_f * oth_f + sp.a_b * oth_b
-            + (sp.c0_f * hf + sp.c0_b * hb if p else 0.0)
-            + (sp.r_f * tf + sp.r_b * tb if p < P - 1 else 0.0))  # [M, Q]
+    base = base[fits] + E[:, None] * sp.cB.min(axis=1)[None, :]  # [M, Q]
     alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
     alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
     # paths with the same (alpha0, alphaR) differ only in their constant: keep the largest
@@ -145,12 +157,23 @@ class _ThresholdDP:
             keys = t.keys
             brk = np.flatnonzero(np.concatenate([[True], np.any(keys[1:, :2] != keys[:-1, :2], axis=1), [True]]))
             self.moves.append([(int(a), int(b)) for a, b in zip(brk[:-1], brk[1:])])
+        # states before stage p that can still reach (N, 0): with the stages' least / most layers
+        # and last-chunk layers from p on, r last-chunk layers left within [Σ nl_min, Σ nl_max]
+        # and the N − s layers left within [r + Σ (nt − nl)_min, Σ nt_max]
+        ext = np.array([[k[:, 1].min(), k[:, 1].max(), (k[:, 0] - k[:, 1]).min(), k[:, 0].max()]
+                        for k in (t.keys for t in tabs)]).reshape(-1, 4)
+        suf = np.cumsum(ext[::-1], axis=0)[::-1]  # [P, 4] sums over stages p..P-1
+        r = np.arange(N + 1)[None, :]
+        left = N - np.arange(N + 1)[:, None]  # layers left after s placed
+        self.reach = [(r >= a) & (r <= b) & (left >= r + c) & (left <= d) for a, b, c, d in suf]
 
-    def thresholds(self, T: float, p: int) -> np.ndarray:
-        """[M, R]: the largest C0 that keeps every path of config i <= T (R after stage p)."""
+    def thresholds(self, T: float, p: int, upto: int | None = None) -> np.ndarray:
+        """[M, R]: the largest C0 that keeps every path of config i <= T (R after stage p; the
+        first ``upto`` values of R, all N + 1 by default)."""
         t = self.tabs[p]
         a0, aR = t.a0, t.aR
-        slack = T - t.gbase[:, :, None] - aR[None, :, None] * self.Rg[None, None, :]  # M G R
+        Rg = self.Rg if upto is None else self.Rg[:upto]
+        slack = T - t.gbase[:, :, None] - aR[None, :, None] * Rg[None, None, :]  # M G R
         with np.errstate(divide="ignore", invalid="ignore"):
             lim = np.where(a0[None, :, None] > 0, slack / a0[None, :, None],
                            np.where(slack >= -1e-9, np.inf, -np.inf))
@@ -166,14 +189,24 @@ class _ThresholdDP:
         hist = []
         for p in range(self.P):
             keys, starts = self.tabs[p].keys, self.tabs[p].starts
-            thr = np.maximum.reduceat(self.thresholds(T, p), starts, axis=0)  # groups R
             new = np.full_like(C0, INF)
+            C0[~self.reach[p]] = INF  # states that cannot reach (N, 0) any more
+            # only the box of reached states moves (s: layers placed, r: last-chunk layers left)
+            live = np.isfinite(C0)
+            s_in, r_in = np.flatnonzero(live.any(axis=1)), np.flatnonzero(live.any(axis=0))
+            if s_in.size == 0:
+                return None
+            s_lo, s_hi, r_lo, r_hi = s_in[0], s_in[-1] + 1, r_in[0], r_in[-1] + 1
+            thr = np.maximum.reduceat(self.thresholds(T, p, r_hi), starts, axis=0)  # groups, R < r_hi
             for a, b in self.moves[p]:  # groups a..b-1 share (layers, last-chunk layers)
                 nt, nl = int(keys[a, 0]), int(keys[a, 1])
+                s1, r0 = min(s_hi, N + 1 - nt), max(r_lo, nl)
+                if s1 <= s_lo or r_hi <= r0:
+                    continue
                 n0 = keys[a:b, 2].astype(np.float64)[:, None, None]
-                src = C0[None, :N + 1 - nt, nl:]  # s, r  -> target s+nt, R = r - nl
-                cand = np.where(src <= thr[a:b, None, :N + 1 - nl], src + n0, INF).min(axis=0)
-                tgt = new[nt:, :N + 1 - nl]
+                src = C0[None, s_lo:s1, r0:r_hi]  # s, r  -> target s+nt, R = r - nl
+                cand = np.where(src <= thr[a:b, None, r0 - nl:r_hi - nl], src + n0, INF).min(axis=0)
+                tgt = new[s_lo + nt:s1 + nt, r0 - nl:r_hi - nl]
                 np.minimum(tgt, cand, out=tgt)
             hist.append(C0)
             C0 = new
@@ -239,22 +272,25 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
         if total > max_configs:
             return None
     fr = row_frontiers(problem)
+    # a feasible layout's step time: no T above it is ever tried, so the tables drop what cannot
+    # hold one below it, and a DP without a way through means no layout is faster than it
+    cap = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else None
     tabs = []
     for p, vecs in enumerate(all_vecs):
-        tab = _stage_table(problem, su, p, paths[p], fr, vecs)
+        tab = _stage_table(problem, su, p, paths[p], fr, vecs, cap)
         if tab is None:
-            return StageDPBound(float("inf"), 0, total)
+            return StageDPBound(float("inf") if cap is None else cap, 0, total)
         tabs.append(tab)
     dp = _ThresholdDP(tabs, N, V)
-    hi_T = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else None
     evals = 0
-    if hi_T is None:
-        hi_T = float(max(float(np.max(t.gbase)) for t in tabs)) * 2 + 1.0
+    hi_T = cap if cap is not None else float(max(float(np.max(t.gbase)) for t in tabs)) * 2 + 1.0
     lo_T = 0.0
     if lower_ms is not None and np.isfinite(lower_ms) and lower_ms < hi_T:
         lo_T = float(lower_ms)  # a bound already proven: the result is the larger of the two
     hist = dp.feasible(hi_T)
     evals += 1
+    if hist is None and cap is not None:
+        return StageDPBound(cap, evals, total)
     while hist is None:
         lo_T, hi_T = hi_T, hi_T * 2
         hist = dp.feasible(hi_T)
