@@ -214,8 +214,7 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
     for lo in range(0, len(moves.layers), 20_000):
         b = LayoutBatch(*(a[lo:lo + 20_000] for a in moves))
         costs = problem.costs(V, *b)
-        mem = problem.score_costs(V, costs, memory_only=True)
-        ok = fits(mem.peak_mib.max(axis=1), problem.hbm_mib)
+        ok = fits(problem.memory_peaks(V, costs, near=cand).max(axis=1), problem.hbm_mib)
         if not ok.any():
             continue
         ok &= ~never_faster(problem, V, costs, cand)  # never faster than cand: not simulated

@@ -240,8 +240,8 @@ class OneOptMoves:
         for lo in range(0, len(allm.layers), MOVE_CHUNK):
             b = LayoutBatch(*(a[lo:lo + MOVE_CHUNK] for a in allm))
             if self.fitting_only:
-                mem = problem.score_costs(base.V, problem.costs(base.V, *b), memory_only=True)
-                ok = fits(mem.peak_mib.max(axis=1), problem.hbm_mib)
+                peak = problem.memory_peaks(base.V, problem.costs(base.V, *b), near=base)
+                ok = fits(peak.max(axis=1), problem.hbm_mib)
                 if not ok.all():
                     b = LayoutBatch(*(a[ok] for a in b))
                 if not len(b.layers):

@@ -15,7 +15,8 @@ from autotune.config.layout import Layout, make_layout
 from autotune.config.limits import MAX_SCHEDULE_UNITS, MAX_STAGE_UNITS
 from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
-from autotune.cost.simulate import compile_schedule, duration_table, peak_activation, simulate
+from autotune.cost.simulate import (compile_schedule, duration_table, peak_activation, simulate,
+                                    stage_peak_activation)
 
 
 @dataclass
@@ -176,6 +177,28 @@ class Problem:
             return BatchScore(np.full(B, np.nan), peak, costs.static_mib, np.zeros((B, self.P)))
         sim = simulate(cs, costs, self.pa.p2p_ms)
         return BatchScore(sim.step_ms, sim.peak_mib, costs.static_mib, sim.busy_ms)
+
+    def memory_peaks(self, V: int, costs: StageCosts, near: Candidate | None = None) -> np.ndarray:
+        """Peak HBM per stage, float [B, P] MiB: ``score_costs(V, costs, memory_only=True).peak_mib``.
+        With ``near`` (a layout of V the batch is a neighbourhood of), a stage
+        whose mini-stages hold the same activation and workspace MiB as ``near``'s takes its
+        activation peak from ``near`` (the same arithmetic on the same numbers, up to the last bits
+        of a matrix product priced in another batch size); only the stages a
+        move changed are priced (:func:`~autotune.cost.simulate.stage_peak_activation`): a 1-opt
+        move changes one or two of them, and on pp 32 × vpp 4 the full pricing of ~17,000 moves
+        a round was ~40 % of the finishing descent."""
+        cs = compile_schedule(self.schedule, self.P, V, self.m, self.seq_split_num)
+        if near is None:
+            return costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
+        ref = self.costs(V, near.layers[None], near.rec[None], near.sel[None], near.com[None])
+        ref_peak = peak_activation(cs, ref.act_mib, ref.ws_mib)[0]  # [P]
+        same = ((costs.act_mib == ref.act_mib) & (costs.ws_mib == ref.ws_mib)).all(axis=1)  # [B, P]
+        act = np.broadcast_to(ref_peak, same.shape).copy()
+        for p in range(self.P):
+            rows = np.flatnonzero(~same[:, p])
+            if rows.size:
+                act[rows, p] = stage_peak_activation(cs, p, costs.act_mib[rows, :, p], costs.ws_mib[rows, :, p])
+        return costs.static_mib + act
 
     def op_durations(self, V: int, costs: StageCosts) -> np.ndarray:
         """float [R, B]: the op durations (ms) the simulation of :meth:`score_costs` uses, per

@@ -182,3 +182,28 @@ def test_fitting_only_one_opt_moves_are_the_fitting_subset() -> None:
     for a, b in zip(full.layouts, part.layouts):
         np.testing.assert_array_equal(a[ok], b)
     np.testing.assert_array_equal(full.step_ms[ok], part.step_ms)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 12), P=st.integers(2, 4), V=st.integers(1, 3),
+       sdelta=st.booleans(), end_ws=st.sampled_from([0.0, 2.0]))
+def test_memory_peaks_near_a_layout_equal_the_full_pricing(seed, N, P, V, sdelta, end_ws):
+    """Problem.memory_peaks(near=c) over c's whole 1-opt neighbourhood (stages a move left alone
+    take c's activation peak) gives the per-stage peaks of score_costs(memory_only=True), to the
+    last bits (a matrix product's rounding may depend on its batch size, as it always did between
+    the screen and the simulation), on random two-kind problems with static deltas and head / tail
+    workspaces."""
+    if P * V > N:
+        return
+    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), 1.0, static_delta=sdelta, end_ws=end_ws)
+    L = even_layers(N, P, V)
+    rng = np.random.default_rng(seed)
+    rec = np.minimum(rng.integers(0, 3, size=L.shape), L)
+    sel = np.minimum(rng.integers(0, 3, size=L.shape), L)
+    c = Candidate(V, L, rec, sel, np.zeros_like(L))
+    moves = one_opt_moves(pr, c)
+    costs = pr.costs(V, *moves)
+    want = pr.score_costs(V, costs, memory_only=True).peak_mib
+    got = pr.memory_peaks(V, costs, near=c)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-9)
+    assert np.array_equal(pr.memory_peaks(V, costs), want)
