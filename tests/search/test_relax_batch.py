@@ -162,3 +162,30 @@ def test_worst_row_extra_prices_exactly_only_the_rows_that_can_hold_the_maximum(
                                  np.array([[1.0, 1.0], [1.0, 1.0]]), np.array([[100.0, 8.0]]))
     assert got.tolist() == [20.0]
     assert asked == [[[8.0]]]
+
+
+def test_row_maximum_by_hand() -> None:
+    """Two configurations, three rows, exact values X between lp and ub. Configuration 0: the
+    largest lp is 5, so row 2 (ub 3) is never priced; row 0 (largest ub, 9) is priced first and
+    its 8 ms leaves row 1 (ub 6) out. Configuration 1: row 1 (ub 4) gives 3 ms, at or above the
+    other rows' ub. One round, two pairs priced; all at once (rounds=0) the same answer."""
+    lp = np.array([[1.0, 5.0, 2.0], [0.0, 0.0, 0.0]])
+    ub = np.array([[9.0, 6.0, 3.0], [0.0, 4.0, 1.0]])
+    X = np.array([[8.0, 5.5, 2.5], [0.0, 3.0, 0.5]])
+    near = np.zeros_like(lp, dtype=bool)
+    asked = []
+
+    def price(i, r):
+        asked.extend(zip(i.tolist(), r.tolist()))
+        return X[i, r]
+    got = _relax.row_maximum(lp, ub, near, np.ones(2, dtype=bool), price)
+    assert got.tolist() == [8.0, 3.0]
+    assert sorted(asked) == [(0, 0), (1, 1)]
+    asked.clear()
+    assert _relax.row_maximum(lp, ub, near, np.ones(2, dtype=bool), price, rounds=0).tolist() == [8.0, 3.0]
+    assert sorted(asked) == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    # a row over the budget for sure (lp +inf) makes the configuration +inf without pricing it
+    asked.clear()
+    lp[1, 2] = np.inf
+    got = _relax.row_maximum(lp, ub, near, np.ones(2, dtype=bool), price)
+    assert got[0] == 8.0 and np.isposinf(got[1]) and all(i == 0 for i, _ in asked)

@@ -26,7 +26,7 @@ import numpy as np
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
 from autotune.tuner.bounds._relax import (RelaxedLayer, RowFrontiers, at_budget_edge, lp_dual_bounds, min_extra_ms,
-                                          pareto_front, relaxed_layer, screen_rows, worst_row_extra)
+                                          pareto_front, relaxed_layer, row_maximum, worst_row_extra)
 from autotune.tuner.problem import Problem
 
 
@@ -135,7 +135,7 @@ class TypedFronts:
         """float [M] ms: max(0, max over rows r of ``min_extra(tn[i], rows[r], room[i, r])``) for
         every configuration i (type counts int [M, V, T], live-count vectors [R, V], budgets MiB
         [M, R]), the same values, with the exact fronts asked only for the rows that can hold the
-        maximum (:func:`~autotune.tuner.bounds._relax.screen_rows`; the groups of the linear
+        maximum (:func:`~autotune.tuner.bounds._relax.row_maximum`; the groups of the linear
         relaxation are the (chunk, type) pairs)."""
         M, V, T = tn.shape
         R = rows.shape[0]
@@ -152,11 +152,10 @@ class TypedFronts:
             mem = (np.asarray(w, dtype=np.float64)[:, None, None] * act[None] + sd[None]).reshape(V * T, -1)
             lp[:, r], ub[:, r] = lp_dual_bounds(mem, extra, n, room[:, r])
             near[:, r] = at_budget_edge(n @ mem.min(axis=1), room[:, r])
-        out, need = screen_rows(lp, ub, near, np.ones(M, dtype=bool))
-        for i, r in zip(*np.nonzero(need)):
-            cnt = tuple(tuple(int(x) for x in c) for c in tn[i])
-            out[i] = max(out[i], self.min_extra(cnt, rows[r], float(room[i, r])))
-        return out
+        def price(i: np.ndarray, r: np.ndarray) -> np.ndarray:
+            return np.array([self.min_extra(tuple(tuple(int(x) for x in c) for c in tn[a]), rows[b],
+                                            float(room[a, b])) for a, b in zip(i, r)])
+        return row_maximum(lp, ub, near, np.ones(M, dtype=bool), price)
 
 
 def class_counts(n: int, C: int) -> np.ndarray:

@@ -18,6 +18,7 @@ start from.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -257,9 +258,9 @@ def worst_row_extra(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: 
     with the exact Pareto fronts built only for the live-count vectors that can hold the maximum.
 
     Every (configuration, row) is first given lp <= exact <= ub (:func:`lp_dual_bounds`: the
-    linear relaxation and one integer choice that fits). A row whose ub is below the
-    configuration's largest lp cannot hold the maximum and is not priced exactly (rows where lp is
-    within a tolerance of infeasible always are, so +inf comes from the exact test as before). On
+    linear relaxation and one integer choice that fits); :func:`row_maximum` then prices exactly
+    only the rows whose ub can still raise the maximum (rows where lp is within a tolerance of
+    infeasible always are, so +inf comes from the exact test as before). On
     scaling.py's pp 32 × vpp 4 × m 256, 256-layer MoE problem the stage DP's tables built ~409,600
     prefix fronts over its 1,568 rows; see docs/search.md."""
     nv = np.asarray(nv, dtype=np.int64)
@@ -277,13 +278,13 @@ def worst_row_extra(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: 
         mem = u[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]
         lp[:, r], ub[:, r] = lp_dual_bounds(mem, np.broadcast_to(layer.extra_ms, mem.shape), gc, budget[:, r])
         near[:, r] = at_budget_edge(gc @ mem.min(axis=1), budget[:, r])
-    out, need = screen_rows(lp, ub, near, nv.sum(axis=1) < LP_MIN_LAYERS)
-    for r in range(R):
-        idx = np.flatnonzero(need[:, r])
-        if idx.size:
-            val = min_extra_rows(fr, nv[idx], rows[r:r + 1], budget[idx, r:r + 1])[:, 0]
-            out[idx] = np.maximum(out[idx], val)
-    return out
+    def price(i: np.ndarray, r: np.ndarray) -> np.ndarray:
+        val = np.empty(i.size)
+        for q in np.unique(r):  # one batch per live-count vector
+            k = np.flatnonzero(r == q)
+            val[k] = min_extra_rows(fr, nv[i[k]], rows[q:q + 1], budget[i[k], q:q + 1])[:, 0]
+        return val
+    return row_maximum(lp, ub, near, nv.sum(axis=1) < LP_MIN_LAYERS, price, rounds=1)
 
 
 def min_extra_lp(layer: RelaxedLayer, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -355,32 +356,55 @@ def lp_dual_bounds(mem: np.ndarray, extra: np.ndarray, n: np.ndarray, b: np.ndar
     return lp, ub
 
 
-def screen_rows(lp: np.ndarray, ub: np.ndarray, near: np.ndarray, exact: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Which (configuration, row) pairs a row maximum of exact least-replay values needs.
+def row_maximum(lp: np.ndarray, ub: np.ndarray, near: np.ndarray, exact: np.ndarray,
+                price: Callable[[np.ndarray, np.ndarray], np.ndarray], rounds: int | None = None) -> np.ndarray:
+    """float [M] ms: max(0, max over rows r of the exact least replay of (configuration i, row r)),
+    pricing as few pairs exactly as it can.
 
     Args:
         lp, ub: float [M, R] ms, a lower and an upper value of each pair's exact least replay
-            (:func:`lp_dual_bounds`).
+            (:func:`lp_dual_bounds`; +inf lp: over the budget).
         near: bool [M, R], pairs whose least-memory choice is within a tolerance of the budget
             (lp's +inf test and the exact one could disagree there: always priced).
-        exact: bool [M], configurations priced exactly (the others keep lp).
+        exact: bool [M], configurations priced exactly (the others get max(0, max_r lp)).
+        price: (i int [K], r int [K]) -> the exact values float [K] of those pairs.
+        rounds: after this many rounds the pairs left are priced in one call (None: no limit; a
+            caller whose ``price`` batches well by row wants few calls).
 
-    Returns:
-        (out float [M], need bool [M, R]): ``out`` holds max(0, max_r lp) for the configurations
-        not priced exactly, +inf for those with a row over the budget for sure, 0 elsewhere (the
-        caller raises it to the exact values of the ``need`` pairs: a pair whose ub is below the
-        configuration's largest lp cannot hold the maximum).
+    A configuration with a row over the budget for sure is +inf. The others are priced in rounds,
+    each taking per configuration its unpriced row with the largest ub (near rows first); a row
+    whose ub is at or below the best exact value so far cannot raise the maximum and is dropped,
+    so a configuration usually needs one or two rows. The same answer as pricing every pair.
     """
-    out = np.zeros(lp.shape[0])
+    rounds = np.inf if rounds is None else rounds
+    M = lp.shape[0]
+    out = np.zeros(M)
     out[~exact] = np.maximum(0.0, lp[~exact].max(axis=1, initial=0.0))
     fin = np.isfinite(lp)
     gone = exact & (~fin & ~near).any(axis=1)  # a row over the budget for sure
     out[gone] = np.inf
     top = np.where(fin, lp, -np.inf).max(axis=1, initial=-np.inf)  # the largest finite lp
     tol = 1e-9 * (1.0 + np.abs(np.where(np.isfinite(top), top, 0.0)))
-    need = (exact & ~gone)[:, None] & (near | (fin & (ub + tol[:, None] >= top[:, None])))
-    return out, need
+    todo = (exact & ~gone)[:, None] & (near | (fin & (ub + tol[:, None] >= top[:, None])))
+    best = np.full(M, -np.inf)
+    order = np.where(near, np.inf, ub)
+    done = 0
+    while todo.any():
+        if done < rounds:
+            i = np.flatnonzero(todo.any(axis=1))
+            r = np.where(todo[i], order[i], -np.inf).argmax(axis=1)
+        else:  # the rest at once
+            i, r = np.nonzero(todo)
+        val = price(i, r)
+        np.maximum.at(best, i, val)
+        todo[i, r] = False
+        done += 1
+        btol = 1e-9 * (1.0 + np.abs(np.where(np.isfinite(best), best, 0.0)))
+        todo &= near | (ub > (best + btol)[:, None])  # a row with ub <= best cannot raise it
+        todo[np.isposinf(best)] = False
+    some = exact & ~gone
+    out[some] = np.maximum(0.0, best[some])
+    return out
 
 
 def at_budget_edge(least: np.ndarray, budget: np.ndarray) -> np.ndarray:
