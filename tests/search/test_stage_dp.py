@@ -20,6 +20,7 @@ from autotune.tuner.problem import Problem
 from autotune.tuner.bounds._paths import stage_paths
 from autotune.tuner.bounds._relax import count_vectors
 from autotune.tuner.bounds import stage_dp
+from autotune.tuner.bounds.device_dp import device_dp_bound
 from autotune.tuner.bounds.stage_dp import stage_dp_bound
 from tests.search.test_exact_bounds import _random_problem
 
@@ -177,3 +178,19 @@ def test_unreachable_states_dropped_change_no_answer(seed, N, P, V, kinds, tight
     assert (fast.split is None) == (slow.split is None)
     if fast.split is not None:
         assert np.array_equal(fast.split, slow.split)
+
+
+def test_deadline_stops_the_tables_and_keeps_the_bisection_proven(monkeypatch) -> None:
+    """The benchmark's 48-layer pp5 vpp2 problem: a deadline already past stops the stage tables
+    (None: the caller keeps its other bound); a clock that passes the deadline once the tables
+    are built stops the bisection after its first evaluation, at the bound already proven
+    (lower_ms 5,900 ms, below the full answer 5,976.4 ms)."""
+    problem = _telechat_48l()
+    assert stage_dp_bound(problem, 2, upper_ms=6217.4, deadline=0.0) is None
+    assert device_dp_bound(problem, 2, upper_ms=6217.4, deadline=0.0) is None
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(stage_dp.time, "monotonic", lambda: 0.0 if next(ticks) < problem.P else 2.0)
+    cut = stage_dp_bound(problem, 2, upper_ms=6217.4, lower_ms=5900.0, deadline=1.0)
+    assert cut is not None and cut.bound_ms == 5900.0 and cut.evaluations == 1
+    full = stage_dp_bound(problem, 2, upper_ms=6217.4, lower_ms=5900.0)
+    assert full.bound_ms == pytest.approx(5976.43, abs=1.0)

@@ -53,6 +53,7 @@ cap). Work caps (no clock) keep long schedules (256 micro-batches) to a few seco
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -279,14 +280,15 @@ def _count_vectors_capped(lo: np.ndarray, hi: np.ndarray, n_cap: int, max_config
     return out
 
 
-def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
+def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, deadline: float | None = None
                   ) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None:
     """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
     (least replay that fits; per path its least weighted replay), and the number of
     configurations enumerated, the shared setup (:func:`autotune.tuner.bounds._relax.integer_setup`) and the
     layer types (:class:`autotune.tuner.bounds._kinds.LayerTypes`); None
     when a work cap or the applicability check fails, or when no stage has a no-skip path (a stage
-    may be left with no configuration: nothing beats upper)."""
+    may be left with no configuration: nothing beats upper), or when ``deadline`` (time.monotonic())
+    passes between two stages."""
     su = integer_setup(problem, V)
     if su is None:
         return None
@@ -309,6 +311,8 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     least_work = 0
     any_path = False
     for p in range(P):
+        if deadline is not None and time.monotonic() > deadline:
+            return None
         keep, skip = _families(fam[p], p, P, V, p2p, end_f)
         nv = np.asarray(all_vecs[p], dtype=np.float64).reshape(-1, V)  # [M, V]
         tn = types.typed(p, nv)  # [M, V, T]
@@ -373,16 +377,19 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int
     return stages, total, su, types
 
 
-def stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int = MAX_CONFIGS
-                 ) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None:
+def stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int = MAX_CONFIGS,
+                 deadline: float | None = None) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None:
     """:func:`_stage_tables`, memoised on the problem's ``fit_cache`` by (V, upper_ms, max_configs):
     the device DP and the wrap-pair DP (:mod:`autotune.tuner.bounds.wrap_dp`) of one bound pass
     build the same tables once (~2 CPU s on P16 V2 m64 L128). The tables are never modified by
-    their users."""
+    their users. Tables a ``deadline`` cut are not memoised."""
     key = ("device_dp.stage_tables", int(V), float(upper_ms), int(max_configs))
     cache = problem.fit_cache
     if key not in cache:
-        cache[key] = _stage_tables(problem, V, float(upper_ms), max_configs)
+        out = _stage_tables(problem, V, float(upper_ms), max_configs, deadline)
+        if out is None and deadline is not None and time.monotonic() > deadline:
+            return None
+        cache[key] = out
     return cache[key]
 
 
@@ -493,19 +500,21 @@ def _through(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
 
 
 def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: int = MAX_CONFIGS,
-                    joint_work: int = JOINT_WORK) -> DeviceDPBound | None:
+                    joint_work: int = JOINT_WORK, deadline: float | None = None) -> DeviceDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
     whose step time is <= ``upper_ms`` (a feasible step time: the result is min(bound, upper_ms),
     so it is a bound on the optimum whenever some layout reaches ``upper_ms``).
 
     See the module docstring for the model. Returns None where it does not apply (V = 1, a
     schedule that splits B/W, non-default pipeline positions, no finite ``upper_ms``, no no-skip
-    path) or when the stage configurations would exceed ``max_configs`` (a work cap).
+    path) or when the stage configurations would exceed ``max_configs`` (a work cap). Past
+    ``deadline`` (time.monotonic()) the stage tables stop (None) and the joint pass keeps the
+    bound it has proven.
     """
     if upper_ms is None or not np.isfinite(upper_ms):
         return None
     upper = float(upper_ms)
-    out = stage_tables(problem, V, upper, max_configs)
+    out = stage_tables(problem, V, upper, max_configs, deadline)
     if out is None:
         return None
     stages, total, su, types = out
@@ -538,6 +547,8 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     result = best
     n_surv = 0
     while tau < upper:
+        if deadline is not None and time.monotonic() > deadline:
+            break  # anytime: ``result`` is proven
         tau = min(upper, tau + step)
         step *= 2
         surv = [np.flatnonzero(t <= tau * (1 + 1e-12)) for t in thr]
@@ -582,7 +593,7 @@ class DeviceDP:
         return integer_setup(problem, V) is not None
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
-        dd = device_dp_bound(problem, V, upper_ms=ctx.upper_ms)
+        dd = device_dp_bound(problem, V, upper_ms=ctx.upper_ms, deadline=ctx.deadline)
         if dd is None:
             return None
         return BoundOutcome(dd.bound_ms, None, {"configs": dd.configs})

@@ -49,6 +49,7 @@ Applies when the schedule runs the whole backward as one op (not zero_bubble_v) 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -240,14 +241,16 @@ class _ThresholdDP:
 
 def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
                    lower_ms: float | None = None, rel_tol: float = 1e-4,
-                   max_configs: int = 200_000) -> StageDPBound | None:
+                   max_configs: int = 200_000, deadline: float | None = None) -> StageDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V.
 
     See the module docstring for the paths, the relaxations and the DP. Returns None when the
     bound does not apply (V = 1, a B/W-split schedule) or when the per-stage layer-count vectors
     would exceed ``max_configs`` (a work cap; the caller keeps its other bound). ``upper_ms``: a
     feasible step time (caps the layers per stage and starts the bisection); ``lower_ms``: a bound
-    already proven (the bisection starts there, so the result is never below it).
+    already proven (the bisection starts there, so the result is never below it). Past
+    ``deadline`` (time.monotonic()) the stage tables stop (None) and the bisection returns the
+    largest threshold it has shown infeasible (a bound, anytime).
     """
     su = integer_setup(problem, V)
     if su is None:
@@ -277,6 +280,8 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     cap = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else None
     tabs = []
     for p, vecs in enumerate(all_vecs):
+        if deadline is not None and time.monotonic() > deadline:
+            return None
         tab = _stage_table(problem, su, p, paths[p], fr, vecs, cap)
         if tab is None:
             return StageDPBound(float("inf") if cap is None else cap, 0, total)
@@ -298,6 +303,8 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
         if hi_T > 1e15:
             return StageDPBound(float("inf"), evals, total)
     while hi_T - lo_T > rel_tol * hi_T:
+        if deadline is not None and time.monotonic() > deadline:
+            break
         mid = 0.5 * (lo_T + hi_T)
         evals += 1
         h_mid = dp.feasible(mid)
@@ -319,7 +326,7 @@ class StageDP:
         return integer_setup(problem, V) is not None
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
-        sd = stage_dp_bound(problem, V, upper_ms=ctx.upper_ms, lower_ms=ctx.lower_ms)
+        sd = stage_dp_bound(problem, V, upper_ms=ctx.upper_ms, lower_ms=ctx.lower_ms, deadline=ctx.deadline)
         if sd is None:
             return None
         return BoundOutcome(sd.bound_ms, sd.split, {"evaluations": sd.evaluations})
