@@ -158,8 +158,9 @@ class Worker:
         parent_pid: for a local worker process, its parent's pid: when the parent is gone (the
             ``autotune sweep`` command was killed), the worker takes no new scenario.
 
-    Raises:
-        ConfigError: the storage cannot be opened (password masked).
+    The storage is opened by :meth:`run`, inside its retry loop: the sweep command has already
+    opened it (:func:`prepare`), so a worker that cannot open it (the database restarting while
+    the worker starts) retries like any other storage error.
     """
 
     def __init__(self, sweep: Sweep, target: str, *, label: str = "worker", poll_s: float = 1.0,
@@ -167,8 +168,8 @@ class Worker:
         self.sweep, self.target, self.label = sweep, target, label
         self.poll_s = min(poll_s, sweep.lease_seconds / 4)
         self.parent_pid = parent_pid
-        self.storage = open_storage(target)
-        self.board = open_claims(self.storage, target)
+        self.storage: Any = None   # opened by _connect, inside run()'s retry loop
+        self.board: Any = None
         self.worker_id = uuid.uuid4().hex[:12]
         self._seen: dict[tuple[str, int], tuple[Any, float]] = {}
         self._mine: dict[str, tuple[int, str]] = {}   # study -> (gen, token) of claims this worker holds
@@ -208,27 +209,34 @@ class Worker:
             try:
                 return self._loop()
             except Exception as exc:  # noqa: BLE001 - storage errors are retried, the rest re-raised
-                if not is_storage_error(exc):
+                opening = isinstance(exc, ConfigError) and exc.rule == "storage"   # open_storage, masked
+                if not (opening or is_storage_error(exc)):
                     raise
+                detail = exc.message if opening else one_line(exc, self.target)
                 if len(self.ran) > progress:
                     delay, spent, progress = 1.0, 0.0, len(self.ran)
                 if spent >= self.sweep.storage_retry_seconds:
-                    for study, (gen, token) in self._mine.items():
+                    for study, (gen, token) in self._mine.items() if self.board is not None else ():
                         try:
                             self.board.release(study, gen, token)
                         except Exception:  # noqa: BLE001 - the store is gone; the lease will expire
                             pass
                     raise ConfigError(f"lost the study storage {mask_url(self.target)} and could not reach it "
-                                      f"again for {spent:.0f} s: {one_line(exc, self.target)}",
+                                      f"again for {spent:.0f} s: {detail}",
                                       field="--storage", value=mask_url(self.target), rule="storage") from None
                 wait = min(delay, MAX_BACKOFF_S, max(0.1, self.sweep.storage_retry_seconds - spent))
-                log.warning("%s: storage error, retrying in %.0f s: %s", self.label, wait,
-                            one_line(exc, self.target))
+                log.warning("%s: storage error, retrying in %.0f s: %s", self.label, wait, detail)
                 time.sleep(wait)
                 spent += wait
                 delay *= 2
 
+    def _connect(self) -> None:
+        if self.board is None:
+            self.storage = open_storage(self.target)
+            self.board = open_claims(self.storage, self.target)
+
     def _loop(self) -> list[str]:
+        self._connect()
         while True:
             if self._parent_gone():
                 log.warning("%s: the sweep command that started this worker is gone; stopping", self.label)

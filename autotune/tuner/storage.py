@@ -142,14 +142,21 @@ def resolve_target(storage: str | None, out_dir: str | Path) -> str:
 
 def is_storage_error(exc: BaseException) -> bool:
     """True for errors of the study store itself (database driver / SQLAlchemy, the file system,
-    Optuna's storage errors), which a worker retries with backoff; False for everything else."""
+    Optuna's storage errors, or a NameError Optuna raised while handling one), which a worker
+    retries with backoff; False for everything else."""
     import optuna  # noqa: PLC0415 - optuna is heavy (~1 s); `autotune check` / `evaluate` never load it
 
     try:
         from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415 - SQLAlchemy comes with optuna and is heavy; only a database URL needs it
     except ImportError:  # pragma: no cover - without the [postgres] extra
         SQLAlchemyError = ()  # type: ignore[assignment,misc]  # noqa: N806
-    return isinstance(exc, (SQLAlchemyError, OSError, optuna.exceptions.StorageInternalError))
+    kinds = (SQLAlchemyError, OSError, optuna.exceptions.StorageInternalError)
+    # Optuna's _run_trial (optuna/study/_optimize.py, 4.x) reads the trial back when tell() fails;
+    # when that read fails too, its `finally` raises UnboundLocalError('updated_state') over the
+    # storage error. Look through such a NameError to the error it was raised over.
+    while isinstance(exc, NameError) and exc.__context__ is not None:
+        exc = exc.__context__
+    return isinstance(exc, kinds)
 
 
 class RetryStaleTrial:

@@ -183,3 +183,31 @@ def test_claims_are_not_studies(tmp_path, n):
     assert run_sweep(sweep, storage=store, out_dir=tmp_path / "out").exit_code == 0
     assert study_names(store) == [name]
     assert optuna.load_study(study_name=name, storage=open_storage(store)).user_attrs["scenario"] == "tiny-mb4-hbm1GB"
+
+
+def test_a_worker_that_starts_while_the_database_is_down_waits_for_it(pg_url, tmp_path, caplog):
+    """A worker opens the store inside its retry loop: in CI, worker 2 of ``--workers 2`` was still
+    starting when the database went away for 4 s, its first connection failed and the sweep
+    stopped with exit 2 ("cannot open the study storage"). The sweep command had opened the store
+    (prepare), so a worker's failure to open it is a storage error like any other."""
+    import threading
+
+    from autotune.sweep.spec import load_sweep
+    from autotune.sweep.worker import Worker, prepare
+
+    sweep = load_sweep(write_sweep(tmp_path / "sweep.yaml", trials=4, mbs=(4,), memories=("1GB",)))
+    prepare(sweep, pg_url)
+    _block(_db(pg_url), allow=False)
+    back = threading.Timer(3.0, _block, (_db(pg_url), True))
+    back.start()
+    try:
+        with caplog.at_level("WARNING", logger="autotune.sweep"):
+            ran = Worker(sweep, pg_url, label="worker 2").run()
+    finally:
+        back.join()
+        _block(_db(pg_url), allow=True)
+    assert ran == ["tiny-mb4-hbm1GB"]
+    assert "worker 2: storage error, retrying in 1 s: cannot open the study storage" in caplog.text
+    snap = snapshot(pg_url, tmp_path / "sweep.yaml")
+    check_clean(snap)
+    assert all(budget_done(s, 4) for s in snap.values())

@@ -147,3 +147,43 @@ def test_bad_storage_fails_before_the_bound_phase(monkeypatch, tmp_path) -> None
         autotune.search(DATA / "tiny.yaml", DATA / "tiny_profile.yaml", space=SPACE, trials=3,
                         storage=str(blocker / "sub" / "s.journal"))
     assert e.value.rule == "storage"
+
+
+class _GoneAtTell(optuna.storages.InMemoryStorage):
+    """An in-memory store that loses its database when Optuna tells a trial's result: the write and
+    the read-back both raise SQLAlchemy's OperationalError (the driver's error for a dropped link)."""
+
+    def set_trial_state_values(self, trial_id, state, values=None):
+        from sqlalchemy.exc import OperationalError
+
+        if state.is_finished():
+            self.gone = True
+            raise OperationalError("UPDATE trials", None, Exception("server closed the connection"))
+        return super().set_trial_state_values(trial_id, state, values)
+
+    def get_trial(self, trial_id):
+        from sqlalchemy.exc import OperationalError
+
+        if getattr(self, "gone", False):
+            raise OperationalError("SELECT trials", None, Exception("server closed the connection"))
+        return super().get_trial(trial_id)
+
+
+def test_a_storage_error_at_tell_is_a_storage_error() -> None:
+    """What Optuna's study.optimize raises when the database goes away as a trial is told is
+    retried by a worker (CI saw Optuna 4's UnboundLocalError('updated_state') raised over the
+    OperationalError end a scenario as 'failed'); other errors, NameErrors included, are not."""
+    from autotune.tuner.storage import is_storage_error
+
+    study = optuna.create_study(storage=_GoneAtTell())
+    with pytest.raises(Exception) as info:
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert is_storage_error(info.value), repr(info.value)
+    assert not is_storage_error(ValueError("bad value"))
+    try:
+        try:
+            raise ValueError("not the store")
+        except ValueError:
+            undefined_name  # noqa: B018, F821 - a NameError raised over a non-storage error
+    except NameError as exc:
+        assert not is_storage_error(exc)
