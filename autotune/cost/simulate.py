@@ -599,7 +599,7 @@ def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
         for g, key, hop, (a, b) in zip(plan.gather, plan.key, plan.hop, plan.rows):
             k = b - a
             both = bf[:2 * k]
-            np.take(e, g, axis=0, out=both)
+            e.take(g, axis=0, out=both)
             ready = both[:k]
             if hop is not None and p2p != 0.0:
                 ready += hop * p2p
@@ -607,7 +607,7 @@ def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
             np.maximum(ready, both[k:], out=out)
             if start is not None:
                 start[a:b, c0:c1] = out
-            np.take(dur, key, axis=0, out=ready)
+            dur.take(key, axis=0, out=ready)
             out += ready
         step[c0:c1] = e[plan.last].max(axis=0)
         if e_all is not None:

@@ -115,6 +115,35 @@ def _entry_exit_paths(cs: CompiledSchedule, pos: np.ndarray, hops_to: np.ndarray
     return CF, CB, CW, K
 
 
+def split_step(dp: np.ndarray, C: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """One mini-stage of the Lagrangian's layer-split DP: for every j (layers placed so far,
+    0..N) ``new[j] = min over i with lo <= j - i <= hi of (dp[i] - C[i]) + C[j]`` and ``arg[j]``
+    the first (smallest) i attaining it, 0 where none is finite (float [N+1], int [N+1]).
+
+    ``C`` is the mini-stage's cumulative cost (C[j] - C[i]: layers i..j-1 on it). With no upper
+    limit (hi >= N, every mini-stage of a search without layer caps) the window is a prefix and
+    the minimum a running minimum, O(N); otherwise the (N+1)² table. Both give the same values
+    and the same first arguments (test_lagrangian.py)."""
+    N = dp.size - 1
+    val = dp - C
+    if hi >= N:
+        best = np.minimum.accumulate(val)
+        new = np.empty(N + 1, dtype=bool)
+        new[0] = True
+        new[1:] = val[1:] < best[:-1]   # strictly below every earlier value: a new first argmin
+        first = np.maximum.accumulate(np.where(new, np.arange(N + 1), 0))
+        out = np.full(N + 1, np.inf)
+        arg = np.zeros(N + 1, dtype=np.int64)
+        if lo <= N:
+            out[lo:] = best[:N + 1 - lo]
+            arg[lo:] = first[:N + 1 - lo]
+        return out + C, arg
+    size = np.arange(N + 1)[:, None] - np.arange(N + 1)[None, :]
+    cand = np.where((size >= lo) & (size <= hi), val[None, :], np.inf)
+    arg = np.argmin(cand, axis=1)
+    return cand[np.arange(N + 1), arg] + C, arg
+
+
 class _Relaxation:
     """The relaxed problem for one V (see module docstring, step 3), over a family of paths.
 
@@ -134,6 +163,8 @@ class _Relaxation:
         self.pos = pos
         #: mini-stages (v, p) in layer order (pipeline position 0, 1, ...)
         self.walk = [tuple(int(x) for x in np.argwhere(pos == q)[0]) for q in range(V * P)]
+        self.walk_v = np.asarray([v for v, _ in self.walk], dtype=np.int64)
+        self.walk_p = np.asarray([p for _, p in self.walk], dtype=np.int64)
         cs = compile_schedule(problem.schedule, P, V, self.m, problem.seq_split_num)
         self.cs = cs
         #: B/W-split schedule (zero_bubble_v): a backward op is B (bwd - W) and W is its own op
@@ -232,25 +263,22 @@ class _Relaxation:
                  + float(np.where(mu > 0, mu * (self.const_static_mib - self.cap_mib), 0.0).sum())
                  + mu[hp] * self.nu[hp, hv] * self.head_act_mib + mu[tp] * self.nu[tp, tv] * self.tail_act_mib)
         n_ms = V * P
-        INF = np.inf
-        dp = np.full(N + 1, INF)
+        dp = np.full(N + 1, np.inf)
         dp[0] = 0.0
         back = np.zeros((n_ms, N + 1), dtype=np.int64)
-        choice = np.zeros((n_ms, N), dtype=np.int64)
-        size = np.arange(N + 1)[:, None] - np.arange(N + 1)[None, :]
         lay = self.layer
+        # every mini-stage's per-layer terms at once ([n_ms, N, C] and [n_ms, N]; k = walk position)
+        wv, wp = self.walk_v, self.walk_p
+        cbk, muk = cb[wv, wp][:, None], mu[wp][:, None]
+        rc = cbk[:, :, None] * lay.extra_ms + muk[:, :, None] * (self.nu[wp, wv][:, None, None] * lay.act_mib
+                                                               + lay.sdelta_mib)
+        choice = np.argmin(rc, axis=2)
+        per = (cf[wv, wp][:, None] * lay.fwd_ms + cbk * lay.bwd_ms + cwd[wv, wp][:, None] * lay.w_ms
+               + muk * lay.static_mib + rc.min(axis=2))
+        C = np.zeros((n_ms, N + 1))
+        np.cumsum(per, axis=1, out=C[:, 1:])
         for k in range(n_ms):
-            v, p = self.walk[k]
-            rc = cb[v, p] * lay.extra_ms + mu[p] * (self.nu[p, v] * lay.act_mib + lay.sdelta_mib)  # [N, C]
-            choice[k] = np.argmin(rc, axis=1)
-            per = (cf[v, p] * lay.fwd_ms + cb[v, p] * lay.bwd_ms + cwd[v, p] * lay.w_ms + mu[p] * lay.static_mib
-                   + rc.min(axis=1))
-            C = np.concatenate([[0.0], np.cumsum(per)])
-            ok = (size >= self.lo[k]) & (size <= self.hi[k])
-            cand = np.where(ok, dp[None, :] - C[None, :], INF)
-            a = np.argmin(cand, axis=1)
-            dp = cand[np.arange(N + 1), a] + C
-            back[k] = a
+            dp, back[k] = split_step(dp, C[k], int(self.lo[k]), int(self.hi[k]))
         value = float(dp[N]) + const
         split = np.zeros(n_ms, dtype=np.int64)
         j = N
