@@ -6,7 +6,9 @@ what is missing. Claims live beside the studies: the store lists only the scenar
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 
 import pytest
 
@@ -64,17 +66,31 @@ def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
                           log=tmp_path / f"w{i}.log") for i in range(3)]
     victim = procs[0]
 
-    def victim_running():
-        for name, s in snapshot(store, sweep).items():
+    def victim_running(snap):
+        for name, s in snap.items():
             if s["claim"].get("pid") == victim.pid and s["done"] is None:
                 running = [t for t in s["trials"] if t[1] == "RUNNING"]
                 if running and sum(t[1] == "COMPLETE" for t in s["trials"]) >= 1:
                     return name
         return None
 
-    name = wait_for(victim_running, timeout=90, every=0.05)
+    def victim_frozen_while_running():
+        # Seen running: SIGSTOP and look again, so that the worker cannot finish the trial between
+        # the look and the kill (under load it did: the snapshot taken after SIGKILL had no
+        # RUNNING trial); a live pid with a fresh lease is not taken over. Not running then:
+        # SIGCONT and wait for the next one.
+        if victim_running(snapshot(store, sweep)) is None:
+            return None
+        os.kill(victim.pid, signal.SIGSTOP)
+        snap = snapshot(store, sweep)
+        name = victim_running(snap)
+        if name is None:
+            os.kill(victim.pid, signal.SIGCONT)
+            return None
+        return name, snap
+
+    name, before = wait_for(victim_frozen_while_running, timeout=90, every=0.05)
     kill(victim)
-    before = snapshot(store, sweep)
     killed_running = [t for t in before[name]["trials"] if t[1] == "RUNNING"]
     queued_before = [t for t in before[name]["trials"] if t[1] == "WAITING"]
     completed_before = {(n, t[0]): t[2] for n, s in before.items() for t in s["trials"] if t[1] == "COMPLETE"}
