@@ -99,3 +99,38 @@ def test_worst_rows_equals_the_row_maximum_of_the_exact_values(seed, frac):
         assert np.isinf(want) == np.isinf(got[i])
         if np.isfinite(want):
             assert got[i] == pytest.approx(want, rel=1e-12, abs=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), w0=st.sampled_from([0.0, 1.0, 2.0]), w1=st.sampled_from([1.0, 2.0]),
+       frac=st.floats(-0.1, 1.1))
+def test_min_extra_is_the_brute_force_least_replay(seed, w0, w1, frac):
+    """TypedFronts.min_extra (groups of one type and weight merged, the most layers matched last)
+    against every recompute class of every layer of a two-type model: the least Σ replay (ms)
+    with Σ_v Σ_t (w_v·act + δ) <= budget (MiB), +inf when nothing fits. Equal weights (w0 = w1)
+    make the chunks' groups of one type merge."""
+    problem = _random_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, static_delta=True)
+    types = LayerTypes(problem, 2)
+    if types.T < 2:
+        return
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 3, size=(2, types.T))
+    while counts.sum() > 4:   # the brute force's size: at most 4 layers
+        v, t = np.argwhere(counts > 0)[rng.integers((counts > 0).sum())]
+        counts[v, t] -= 1
+    tn = tuple(tuple(int(x) for x in c) for c in counts)
+    w = np.array([w0, w1])
+    groups = [(types.layers[t], w[v], n) for v in range(2) for t, n in enumerate(tn[v]) if n]
+    lo = sum(n * (x * lay.act_mib + lay.sdelta_mib).min() for lay, x, n in groups)
+    hi = sum(n * (x * lay.act_mib + lay.sdelta_mib).max() for lay, x, n in groups)
+    budget = float(lo + frac * (hi - lo))
+    want = np.inf
+    options = [list(itertools.combinations_with_replacement(range(len(lay.extra_ms)), n)) for lay, _, n in groups]
+    for combo in itertools.product(*options):
+        mem = sum((x * lay.act_mib[list(c)] + lay.sdelta_mib[list(c)]).sum() for (lay, x, _), c in zip(groups, combo))
+        if mem <= budget + 1e-9:
+            want = min(want, sum(lay.extra_ms[list(c)].sum() for (lay, _, _), c in zip(groups, combo)))
+    got = TypedFronts(types).min_extra(tn, w, budget)
+    assert np.isinf(got) == np.isinf(want)
+    if np.isfinite(want):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)

@@ -121,7 +121,17 @@ class TypedFronts:
         ``tn`` the type counts per chunk (+inf when nothing fits)."""
         if self.T == 1:
             return min_extra_ms(self.fr[0], tuple(c[0] for c in tn), w, budget)
-        cols = tuple((t, int(n), float(wv)) for c, wv in zip(tn, w) for t, n in enumerate(c) if n)
+        # Layers of one type are interchangeable, so the (chunk, type) groups with the same type and
+        # weight merge (get(n1, w) ⊕ get(n2, w) and get(n1 + n2, w) have the same front, as in
+        # min_extra_ms); the groups in a canonical order, the most layers last (matched by binary
+        # search), so the memoised prefix sums are shared and small.
+        merged: dict[tuple[int, float], int] = {}
+        for c, wv in zip(tn, w):
+            for t, n in enumerate(c):
+                if n:
+                    key = (t, float(wv))
+                    merged[key] = merged.get(key, 0) + int(n)
+        cols = tuple(sorted(((t, n, x) for (t, x), n in merged.items()), key=lambda g: (g[1], g[0], g[2])))
         if not cols:
             return 0.0 if budget >= -1e-9 else float("inf")
         acc = self._prefix(cols[:-1])
