@@ -216,7 +216,7 @@ class Worker:
                 if len(self.ran) > progress:
                     delay, spent, progress = 1.0, 0.0, len(self.ran)
                 if spent >= self.sweep.storage_retry_seconds:
-                    for study, (gen, token) in self._mine.items() if self.board is not None else ():
+                    for study, (gen, token) in self._mine.items():   # none before _connect
                         try:
                             self.board.release(study, gen, token)
                         except Exception:  # noqa: BLE001 - the store is gone; the lease will expire

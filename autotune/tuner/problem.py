@@ -187,9 +187,9 @@ class Problem:
         move changed are priced (:func:`~autotune.cost.simulate.stage_peak_activation`): a 1-opt
         move changes one or two of them, and on pp 32 × vpp 4 the full pricing of ~17,000 moves
         a round was ~40 % of the finishing descent."""
-        cs = compile_schedule(self.schedule, self.P, V, self.m, self.seq_split_num)
         if near is None:
-            return costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
+            return self.score_costs(V, costs, memory_only=True).peak_mib
+        cs = compile_schedule(self.schedule, self.P, V, self.m, self.seq_split_num)
         ref = self.costs(V, near.layers[None], near.rec[None], near.sel[None], near.com[None])
         ref_peak = peak_activation(cs, ref.act_mib, ref.ws_mib)[0]  # [P]
         same = ((costs.act_mib == ref.act_mib) & (costs.ws_mib == ref.ws_mib)).all(axis=1)  # [B, P]

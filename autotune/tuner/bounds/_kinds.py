@@ -25,8 +25,8 @@ import numpy as np
 
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
-from autotune.tuner.bounds._relax import (RelaxedLayer, RowFrontiers, at_budget_edge, lp_dual_bounds, min_extra_ms,
-                                          pareto_front, relaxed_layer, row_maximum, worst_row_extra)
+from autotune.tuner.bounds._relax import (RelaxedLayer, RowFrontiers, min_extra_ms, pareto_front, relaxed_layer,
+                                          row_bounds, row_maximum, worst_row_extra)
 from autotune.tuner.problem import Problem
 
 
@@ -140,7 +140,6 @@ class TypedFronts:
         ok = i >= 0
         return float((acc[ok, 1] + last[i[ok], 1]).min()) if ok.any() else float("inf")
 
-
     def worst_rows(self, tn: np.ndarray, rows: np.ndarray, room: np.ndarray) -> np.ndarray:
         """float [M] ms: max(0, max over rows r of ``min_extra(tn[i], rows[r], room[i, r])``) for
         every configuration i (type counts int [M, V, T], live-count vectors [R, V], budgets MiB
@@ -148,7 +147,6 @@ class TypedFronts:
         maximum (:func:`~autotune.tuner.bounds._relax.row_maximum`; the groups of the linear
         relaxation are the (chunk, type) pairs)."""
         M, V, T = tn.shape
-        R = rows.shape[0]
         if self.T == 1:
             return worst_row_extra(self.fr[0], tn[:, :, 0], rows, room)
         lays = [fr.layer for fr in self.fr]
@@ -156,12 +154,12 @@ class TypedFronts:
         sd = np.stack([lay.sdelta_mib for lay in lays])
         ex = np.stack([lay.extra_ms for lay in lays])
         n = tn.reshape(M, V * T)
-        lp, ub, near = np.empty((M, R)), np.empty((M, R)), np.zeros((M, R), dtype=bool)
         extra = np.broadcast_to(ex[None], (V, T, ex.shape[1])).reshape(V * T, -1)
-        for r, w in enumerate(rows):
-            mem = (np.asarray(w, dtype=np.float64)[:, None, None] * act[None] + sd[None]).reshape(V * T, -1)
-            lp[:, r], ub[:, r] = lp_dual_bounds(mem, extra, n, room[:, r])
-            near[:, r] = at_budget_edge(n @ mem.min(axis=1), room[:, r])
+
+        def groups(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return (w[:, None, None] * act[None] + sd[None]).reshape(V * T, -1), extra, n
+        lp, ub, near = row_bounds(rows, room, groups)
+
         def price(i: np.ndarray, r: np.ndarray) -> np.ndarray:
             return np.array([self.min_extra(tuple(tuple(int(x) for x in c) for c in tn[a]), rows[b],
                                             float(room[a, b])) for a, b in zip(i, r)])

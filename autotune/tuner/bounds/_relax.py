@@ -269,15 +269,13 @@ def worst_row_extra(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: 
     if M == 0 or R == 0:
         return out
     layer = fr.layer
-    lp = np.empty((M, R))
-    ub = np.empty((M, R))
-    near = np.zeros((M, R), dtype=bool)
-    for r, w in enumerate(rows):
-        u = np.unique(w)
-        gc = nv @ (w[:, None] == u[None, :]).astype(np.int64)
+
+    def groups(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        u = np.unique(w)  # chunks with one weight are one group (min_extra_ms)
         mem = u[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]
-        lp[:, r], ub[:, r] = lp_dual_bounds(mem, np.broadcast_to(layer.extra_ms, mem.shape), gc, budget[:, r])
-        near[:, r] = at_budget_edge(gc @ mem.min(axis=1), budget[:, r])
+        return mem, np.broadcast_to(layer.extra_ms, mem.shape), nv @ (w[:, None] == u[None, :]).astype(np.int64)
+    lp, ub, near = row_bounds(rows, budget, groups)
+
     def price(i: np.ndarray, r: np.ndarray) -> np.ndarray:
         val = np.empty(i.size)
         for q in np.unique(r):  # one batch per live-count vector
@@ -309,7 +307,26 @@ def lp_dual(mem: np.ndarray, extra: np.ndarray, n: np.ndarray, b: np.ndarray) ->
     through its Lagrangian dual (see :func:`min_extra_lp`: the maximum of D(λ) over λ = 0 and the
     class ties of every group); +inf where even the least-memory class of every layer exceeds b,
     values below 0 raised to 0."""
-    return lp_dual_bounds(mem, extra, n, b)[0]
+    if n.shape[0] == 0:
+        return np.zeros(0)
+    return _dual_maximum(mem, extra, n, b)[0]
+
+
+def _dual_maximum(mem: np.ndarray, extra: np.ndarray, n: np.ndarray, b: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lp float [K] ms, the candidate λ float [Λ] (0 and every group's class ties), the index of
+    each K's maximiser λ* int [K], infeasible bool [K]) of :func:`lp_dual` (K >= 1)."""
+    e = extra
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = (e[:, :, None] - e[:, None, :]) / (mem[:, None, :] - mem[:, :, None])  # [G, C, C]
+    lam = np.unique(np.concatenate([[0.0], lam[np.isfinite(lam) & (lam > 0)]]))
+    g = (e[None, :, :] + lam[:, None, None] * mem[None, :, :]).min(axis=2)  # [Λ, G] ms per layer
+    nf = n.astype(np.float64)
+    vals = nf @ g.T - (b + 1e-9)[:, None] * lam[None, :]  # [K, Λ]
+    j = vals.argmax(axis=1)
+    best = vals[np.arange(n.shape[0]), j]
+    infeasible = nf @ mem.min(axis=1) > b + 1e-9
+    return np.where(infeasible, np.inf, np.maximum(best, 0.0)), lam, j, infeasible
 
 
 def lp_dual_bounds(mem: np.ndarray, extra: np.ndarray, n: np.ndarray, b: np.ndarray
@@ -325,17 +342,8 @@ def lp_dual_bounds(mem: np.ndarray, extra: np.ndarray, n: np.ndarray, b: np.ndar
     K = n.shape[0]
     if K == 0:
         return np.zeros(0), np.zeros(0)
-    e = extra
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lam = (e[:, :, None] - e[:, None, :]) / (mem[:, None, :] - mem[:, :, None])  # [G, C, C]
-    lam = np.unique(np.concatenate([[0.0], lam[np.isfinite(lam) & (lam > 0)]]))
-    g = (e[None, :, :] + lam[:, None, None] * mem[None, :, :]).min(axis=2)  # [Λ, G] ms per layer
-    nf = n.astype(np.float64)
-    vals = nf @ g.T - (b + 1e-9)[:, None] * lam[None, :]  # [K, Λ]
-    j = vals.argmax(axis=1)
-    best = vals[np.arange(K), j]
-    infeasible = nf @ mem.min(axis=1) > b + 1e-9
-    lp = np.where(infeasible, np.inf, np.maximum(best, 0.0))
+    lp, lam, j, infeasible = _dual_maximum(mem, extra, n, b)
+    e, nf = extra, n.astype(np.float64)
     # just right of λ*: halfway to the next tie that is not λ* again (the same tie computed from
     # two class pairs can differ in the last bits)
     nxt = np.searchsorted(lam, lam * (1.0 + 1e-9) + 1e-12, side="right")
@@ -407,9 +415,24 @@ def row_maximum(lp: np.ndarray, ub: np.ndarray, near: np.ndarray, exact: np.ndar
     return out
 
 
-def at_budget_edge(least: np.ndarray, budget: np.ndarray) -> np.ndarray:
-    """bool like budget: the least memory (MiB) within a tolerance of the budget."""
-    return np.abs(budget - least) <= 1e-6 * (1.0 + np.abs(budget))
+def row_bounds(rows: np.ndarray, budget: np.ndarray,
+               groups: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lp, ub, near), each [M, R], the inputs of :func:`row_maximum` for M configurations against
+    live-count vectors ``rows`` [R, V] with budgets ``budget`` (MiB [M, R]).
+
+    ``groups(w)`` gives, for one vector w, the layer groups of the linear relaxation: memory
+    (MiB [G, C]) and replay (ms [G, C]) of each group's classes, and every configuration's layers
+    per group (int [M, G]). lp, ub: :func:`lp_dual_bounds`; near: the least-memory choice within a
+    tolerance of the budget."""
+    M, R = budget.shape
+    lp, ub, near = np.empty((M, R)), np.empty((M, R)), np.zeros((M, R), dtype=bool)
+    for r, w in enumerate(rows):
+        mem, extra, n = groups(np.asarray(w, dtype=np.float64))
+        lp[:, r], ub[:, r] = lp_dual_bounds(mem, extra, n, budget[:, r])
+        least = n @ mem.min(axis=1)
+        near[:, r] = np.abs(budget[:, r] - least) <= 1e-6 * (1.0 + np.abs(budget[:, r]))
+    return lp, ub, near
 
 
 def _min_extra_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
