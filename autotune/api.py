@@ -168,16 +168,18 @@ lass:`~autotune.megatron.search.MegatronResult`.
     # optuna (heavy) loads with the search policies, only when a search runs: import autotune stays light
     from autotune.megatron.search import search_megatron  # noqa: PLC0415
     from autotune.tuner.search import run_search  # noqa: PLC0415
+    from autotune.tuner.threads import one_blas_thread  # noqa: PLC0415
 
-    if megatron_args is not None or isinstance(config, MegatronRun):
-        run = load_megatron(megatron_args if megatron_args is not None else config)
-        return search_megatron(run, space=megatron_space, device="h100" if device == DEFAULT_DEVICE else device,
-                               hbm_mib=hbm_mib, overrides=overrides, seed=seed or 0, gap=gap,
-                               hbm_margin=hbm_margin)
-    if config is None:
-        raise ConfigError("give a config (or megatron_args)", field="config", value=None, rule="missing_key")
-    out = run_search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed, storage=storage,
-                     study_name=study_name, device=device, hbm_mib=hbm_mib, overrides=overrides,
-                     progress=progress, gap=gap, objective=objective, hbm_margin=hbm_margin,
-                     safety_net=safety_net, progress_every_s=progress_every_s)
-    return SearchResult(**vars(out))
+    with one_blas_thread():  # OpenBLAS's spinning threads cost CPU and save no time (its docstring)
+        if megatron_args is not None or isinstance(config, MegatronRun):
+            run = load_megatron(megatron_args if megatron_args is not None else config)
+            return search_megatron(run, space=megatron_space, device="h100" if device == DEFAULT_DEVICE else device,
+                                   hbm_mib=hbm_mib, overrides=overrides, seed=seed or 0, gap=gap,
+                                   hbm_margin=hbm_margin)
+        if config is None:
+            raise ConfigError("give a config (or megatron_args)", field="config", value=None, rule="missing_key")
+        out = run_search(config, profile, space=space, trials=trials, timeout=timeout, seed=seed, storage=storage,
+                         study_name=study_name, device=device, hbm_mib=hbm_mib, overrides=overrides,
+                         progress=progress, gap=gap, objective=objective, hbm_margin=hbm_margin,
+                         safety_net=safety_net, progress_every_s=progress_every_s)
+        return SearchResult(**vars(out))

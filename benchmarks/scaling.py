@@ -16,7 +16,8 @@ stage's peak of the even split with full / no recompute,
 - ``loose``: 1.05 · peak_none (no recompute needed).
 
 Each problem runs in a fresh child process (so its peak RSS is its own) the way
-``autotune search`` runs one sub-problem by default: :func:`bound_and_seeds` (its deadline the
+``autotune search`` runs one sub-problem by default, with one BLAS thread
+(:func:`autotune.tuner.threads.one_blas_thread`): :func:`bound_and_seeds` (its deadline the
 first half of the 300 s safety net) then the Optuna study (200 trials, stop at the 0.5 % certified
 gap, the rest of the safety net); "(timed out)" marks a row the net cut. CPU s = user + sys of the
 search (``time.process_time`` around it, imports and problem building excluded); wall s likewise;
@@ -95,18 +96,20 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
     from autotune.tuner.outcome import SAFETY_TIMEOUT_S
     from autotune.tuner.runner import run_study
     from autotune.tuner.solve import bound_and_seeds
+    from autotune.tuner.threads import one_blas_thread
 
     problem = build(*spec)
     c0, t0 = time.process_time(), time.monotonic()
     limit = SAFETY_TIMEOUT_S if timeout is None else timeout  # as autotune search: the safety net
     deadline = t0 + limit * 0.5  # the bound phase's half
-    bs = bound_and_seeds(problem, [], deadline=deadline)
-    c_bound = time.process_time() - c0
-    cut = time.monotonic() > deadline or bs.cut
-    stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
-    left = max(1.0, limit - (time.monotonic() - t0))
-    out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,
-                    bound_ms=bs.bound_ms)
+    with one_blas_thread():  # as api.search
+        bs = bound_and_seeds(problem, [], deadline=deadline)
+        c_bound = time.process_time() - c0
+        cut = time.monotonic() > deadline or bs.cut
+        stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
+        left = max(1.0, limit - (time.monotonic() - t0))
+        out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,
+                        bound_ms=bs.bound_ms)
     found = out.best.step_ms if out.best else float("inf")
     gap = (found - bs.bound_ms) / bs.bound_ms if np.isfinite(found) and bs.bound_ms > 0 else float("nan")
     return {"found_ms": found, "bound_ms": bs.bound_ms, "gap": gap, "cpu_s": time.process_time() - c0,

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.tuner.threads import one_blas_thread
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / "tests" / "data"
 EXAMPLES = ROOT / "examples"
@@ -30,6 +32,15 @@ def pytest_collection_modifyitems(config, items):
     Each process takes the next test when it has finished one, so the long ones, started first,
     end before the short ones that fill the gaps."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_blas_thread():
+    """Each test process uses one BLAS thread, as :func:`autotune.search` does
+    (:mod:`autotune.tuner.threads`): the two xdist processes with OpenBLAS's thread per core each
+    would put four spinning threads on the machine's two cores."""
+    with one_blas_thread():
+        yield
 
 
 @pytest.fixture
