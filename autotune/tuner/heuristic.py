@@ -21,9 +21,10 @@ import numpy as np
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
 from autotune.tuner.moves import (GivenSplits, LayoutBatch, PairMoves, RecomputeTrades, Scan,
-                                   SingleLayerMoves, never_faster, one_opt_moves, scan)
+                                   SingleLayerMoves, base_path, never_faster, one_opt_moves, scan, step_floor)
 from autotune.tuner.params import representable
-from autotune.tuner.problem import Candidate, Problem, best_of, better, fits, improves, rank_order, tie_key
+from autotune.tuner.problem import (REL_TOL, Candidate, Problem, best_of, better, fits, improves, rank_order,
+                                    tie_key)
 
 #: When no single-layer move improves, :func:`local_search` scores the pair moves (two single
 #: moves at once) among this many best single moves: a work cap of at most
@@ -207,9 +208,11 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
     the budget (:func:`~autotune.tuner.problem.fits`) and are faster than ``cand`` (scored;
     :func:`~autotune.tuner.problem.improves`): (their layouts, their step ms [K]). The memory of
     every move is computed first (no simulation); only the fitting ones that may be faster
-    (:func:`~autotune.tuner.moves.never_faster`) are simulated."""
+    (:func:`~autotune.tuner.moves.never_faster`, and a :func:`~autotune.tuner.moves.step_floor`
+    under ``cand``'s step time) are simulated."""
     moves = one_opt_moves(problem, cand)
     V = cand.V
+    path = base_path(problem, cand)
     keep_l, keep_t = [], []
     for lo in range(0, len(moves.layers), 20_000):
         b = LayoutBatch(*(a[lo:lo + 20_000] for a in moves))
@@ -218,6 +221,7 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
         if not ok.any():
             continue
         ok &= ~never_faster(problem, V, costs, cand)  # never faster than cand: not simulated
+        ok &= step_floor(problem, V, costs, path) < cand.step_ms * (1.0 - REL_TOL)  # nor these
         if not ok.any():
             continue
         sub = LayoutBatch(*(a[ok] for a in b))

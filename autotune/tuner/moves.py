@@ -25,9 +25,10 @@ from typing import Iterator, NamedTuple, Protocol
 import numpy as np
 
 from autotune.cost.inputs import StageCosts
-from autotune.cost.simulate import compile_schedule
-from autotune.tuner.fit import GREEDY, RecomputeFit, refit_touched
-from autotune.tuner.problem import Candidate, Problem, first_min, fits, rank_order
+from autotune.cost.simulate import bwd_w_ms, compile_schedule
+from autotune.tuner.bounds._paths import CriticalPath, critical_path
+from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, refit_touched
+from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min, fits, rank_order
 
 #: Moves refitted and simulated per batch (bounds memory on large spaces).
 MOVE_CHUNK = 20_000
@@ -282,6 +283,48 @@ class Scan:
         return i, float(step[i])
 
 
+#: Relative margin of :func:`step_floor` below the simulated step time: the float rounding of a
+#: sum of up to ~10^5 op durations (~10^-11 relative) against the search's tie tolerance
+#: :data:`~autotune.tuner.problem.REL_TOL` (10^-9).
+FLOOR_MARGIN = 1e-10
+
+
+def base_path(problem: Problem, base: Candidate) -> CriticalPath:
+    """A longest path of ``base``'s schedule for its own durations
+    (:func:`~autotune.tuner.bounds.critical_path`): priced with a neighbour's durations it is a
+    lower bound on the neighbour's step time (:func:`step_floor`). Memoised per layout in the
+    problem's :func:`~autotune.tuner.fit.fit_cache` (a walk over every op: the sampler's recompute
+    trades scan one incumbent once per stage)."""
+    memo = fit_cache(problem)
+    key = ("base_path",) + base.key()
+    if key not in memo:
+        V = base.V
+        cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
+        one = problem.costs(V, base.layers[None], base.rec[None], base.sel[None], base.com[None])
+        w = bwd_w_ms(one)[0] if cs.split_bw else None
+        memo[key] = critical_path(cs, one.fwd_ms[0], one.bwd_ms[0], problem.pa.p2p_ms, w)
+    return memo[key]
+
+
+def step_floor(problem: Problem, V: int, costs: StageCosts, path: CriticalPath) -> np.ndarray:
+    """float [B] ms: a lower bound on the simulated step time of each layout of ``costs``
+    ([B, V, P] arrays), less :data:`FLOOR_MARGIN` of it: the larger of
+
+    - its busiest stage's work, m · Σ_v (forward + backward) per micro-batch (a stage runs its ops
+      one after another, and the step ends with every stage's last op:
+      :func:`~autotune.cost.simulate.simulate`);
+    - the length of ``path``, a chain of the schedule's dependency graph, under its durations
+      (Σ cf·f + Σ cb·b + hops·p2p, B and W apart when the backward is split; cost-model
+      reference §6.1, :func:`~autotune.tuner.bounds.critical_path`)."""
+    f, b = costs.fwd_ms, costs.bwd_ms
+    busy = ((f + b).sum(axis=1) * problem.m).max(axis=1)
+    length = (path.cf[None] * f).sum(axis=(1, 2)) + (path.cb[None] * b).sum(axis=(1, 2)) + path.hops * problem.pa.p2p_ms
+    if compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num).split_bw:
+        w = bwd_w_ms(costs)  # B ops run bwd − w, W ops w
+        length += ((path.cw - path.cb)[None] * w).sum(axis=(1, 2))
+    return np.maximum(busy, length) * (1.0 - FLOOR_MARGIN)
+
+
 def never_faster(problem: Problem, V: int, costs: StageCosts, ref: Candidate) -> np.ndarray:
     """bool [B]: the layouts of ``costs`` whose every op duration is >= ``ref``'s
     (:meth:`~autotune.tuner.problem.Problem.op_durations`), so whose step time is >= its: none of
@@ -296,11 +339,13 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
     when ``base`` has no neighbour there.
 
     ``beat``: the caller wants only the neighbours :func:`~autotune.tuner.problem.better` than
-    ``base`` (scored, fitting the budget): those that cannot be faster (:func:`never_faster`) are
-    not simulated and get step and peak +inf (so they are never better, nor the fastest fitting
-    one). On pp 64 × vpp 2 × m 512 most recompute trades add replay only."""
+    ``base`` (scored, fitting the budget): those that cannot be faster (:func:`never_faster`, or
+    a :func:`step_floor` at ``base``'s step time) are not simulated and get step and peak +inf (so
+    they are never better, nor the fastest fitting one). On pp 64 × vpp 2 × m 512 most recompute
+    trades add replay only."""
     parts = []
     screen = beat and np.isfinite(base.step_ms) and bool(fits(base.peak_mib, problem.hbm_mib))
+    path = base_path(problem, base) if screen else None
     for b in nbhd.batches(problem, base, fit, memo):
         if not screen:
             s = problem.evaluate(base.V, b.layers, b.rec, b.sel, b.com)
@@ -308,6 +353,7 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
             continue
         costs = problem.costs(base.V, b.layers, b.rec, b.sel, b.com)
         run = ~never_faster(problem, base.V, costs, base)
+        run &= step_floor(problem, base.V, costs, path) < base.step_ms * (1.0 - REL_TOL)
         step = np.full(len(b.layers), np.inf)
         peak = np.full((len(b.layers), problem.P), np.inf)
         if run.any():
@@ -322,3 +368,4 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
         return Scan(base.V, b, step, peak)
     lay = LayoutBatch(*(np.concatenate([p[0][k] for p in parts]) for k in range(4)))
     return Scan(base.V, lay, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
+
