@@ -129,20 +129,25 @@ def _stage_time(problem: Problem, layers, rec, sel, com, pos: np.ndarray | None 
 
     ``pos``: :func:`_positions` of this V (the schedule's placement, the one :meth:`Problem.evaluate`
     scores). ``only``: optional bool [B, P]: the peak of just these (row, stage) pairs is computed
-    (the same values), the others are 0 (not computed) — the greedy fit reads only its over-budget stages, a
-    few of the P on a move's row (pp 32 × vpp 4 × m 256: the schedule's live-count rows made the
-    full [B, P] peak ~80 % of the greedy's time)."""
-    costs = stage_costs(problem.pa, layers, rec, sel, com, pos=pos)
+    (the same values), the others are 0 (not computed), and so is the time — the greedy fit reads
+    only its over-budget stages, a few of the P on a move's row (pp 32 × vpp 4 × m 256: the
+    schedule's live-count rows made the full [B, P] peak ~80 % of the greedy's time; pp 8 × vpp 4
+    × m 128 MoE: the costs of every stage were ~60 % of it, ~13 % of the pairs asked for;
+    :func:`~autotune.cost.inputs.stage_costs` with ``at``)."""
     cs = compile_schedule(problem.schedule, problem.P, layers.shape[1], problem.m, problem.seq_split_num)
     if only is None:
+        costs = stage_costs(problem.pa, layers, rec, sel, com, pos=pos)
         peak = costs.static_mib + peak_activation(cs, costs.act_mib, costs.ws_mib)
-    else:
-        peak = np.zeros(costs.static_mib.shape)
-        for p in np.nonzero(only.any(axis=0))[0]:
-            rows = np.nonzero(only[:, p])[0]
-            peak[rows, p] = costs.static_mib[rows, p] + stage_peak_activation(
-                cs, int(p), costs.act_mib[rows, :, p], costs.ws_mib[rows, :, p])
-    t = (costs.fwd_ms + costs.bwd_ms).sum(axis=1)
+        return peak, (costs.fwd_ms + costs.bwd_ms).sum(axis=1)
+    rows, stg = np.nonzero(only)
+    costs = stage_costs(problem.pa, layers, rec, sel, com, pos=pos, at=(rows, stg))
+    peak = np.zeros(only.shape)
+    t = np.zeros(only.shape)
+    for p in np.unique(stg):
+        k = np.nonzero(stg == p)[0]
+        peak[rows[k], p] = costs.static_mib[k, 0] + stage_peak_activation(
+            cs, int(p), costs.act_mib[k, :, 0], costs.ws_mib[k, :, 0])
+    t[rows, stg] = (costs.fwd_ms + costs.bwd_ms).sum(axis=1)[:, 0]
     return peak, t
 
 

@@ -112,3 +112,31 @@ def test_batched_chunks_match_scalar(B, m):
         one = StageCosts(*(x[b:b + 1] for x in (costs.fwd_ms, costs.bwd_ms, costs.act_mib, costs.ws_mib,
                                                   costs.static_mib, costs.recompute_ms)))
         assert simulate(cs, one, 0.1, method="scalar").step_ms[0] == pytest.approx(batch.step_ms[b], abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), V=st.integers(1, 3), P=st.integers(1, 4), v_shaped=st.booleans(),
+       data=st.data())
+def test_some_layout_stage_pairs_are_the_full_arrays_entries(seed, V, P, v_shaped, data):
+    """``stage_costs(at=(rows, stages))`` (the greedy fit's over-budget stages) gives exactly the
+    full arrays' ``[rows, :, stages]``, the head's and tail's stages included or not, with the
+    default chunk-major or a V-shaped placement (zero_bubble_v: the tail on stage 0)."""
+    rng = np.random.default_rng(seed)
+    n = 24
+    pa = ProfileArrays.from_profile(_profile(n))
+    B = 5
+    cuts = np.sort(rng.integers(0, n + 1, (B, V * P - 1)), axis=1)
+    layers = np.diff(np.concatenate([np.zeros((B, 1), int), cuts, np.full((B, 1), n)], axis=1),
+                     axis=1).reshape(B, V, P)
+    rec, sel, com = (rng.integers(0, 5, (B, V, P)) for _ in range(3))
+    pos = None
+    if v_shaped and V == 2:
+        pos = np.stack([np.arange(P), 2 * P - 1 - np.arange(P)])  # chunk 1 runs back up the stages
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, B - 1), st.integers(0, P - 1)), max_size=12))
+    rows = np.asarray([r for r, _ in pairs], dtype=int)
+    stg = np.asarray([p for _, p in pairs], dtype=int)
+    full = stage_costs(pa, layers, rec, sel, com, pos=pos)
+    part = stage_costs(pa, layers, rec, sel, com, pos=pos, at=(rows, stg))
+    for name in ("fwd_ms", "bwd_ms", "act_mib", "ws_mib", "recompute_ms", "bwd_w_ms"):
+        assert np.array_equal(getattr(part, name), getattr(full, name)[rows, :, stg][:, :, None])
+    assert np.array_equal(part.static_mib, full.static_mib[rows, stg][:, None])
