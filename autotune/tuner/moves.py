@@ -368,4 +368,3 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
         return Scan(base.V, b, step, peak)
     lay = LayoutBatch(*(np.concatenate([p[0][k] for p in parts]) for k in range(4)))
     return Scan(base.V, lay, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
-
