@@ -99,6 +99,8 @@ def main() -> int:
 
     one()
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    for scratch in tmp.glob("in*.yaml"):  # the rotating inputs; what is worth a rerun is kept below
+        scratch.unlink()
     head = f"{'runs':>8} {'accepted':>9} " + " ".join(f"{c:>14}" for c in COLUMNS)
     print(f"fuzz: {seen['n']} inputs (seed {args.seed}, {args.attacks:.0%} YAML attacks), "
           f"wall {wall:.0f} s, CPU {cpu:.0f} s (user+sys, subprocesses included), slowest run {seen['slowest']:.2f} s "
@@ -111,7 +113,9 @@ def main() -> int:
         total.accepted += t.accepted
         for c in COLUMNS:
             total.counts[c] += t.counts[c]
-    print(f"inputs that broke a column are kept in {tmp}")
+    broke = sorted(p.name for p in tmp.glob("*.yaml") if p.name != "slowest.yaml")
+    print(f"kept in {tmp}: slowest.yaml" + (f" and the {len(broke)} inputs that broke a column" if broke
+                                             else " (no input broke a column)"))
     print(f"{'total':<11}{total.runs:>8} {total.accepted:>9} " + " ".join(f"{total.counts[c]:>14}" for c in COLUMNS))
     bad = False
     for name, t in tallies.items():
