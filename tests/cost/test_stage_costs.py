@@ -40,17 +40,22 @@ def _reference(pa: ProfileArrays, layers, rec, sel, com):
     return fwd, bwd, act, ws, static
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10**6), V=st.integers(1, 3), P=st.integers(1, 4))
-def test_prefix_path_equals_count_formulation(seed, V, P):
+def _random_batch(seed: int, V: int, P: int, B: int = 5, n: int = 24):
+    """(profile arrays of :func:`_profile` (n layers), layers, rec, sel, com int [B, V, P]): random
+    splits of the n layers and random recompute counts 0-4."""
     rng = np.random.default_rng(seed)
-    n = 24
     pa = ProfileArrays.from_profile(_profile(n))
-    B = 5
     cuts = np.sort(rng.integers(0, n + 1, (B, V * P - 1)), axis=1)
     layers = np.diff(np.concatenate([np.zeros((B, 1), int), cuts, np.full((B, 1), n)], axis=1),
                      axis=1).reshape(B, V, P)
     rec, sel, com = (rng.integers(0, 5, (B, V, P)) for _ in range(3))
+    return pa, layers, rec, sel, com
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), V=st.integers(1, 3), P=st.integers(1, 4))
+def test_prefix_path_equals_count_formulation(seed, V, P):
+    pa, layers, rec, sel, com = _random_batch(seed, V, P)
     got = stage_costs(pa, layers, rec, sel, com)
     fwd, bwd, act, ws, static = _reference(pa, layers, rec, sel, com)
     # head on (0, 0), tail on (V-1, P-1)
@@ -121,18 +126,11 @@ def test_some_layout_stage_pairs_are_the_full_arrays_entries(seed, V, P, v_shape
     """``stage_costs(at=(rows, stages))`` (the greedy fit's over-budget stages) gives exactly the
     full arrays' ``[rows, :, stages]``, the head's and tail's stages included or not, with the
     default chunk-major or a V-shaped placement (zero_bubble_v: the tail on stage 0)."""
-    rng = np.random.default_rng(seed)
-    n = 24
-    pa = ProfileArrays.from_profile(_profile(n))
-    B = 5
-    cuts = np.sort(rng.integers(0, n + 1, (B, V * P - 1)), axis=1)
-    layers = np.diff(np.concatenate([np.zeros((B, 1), int), cuts, np.full((B, 1), n)], axis=1),
-                     axis=1).reshape(B, V, P)
-    rec, sel, com = (rng.integers(0, 5, (B, V, P)) for _ in range(3))
+    pa, layers, rec, sel, com = _random_batch(seed, V, P)
     pos = None
     if v_shaped and V == 2:
         pos = np.stack([np.arange(P), 2 * P - 1 - np.arange(P)])  # chunk 1 runs back up the stages
-    pairs = data.draw(st.lists(st.tuples(st.integers(0, B - 1), st.integers(0, P - 1)), max_size=12))
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, layers.shape[0] - 1), st.integers(0, P - 1)), max_size=12))
     rows = np.asarray([r for r, _ in pairs], dtype=int)
     stg = np.asarray([p for _, p in pairs], dtype=int)
     full = stage_costs(pa, layers, rec, sel, com, pos=pos)
