@@ -1,7 +1,8 @@
 """The layer kinds' least sums (autotune.tuner.bounds._relax.KindMix) and what they give the stage
 DP: DeepSeek-V3's static memory by hand, least(n) <= the sum of any n of the model's layers
 (hypothesis), and the typed stage DP is never below the one with the cheapest layer everywhere
-and never above the enumerated optimum (that second half is test_stage_dp's)."""
+and never above the enumerated optimum (that second half is test_stage_dp's); the integer
+program's kind windows and typed recompute classes by value."""
 
 from __future__ import annotations
 
@@ -106,11 +107,41 @@ def test_kind_windows_of_a_dense_first_model_by_hand() -> None:
 
 def test_typed_integer_program_raises_the_moe_bound() -> None:
     """Same problem: with each mini-stage's layers split by kind (the model's 3 dense layers in all,
-    each mini-stage within its window) the integer program proves 3,102.8 ms where the cheapest
-    layer everywhere gave 2,826.9 (and the device DP 2,845.6); the search's answer is 3,241.8 ms,
-    so the certified gap goes from 13.9 % to 4.5 %."""
+    each mini-stage within its window) the integer program proved 3,102.8 ms where the cheapest
+    layer everywhere gave 2,826.9 (and the device DP 2,845.6). With each kind's own recompute
+    classes (replay, activation, static change per kind, not the cheapest kind's: the MoE layer's
+    full recompute replays 28.19 ms, the dense one's 20.64; its static change is -783.09 MiB, the
+    dense one's -278.22) it converges at 3,142.0 ms. The search's answer is 3,241.8 ms, so the
+    certified gap goes from 13.9 % to 4.5 % to 3.2 %."""
     from benchmarks.scaling import build
     from autotune.tuner.bounds.milp import milp_bound
 
     b = milp_bound(build(4, 3, 8, 32, "moe", "tight"), 3, upper_ms=3241.8)
-    assert 3100.0 <= b.bound_ms <= 3241.8
+    assert 3140.0 <= b.bound_ms <= 3241.8
+
+
+@pytest.mark.parametrize("hbm, typed_at_least, old, optimum", [(450.0, 81.7, 75.21, 90.0), (500.0, 75.1, 72.01, 83.0)])
+def test_typed_classes_price_each_kinds_replay(hbm, typed_at_least, old, optimum) -> None:
+    """Two kinds alike in everything but full recompute's replay (1 ms for the 2 dense layers, 3 ms
+    for the 8 MoE ones; same static MiB, so the static windows alone would not tell them apart):
+    pp 2 × vpp 2, m 4, full recompute only. The enumerated optimum runs 90.0 ms at 450 MiB and
+    83.0 ms at 500. The integer program with the cheapest kind's replay on every layer proved
+    75.21 and 72.01 ms; with each kind's own replay it proves 81.75 and 75.15, and it is still a
+    bound."""
+    from autotune.cost.inputs import ProfileArrays
+    from autotune.profile.schema import ModelProfile
+    from autotune.tuner.bounds.milp import milp_bound
+    from autotune.tuner.exact import exact_optimum
+    from autotune.tuner.problem import Problem
+
+    def kind(extra_ms: float) -> dict:
+        return {"fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 40.0, "static_mib": 50.0,
+                "full": {"act_mib": 2.0, "extra_ms": extra_ms}}
+
+    prof = ModelProfile(kinds={"dense": kind(1.0), "moe": kind(3.0)}, layer_kinds=[("dense", 2), ("moe", 8)],
+                        p2p_ms=0.0)
+    problem = Problem(ProfileArrays.from_profile(prof), P=2, m=4, hbm_mib=hbm, vpp_candidates=[2], kinds=("full",))
+    assert exact_optimum(problem).best.step_ms == pytest.approx(optimum)
+    b = milp_bound(problem, 2)
+    assert b.converged
+    assert old + 3.0 < typed_at_least <= b.bound_ms <= optimum

@@ -571,15 +571,32 @@ class KindWindows(NamedTuple):
     window: np.ndarray
 
 
+def typed_layers(problem: Problem) -> tuple[RelaxedLayer, ...]:
+    """One :class:`RelaxedLayer` per layer kind present (the K of :func:`present_kinds`): each is
+    that kind's own layer, exactly."""
+    return tuple(relaxed_layer(problem, np.array([k])) for k in present_kinds(problem))
+
+
+def _same_layers(layers: tuple[RelaxedLayer, ...]) -> bool:
+    """Whether every layer of ``layers`` has the same values in every component (within 1e-9)."""
+    a = layers[0]
+    return all(abs(b.fwd_ms - a.fwd_ms) <= 1e-9 and abs(b.bwd_ms - a.bwd_ms) <= 1e-9
+               and abs(b.static_mib - a.static_mib) <= 1e-9
+               and all(np.allclose(getattr(b, f), getattr(a, f), rtol=0.0, atol=1e-9)
+                       for f in ("act_mib", "extra_ms", "sdelta_mib", "ws_mib"))
+               for b in layers[1:])
+
+
 def kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None) -> KindWindows | None:
-    """The :class:`KindWindows` of a model of several layer kinds with different static MiB; None
-    otherwise. Mini-stage j holds positions >= Σ_{j' < j} lo[j'] and < N − Σ_{j' > j} lo[j'] (the
+    """The :class:`KindWindows` of a model of several layer kinds that differ (in static MiB, time,
+    activation, replay, static change or workspace); None otherwise. Mini-stage j holds
+    positions >= Σ_{j' < j} lo[j'] and < N − Σ_{j' > j} lo[j'] (the
     others hold at least their lower bounds ``problem.bounds(V)``, or exactly the ``fixed``
     split's, whose windows are then its own positions): on a model whose dense layers come first,
     a mini-stage after a few others holds none. A relaxation of the real kinds (their order is
     dropped), so a bound."""
     mix = kind_mix(problem)
-    if mix.counts.size < 2 or np.ptp(mix.static_mib) <= 1e-9:
+    if mix.counts.size < 2 or _same_layers(typed_layers(problem)):
         return None
     lo = (problem.bounds(V)[0] if fixed is None else np.asarray(fixed)).reshape(-1).astype(np.int64)
     before = np.concatenate([[0], np.cumsum(lo)[:-1]])

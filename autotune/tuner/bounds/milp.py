@@ -19,10 +19,18 @@ the branch and bound — is a proof):
               Σ_{v,p} cf_π[v,p]·(n f + end_f) + cb_π[v,p]·(n b0 + Σ_c y_c extra_c + end_b)
               + hops_π·p2p <= T.
 
-Relaxations: the cheapest layer kind per recompute class (componentwise minimum: exact for a
-homogeneous model), a free and fractional recompute class per layer (not the "first r layers"
-rule), the workspace term of the peak dropped, each live-count vector checked separately — the
-same as the stage DP's (see its docstring). A path is any chain of the schedule's dependency
+With several layer kinds that differ (DeepSeek-V3's dense and MoE layers), x[v, p, k] >= 0 real
+counts the layers of kind k in the mini-stage, within its window of positions (Σ_k x = n, Σ x[., k]
+= the model's layers of kind k; :func:`~autotune.tuner.bounds._relax.kind_windows`), and the
+classes are per kind: y[v, p, k, c] with Σ_c y[., k, .] = x[., k], each priced with that kind's
+forward / backward ms, activation, static change and replay. Before that the cheapest kind per
+class stood for every layer: on scaling.py's P8 V4 m128 L256 MoE problem the typed program proves
+167,532 ms where that one proved 158,189 (one solve, same node cap; 6 → 11 CPU s).
+
+Relaxations: a layer's kind within its window (the kinds' order dropped), kind counts and a free
+and fractional recompute class per layer (not the "first r layers" rule), the workspace term
+of the peak dropped, each live-count vector checked separately — the same as the stage DP's (see
+its docstring). A path is any chain of the schedule's dependency
 graph (data edges + p2p, program order on a stage), so its length under the real durations is
 <= the simulated step time (cost-model reference §6.1; :func:`autotune.tuner.bounds.critical_path`).
 
@@ -49,7 +57,8 @@ import numpy as np
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
-from autotune.tuner.bounds._relax import IntegerSetup, integer_setup, kind_windows, undominated
+from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, integer_setup, kind_windows, typed_layers,
+                                          undominated)
 from autotune.tuner.problem import Candidate, Problem
 from autotune.tuner.recompute import allowed_classes
 
@@ -194,7 +203,19 @@ class _Model:
         self.C = C = lay.act_mib.size
         self.lo, self.hi = problem.bounds(V)
         self.exact = exact = fixed is not None
-        self.nn, self.ny = nn, ny = V * P, V * P * C
+        self.nn = nn = V * P
+        # layers of each kind per mini-stage (the static MiB of a model of several kinds)
+        self.kinds = kind_windows(problem, V, fixed) if np.isfinite(problem.hbm_mib) or not exact else None
+        # typed classes (the bound only): y per (mini-stage, kind its window holds, class) with
+        # that kind's forward / backward ms, activation, static change and replay, instead of the
+        # cheapest kind's; the pinned split's polish keeps one slot per mini-stage
+        self.typed = self.kinds is not None and not exact
+        K = 1 if self.kinds is None else self.kinds.counts.size
+        self.slot_layers = typed_layers(problem) if self.typed else (lay,)
+        self.slots = [[k for k in range(K) if self.kinds.window[j, k] > 0] if self.typed else [0]
+                      for j in range(nn)]
+        self.ny = ny = C * sum(len(s) for s in self.slots)
+        self.yoff = nn + C * np.concatenate([[0], np.cumsum([len(s) for s in self.slots])[:-1]]).astype(np.int64)
         self.cls = cls = allowed_classes(problem.kinds)
         self.wcls = [c for c in range(C) if lay.ws_mib[c] > 0] if exact else []
         self.excl = exact and SELECT in cls and COMM in cls
@@ -202,10 +223,8 @@ class _Model:
         self.nw = nn if self.wcls else 0  # workspace MiB of mini-stage j
         self.nx = nn if self.excl else 0  # binary: select-only (1) or comm-only (0) in mini-stage j
         self.iu, self.iw, self.ix = nn + ny, nn + ny + self.nu, nn + ny + self.nu + self.nw
-        # layers of each kind per mini-stage (the static MiB of a model of several kinds)
-        self.kinds = kind_windows(problem, V, fixed) if np.isfinite(problem.hbm_mib) else None
         self.ik = self.ix + self.nx
-        self.nk = 0 if self.kinds is None else nn * self.kinds.counts.size
+        self.nk = 0 if self.kinds is None else nn * K
         self.nvar = self.ik + self.nk + 1
         self.iT = self.nvar - 1
         self.cap_j = (np.asarray(fixed) if exact else np.minimum(self.hi, N)).reshape(-1).astype(np.float64)
@@ -221,6 +240,14 @@ class _Model:
         if np.isfinite(problem.hbm_mib):
             self._memory_rows()
 
+    def y_index(self, j: int, s: int, c: int) -> int:
+        """Variable index of class c on slot s (the s-th kind of :attr:`slots` [j]) of mini-stage j."""
+        return int(self.yoff[j]) + s * self.C + c
+
+    def slot_layer(self, j: int, s: int) -> RelaxedLayer:
+        """The layer (relaxed or one kind's) that slot s of mini-stage j prices."""
+        return self.slot_layers[self.slots[j][s]]
+
     def add_row(self, r: np.ndarray, a: float, b: float) -> None:
         self.rows.append(r)
         self.rlo.append(a)
@@ -234,15 +261,19 @@ class _Model:
         r = np.zeros(nvar)
         r[:nn] = 1.0
         self.add_row(r, self.problem.N, self.problem.N)
-        for j in range(nn):  # Σ_c y = n
-            r = np.zeros(nvar)
-            r[j] = -1.0
-            r[nn + j * C:nn + (j + 1) * C] = 1.0
-            self.add_row(r, 0.0, 0.0)
+        for j in range(nn):  # Σ_c y = n, or per kind slot Σ_c y = x[j, k]
+            for s, k in enumerate(self.slots[j]):
+                r = np.zeros(nvar)
+                if self.typed:
+                    r[self.ik + j * self.kinds.counts.size + k] = -1.0
+                else:
+                    r[j] = -1.0
+                r[self.y_index(j, s, 0):self.y_index(j, s, C)] = 1.0
+                self.add_row(r, 0.0, 0.0)
         for j in range(nn):
             for t, c in enumerate(self.wcls):
                 r = np.zeros(nvar)
-                r[nn + j * C + c] = 1.0
+                r[self.y_index(j, 0, c)] = 1.0
                 r[self.iu + j * len(self.wcls) + t] = -cap_j[j]
                 self.add_row(r, -np.inf, 0.0)  # y_c <= n·u_c
                 r = np.zeros(nvar)
@@ -251,11 +282,11 @@ class _Model:
                 self.add_row(r, 0.0, np.inf)  # ws >= W_c·u_c
             if self.excl:
                 r = np.zeros(nvar)
-                r[nn + j * C + self.cls.index(SELECT)] = 1.0
+                r[self.y_index(j, 0, self.cls.index(SELECT))] = 1.0
                 r[self.ix + j] = -cap_j[j]
                 self.add_row(r, -np.inf, 0.0)  # select-only <= n·x
                 r = np.zeros(nvar)
-                r[nn + j * C + self.cls.index(COMM)] = 1.0
+                r[self.y_index(j, 0, self.cls.index(COMM))] = 1.0
                 r[self.ix + j] = cap_j[j]
                 self.add_row(r, -np.inf, cap_j[j])  # comm-only <= n·(1 - x)
 
@@ -279,7 +310,7 @@ class _Model:
         """Per stage and undominated live-count vector: static + activation (+ the workspace of
         the chunk whose backward runs) <= HBM."""
         problem, su, V = self.problem, self.su, self.V
-        cs, lay, P, C, nn = su.cs, su.layer, problem.P, self.C, self.nn
+        cs, lay, P, C = su.cs, su.layer, problem.P, self.C
         for p in range(P):
             # after a forward: live activations; during a backward of chunk ch: + its workspace
             groups = [(np.asarray(cs.mem_fwd[p]).reshape(-1, V), None)]
@@ -298,7 +329,9 @@ class _Model:
                         else:  # each kind's static MiB on its layers of the mini-stage
                             K = self.kinds.counts.size
                             r[self.ik + j * K:self.ik + (j + 1) * K] = self.kinds.static_mib
-                        r[nn + j * C:nn + (j + 1) * C] = w[v] * lay.act_mib + lay.sdelta_mib
+                        for t in range(len(self.slots[j])):
+                            sl = self.slot_layer(j, t)
+                            r[self.y_index(j, t, 0):self.y_index(j, t, C)] = w[v] * sl.act_mib + sl.sdelta_mib
                     room = problem.hbm_mib - su.const_static_mib[p] - float(w @ su.end_act_mib[:, p])
                     if ch is not None:
                         if self.nw:
@@ -313,19 +346,54 @@ class _Model:
         if key in self.seen:
             return False
         self.seen.add(key)
-        su, lay, nn = self.su, self.su.layer, self.nn
+        su, lay, nn, C = self.su, self.su.layer, self.nn, self.C
         r = np.zeros(self.nvar)
-        r[:nn] = (cf * lay.fwd_ms + cb * lay.bwd_ms).reshape(-1)
-        r[nn:nn + self.ny] = (cb[:, :, None] * lay.extra_ms[None, None, :]).reshape(-1)
+        cfj, cbj = cf.reshape(-1), cb.reshape(-1)
+        if self.typed:  # each kind's forward / backward ms on its layers of the mini-stage
+            K = self.kinds.counts.size
+            fk = np.array([t.fwd_ms for t in self.slot_layers])
+            bk = np.array([t.bwd_ms for t in self.slot_layers])
+            r[self.ik:self.ik + nn * K] = (cfj[:, None] * fk + cbj[:, None] * bk).reshape(-1)
+        else:
+            r[:nn] = cfj * lay.fwd_ms + cbj * lay.bwd_ms
+        for j in range(nn):
+            for t in range(len(self.slots[j])):
+                r[self.y_index(j, t, 0):self.y_index(j, t, C)] = cbj[j] * self.slot_layer(j, t).extra_ms
         r[self.iT] = -1.0
         self.path_rows.append(r)
         self.path_hi.append(-float((cf * su.end_fwd_ms).sum() + (cb * su.end_bwd_ms).sum() + hops * su.p2p_ms))
         return True
 
     def durations(self, n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Relaxed forward / backward ms [V, P] of layer counts n [V, P] and classes y [V, P, C]."""
+        """Relaxed forward / backward ms [V, P] of layer counts n [V, P] and classes y [V, P, C]
+        (the cheapest kind's times)."""
         lay, su = self.su.layer, self.su
         return n * lay.fwd_ms + su.end_fwd_ms, n * lay.bwd_ms + (y * lay.extra_ms).sum(axis=-1) + su.end_bwd_ms
+
+    def solution(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Of a (relaxed) solution vector: layer counts float [V, P], class counts float [V, P, C]
+        (summed over kind slots) and the forward / backward ms [V, P] the program prices."""
+        V, P, C, nn = self.V, self.problem.P, self.C, self.nn
+        n = x[:nn].reshape(V, P)
+        y = np.maximum(x[nn:nn + self.ny], 0.0)
+        yc = np.zeros((nn, C))
+        f = np.zeros(nn)
+        b = np.zeros(nn)
+        for j in range(nn):
+            for t in range(len(self.slots[j])):
+                yj = y[self.y_index(j, t, 0) - nn:self.y_index(j, t, C) - nn]
+                yc[j] += yj
+                b[j] += float(yj @ self.slot_layer(j, t).extra_ms)
+        if self.typed:
+            K = self.kinds.counts.size
+            xk = np.maximum(x[self.ik:self.ik + nn * K].reshape(nn, K), 0.0)
+            f += xk @ np.array([t.fwd_ms for t in self.slot_layers])
+            b += xk @ np.array([t.bwd_ms for t in self.slot_layers])
+        else:
+            f += x[:nn] * self.su.layer.fwd_ms
+            b += x[:nn] * self.su.layer.bwd_ms
+        return (n, yc.reshape(V, P, C), f.reshape(V, P) + self.su.end_fwd_ms,
+                b.reshape(V, P) + self.su.end_bwd_ms)
 
     def variable_bounds(self, lower_ms: float | None, upper_ms: float | None
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -381,7 +449,7 @@ class _Model:
         """Add the longest paths of the minimiser's single-layer moves that the minimiser violates
         too (skipped when that would walk more than :data:`NEIGHBOUR_OPS` ops, e.g. 256
         micro-batches); True when one was new."""
-        V, P, nn, cs, p2p = self.V, self.problem.P, self.nn, self.su.cs, self.su.p2p_ms
+        V, P, nn, cs, p2p, lay = self.V, self.problem.P, self.nn, self.su.cs, self.su.p2p_ms, self.su.layer
         flo, fhi = self.lo.reshape(-1), self.hi.reshape(-1)
         flat = split.reshape(-1)
         added = False
@@ -391,10 +459,12 @@ class _Model:
             for b in range(nn):
                 if a == b or flat[b] + 1 > fhi[b]:
                     continue
-                f2 = flat.astype(np.float64)
-                f2[a] -= 1
-                f2[b] += 1
-                c2 = critical_path(cs, *self.durations(f2.reshape(V, P), y), p2p)
+                f2, b2 = fx.reshape(-1).copy(), bx.reshape(-1).copy()
+                f2[a] -= lay.fwd_ms
+                f2[b] += lay.fwd_ms
+                b2[a] -= lay.bwd_ms
+                b2[b] += lay.bwd_ms
+                c2 = critical_path(cs, f2.reshape(V, P), b2.reshape(V, P), p2p)
                 if (c2.cf * fx).sum() + (c2.cb * bx).sum() + c2.hops * p2p > fun * (1 + 1e-7):
                     added |= self.add_path(c2.cf, c2.cb, c2.hops)  # violated at the minimiser too
         return added
@@ -410,7 +480,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     if su is None:
         return None
     model = _Model(problem, V, su, fixed)
-    P, C, nn, ny, cs, p2p = problem.P, model.C, model.nn, model.ny, su.cs, su.p2p_ms
+    P, C, cs, p2p = problem.P, model.C, su.cs, su.p2p_ms
     for stage_rows in one_stay_counts(cs):
         for cf, cb, hops in stage_rows:
             model.add_path(cf, cb, hops)
@@ -421,8 +491,11 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             y[:, :, 0] = n  # no replay: the path is what matters, not its length here
             cp = critical_path(cs, *model.durations(n, y), p2p)
             model.add_path(cp.cf, cp.cb, cp.hops)
-    kind_rows = 0 if model.kinds is None else model.nn + model.kinds.counts.size
-    cells = (model.nvar - model.nk) * (len(model.rows) - kind_rows + len(model.path_rows))
+    # the cap counts the program without its kind variables and rows (one class slot per
+    # mini-stage), as measured when it was set; the node limit counts them (Model.solve)
+    extra_slots = sum(len(s) for s in model.slots) - model.nn
+    kind_rows = 0 if model.kinds is None else model.nn + model.kinds.counts.size + extra_slots
+    cells = (model.nvar - model.nk - extra_slots * C) * (len(model.rows) - kind_rows + len(model.path_rows))
     if fixed is None and cells > MAX_LP_CELLS:
         return None  # a work cap: too large a program for the node limit to bound (MAX_LP_CELLS)
     # lower_ms is not T's lower bound in the program: every node whose LP value is below it would
@@ -460,11 +533,9 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             best = max(best, float(dual) - DUAL_SAFETY * max(1.0, abs(float(dual))))
         if res.x is None:
             break
-        n = np.rint(res.x[:nn]).reshape(V, P)
-        y = np.maximum(res.x[nn:nn + ny].reshape(V, P, C), 0.0)
+        n, y, fx, bx = model.solution(res.x)
         all_y.append(y)
-        split = n.astype(np.int64)
-        fx, bx = model.durations(n, y)
+        split = np.rint(n).astype(np.int64)
         cp = critical_path(cs, fx, bx, p2p)
         if res.status == 0 and cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9:
             converged = True
@@ -492,7 +563,7 @@ def _lp_paths(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], 
     (a lower bound of the integer program, hence a proof), 0.0 when no LP finished, None when
     the LP is infeasible (then so is the integer program)."""
     integ, vlo, vhi = bounds
-    cs, p2p, nn, ny, V, P, C = model.su.cs, model.su.p2p_ms, model.nn, model.ny, model.V, model.problem.P, model.C
+    cs, p2p = model.su.cs, model.su.p2p_ms
     best = 0.0
     for _ in range(rounds):
         if deadline is not None and time.monotonic() > deadline:
@@ -503,9 +574,7 @@ def _lp_paths(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], 
         if res.status != 0 or res.x is None:
             break
         best = max(best, float(res.fun) - DUAL_SAFETY * max(1.0, abs(float(res.fun))))
-        n = res.x[:nn].reshape(V, P)
-        y = np.maximum(res.x[nn:nn + ny].reshape(V, P, C), 0.0)
-        cp = critical_path(cs, *model.durations(n, y), p2p)
+        cp = critical_path(cs, *model.solution(res.x)[2:], p2p)
         if cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9 or not model.add_path(cp.cf, cp.cb, cp.hops):
             break
     return best
