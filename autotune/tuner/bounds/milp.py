@@ -19,20 +19,22 @@ the branch and bound — is a proof):
               Σ_{v,p} cf_π[v,p]·(n f + end_f) + cb_π[v,p]·(n b0 + Σ_c y_c extra_c + end_b)
               + hops_π·p2p <= T.
 
-With several layer kinds that differ (DeepSeek-V3's dense and MoE layers), x[v, p, k] >= 0 real
+With several layer kinds that differ (DeepSeek-V3's dense and MoE layers), x[v, p, k] integer
 counts the layers of kind k in the mini-stage, within its window of positions (Σ_k x = n, Σ x[., k]
 = the model's layers of kind k; :func:`~autotune.tuner.bounds._relax.kind_windows`), and the
 classes are per kind: y[v, p, k, c] with Σ_c y[., k, .] = x[., k], each priced with that kind's
 forward / backward ms, activation, static change and replay. Before that the cheapest kind per
 class stood for every layer: on scaling.py's P8 V4 m128 L256 MoE problem the typed program proves
-167,532 ms where that one proved 158,189 (one solve, same node cap; 6 → 11 CPU s).
+167,531 ms where that one proved 158,189 (one solve, same node cap; 6 → 12 CPU s). With x real
+(fractional kinds) a P4 V2 m16 L24 cut proved 4,655.2 ms, with x integer 4,727.7; its exact
+optimum (enumerated) is 4,761.7.
 
-Relaxations: a layer's kind within its window (the kinds' order dropped), kind counts and a free
-and fractional recompute class per layer (not the "first r layers" rule), the workspace term
-of the peak dropped, each live-count vector checked separately — the same as the stage DP's (see
-its docstring). A path is any chain of the schedule's dependency
-graph (data edges + p2p, program order on a stage), so its length under the real durations is
-<= the simulated step time (cost-model reference §6.1; :func:`autotune.tuner.bounds.critical_path`).
+Relaxations: a layer's kind within its window (the kinds' order dropped), a free and fractional
+recompute class per layer (not the "first r layers" rule), the workspace term of the peak dropped,
+each live-count vector checked separately — the same as the stage DP's (see its docstring). A path
+is any chain of the schedule's dependency graph (data edges + p2p, program order on a stage), so
+its length under the real durations is <= the simulated step time (cost-model reference §6.1;
+:func:`autotune.tuner.bounds.critical_path`).
 
 Family. It starts with every one-stay path (:func:`autotune.tuner.bounds._paths.stage_paths`, with
 exact counts) and the longest path of each layout the search already has. After each solve the
@@ -409,6 +411,7 @@ class _Model:
         vhi[nn:nn + ny] = N
         if self.kinds is not None:
             vhi[self.ik:self.ik + self.nk] = self.kinds.window.reshape(-1)  # the window's layers of kind k
+            integ[self.ik:self.ik + self.nk] = 1  # whole layers of each kind (Σ_k x = n, also whole)
         if self.exact:
             vlo[:nn] = vhi[:nn] = self.cap_j
             integ[nn:nn + ny] = 1
