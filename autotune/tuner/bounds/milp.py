@@ -216,6 +216,12 @@ class _Model:
         self.slot_layers = typed_layers(problem) if self.typed else (lay,)
         self.slots = [[k for k in range(K) if self.kinds.window[j, k] > 0] if self.typed else [0]
                       for j in range(nn)]
+        # a mini-stage whose window holds one kind prices its n with that kind (x[j, k] = n[j]);
+        # only the mixed ones price x
+        self.mixed = np.array([len(s) > 1 for s in self.slots])
+        one = [self.slot_layers[sl[0]] for sl in self.slots]
+        self.n_fwd_ms = np.where(self.mixed, 0.0, [t.fwd_ms for t in one])  # ms per layer on n [V·P]
+        self.n_bwd_ms = np.where(self.mixed, 0.0, [t.bwd_ms for t in one])
         self.ny = ny = C * sum(len(s) for s in self.slots)
         self.yoff = nn + C * np.concatenate([[0], np.cumsum([len(s) for s in self.slots])[:-1]]).astype(np.int64)
         self.cls = cls = allowed_classes(problem.kinds)
@@ -266,7 +272,7 @@ class _Model:
         for j in range(nn):  # Σ_c y = n, or per kind slot Σ_c y = x[j, k]
             for s, k in enumerate(self.slots[j]):
                 r = np.zeros(nvar)
-                if self.typed:
+                if self.mixed[j]:
                     r[self.ik + j * self.kinds.counts.size + k] = -1.0
                 else:
                     r[j] = -1.0
@@ -348,16 +354,15 @@ class _Model:
         if key in self.seen:
             return False
         self.seen.add(key)
-        su, lay, nn, C = self.su, self.su.layer, self.nn, self.C
+        su, nn, C = self.su, self.nn, self.C
         r = np.zeros(self.nvar)
         cfj, cbj = cf.reshape(-1), cb.reshape(-1)
-        if self.typed:  # each kind's forward / backward ms on its layers of the mini-stage
+        r[:nn] = cfj * self.n_fwd_ms + cbj * self.n_bwd_ms
+        if self.mixed.any():  # each kind's forward / backward ms on its layers of a mixed mini-stage
             K = self.kinds.counts.size
             fk = np.array([t.fwd_ms for t in self.slot_layers])
             bk = np.array([t.bwd_ms for t in self.slot_layers])
-            r[self.ik:self.ik + nn * K] = (cfj[:, None] * fk + cbj[:, None] * bk).reshape(-1)
-        else:
-            r[:nn] = cfj * lay.fwd_ms + cbj * lay.bwd_ms
+            r[self.ik:self.ik + nn * K] = (self.mixed * (cfj[:, None] * fk + cbj[:, None] * bk).T).T.reshape(-1)
         for j in range(nn):
             for t in range(len(self.slots[j])):
                 r[self.y_index(j, t, 0):self.y_index(j, t, C)] = cbj[j] * self.slot_layer(j, t).extra_ms
@@ -386,14 +391,13 @@ class _Model:
                 yj = y[self.y_index(j, t, 0) - nn:self.y_index(j, t, C) - nn]
                 yc[j] += yj
                 b[j] += float(yj @ self.slot_layer(j, t).extra_ms)
-        if self.typed:
+        f += x[:nn] * self.n_fwd_ms
+        b += x[:nn] * self.n_bwd_ms
+        if self.mixed.any():
             K = self.kinds.counts.size
-            xk = np.maximum(x[self.ik:self.ik + nn * K].reshape(nn, K), 0.0)
+            xk = np.maximum(x[self.ik:self.ik + nn * K].reshape(nn, K), 0.0) * self.mixed[:, None]
             f += xk @ np.array([t.fwd_ms for t in self.slot_layers])
             b += xk @ np.array([t.bwd_ms for t in self.slot_layers])
-        else:
-            f += x[:nn] * self.su.layer.fwd_ms
-            b += x[:nn] * self.su.layer.bwd_ms
         return (n, yc.reshape(V, P, C), f.reshape(V, P) + self.su.end_fwd_ms,
                 b.reshape(V, P) + self.su.end_bwd_ms)
 
