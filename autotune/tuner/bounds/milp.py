@@ -377,22 +377,28 @@ class _Model:
         lay, su = self.su.layer, self.su
         return n * lay.fwd_ms + su.end_fwd_ms, n * lay.bwd_ms + (y * lay.extra_ms).sum(axis=-1) + su.end_bwd_ms
 
-    def solution(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Of a (relaxed) solution vector: layer counts float [V, P], class counts float [V, P, C]
-        (summed over kind slots) and the forward / backward ms [V, P] the program prices."""
+    def solution(self, x: np.ndarray, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Of a solution vector (``whole``: an integer solve's, its counts rounded): layer counts
+        float [V, P], class counts float [V, P, C] (summed over kind slots) and the forward /
+        backward ms [V, P] the program prices."""
         V, P, C, nn = self.V, self.problem.P, self.C, self.nn
+        x = x.copy()
+        if whole:
+            x[:nn] = np.rint(x[:nn])
+            x[self.ik:self.ik + self.nk] = np.rint(x[self.ik:self.ik + self.nk])
         n = x[:nn].reshape(V, P)
+        if not self.typed:
+            y = np.maximum(x[nn:nn + self.ny].reshape(V, P, C), 0.0)
+            return (n, y, *self.durations(n, y))
         y = np.maximum(x[nn:nn + self.ny], 0.0)
         yc = np.zeros((nn, C))
-        f = np.zeros(nn)
-        b = np.zeros(nn)
+        f = x[:nn] * self.n_fwd_ms
+        b = x[:nn] * self.n_bwd_ms
         for j in range(nn):
             for t in range(len(self.slots[j])):
                 yj = y[self.y_index(j, t, 0) - nn:self.y_index(j, t, C) - nn]
                 yc[j] += yj
                 b[j] += float(yj @ self.slot_layer(j, t).extra_ms)
-        f += x[:nn] * self.n_fwd_ms
-        b += x[:nn] * self.n_bwd_ms
         if self.mixed.any():
             K = self.kinds.counts.size
             xk = np.maximum(x[self.ik:self.ik + nn * K].reshape(nn, K), 0.0) * self.mixed[:, None]
@@ -466,12 +472,18 @@ class _Model:
             for b in range(nn):
                 if a == b or flat[b] + 1 > fhi[b]:
                     continue
-                f2, b2 = fx.reshape(-1).copy(), bx.reshape(-1).copy()
-                f2[a] -= lay.fwd_ms
-                f2[b] += lay.fwd_ms
-                b2[a] -= lay.bwd_ms
-                b2[b] += lay.bwd_ms
-                c2 = critical_path(cs, f2.reshape(V, P), b2.reshape(V, P), p2p)
+                if self.typed:  # the move shifts one (cheapest-kind) layer's times
+                    f2, b2 = fx.reshape(-1).copy(), bx.reshape(-1).copy()
+                    f2[a] -= lay.fwd_ms
+                    f2[b] += lay.fwd_ms
+                    b2[a] -= lay.bwd_ms
+                    b2[b] += lay.bwd_ms
+                    c2 = critical_path(cs, f2.reshape(V, P), b2.reshape(V, P), p2p)
+                else:
+                    n2 = flat.astype(np.float64)
+                    n2[a] -= 1
+                    n2[b] += 1
+                    c2 = critical_path(cs, *self.durations(n2.reshape(V, P), y), p2p)
                 if (c2.cf * fx).sum() + (c2.cb * bx).sum() + c2.hops * p2p > fun * (1 + 1e-7):
                     added |= self.add_path(c2.cf, c2.cb, c2.hops)  # violated at the minimiser too
         return added
@@ -540,7 +552,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             best = max(best, float(dual) - DUAL_SAFETY * max(1.0, abs(float(dual))))
         if res.x is None:
             break
-        n, y, fx, bx = model.solution(res.x)
+        n, y, fx, bx = model.solution(res.x, whole=True)
         all_y.append(y)
         split = np.rint(n).astype(np.int64)
         cp = critical_path(cs, fx, bx, p2p)
