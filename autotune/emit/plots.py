@@ -633,7 +633,11 @@ def _top_params(study: Any, k: int = 8) -> list[str] | None:
     import optuna  # noqa: PLC0415 - optuna: heavy, loaded only for the study views
 
     try:
-        imp = optuna.importance.get_param_importances(study)
+        with warnings.catch_warnings():
+            # the search's ranges depend on other choices (offset bounds per pp_interleave_num), so
+            # Optuna's PED-ANOVA warns per parameter that some ranges have < 2 trials: noise here
+            warnings.simplefilter("ignore", UserWarning)
+            imp = optuna.importance.get_param_importances(study)
         return list(imp)[:k] or None
     except Exception:  # noqa: BLE001
         return None
@@ -693,6 +697,7 @@ def write_study_plots(study: Any, out_dir: str | Path) -> list[Path]:
     for name, make in makers.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
+            warnings.simplefilter("ignore", UserWarning)  # the importances' per-range warnings (_top_params)
             try:
                 pfig = make()
             except Exception:  # noqa: BLE001

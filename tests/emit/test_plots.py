@@ -242,6 +242,29 @@ def test_study_plots_png_and_offline_html(tmp_path):
             assert len(html) > 1_000_000     # plotly.js inlined
 
 
+def test_study_plots_say_nothing_about_ranges_with_few_trials(tmp_path):
+    """A study whose parameter range depends on the trial (as the search's offsets depend on
+    pp_interleave_num): Optuna's importance evaluator warns once per parameter and picture that
+    some ranges hold fewer than 2 trials (96 UserWarnings on the Llama example's --report); the
+    study pictures are written without any warning reaching the user."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: t.suggest_int("a", 0, 1 + (t.number % 5 == 4)) + t.suggest_float("b", 0, 1), n_trials=7)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        optuna.importance.get_param_importances(study)
+    assert any("less than" in str(w.message) for w in seen)  # the case is real
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        files = plots.write_study_plots(study, tmp_path)
+    assert files
+    assert [str(w.message) for w in seen if issubclass(w.category, UserWarning)] == []
+
+
 def test_study_plots_skip_empty_study():
     import optuna
 
