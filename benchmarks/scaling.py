@@ -2,7 +2,7 @@
 problems over pipeline_stage P, pp_interleave_num V, micro_batch_num m and num_layers L.
 
     .venv/bin/python benchmarks/scaling.py --quick        # 8 problems, a few minutes
-    .venv/bin/python benchmarks/scaling.py                # the full grid (~40 problems)
+    .venv/bin/python benchmarks/scaling.py                # the full grid (31 problems)
     .venv/bin/python benchmarks/scaling.py --only P16     # problems whose name contains P16
     .venv/bin/python benchmarks/scaling.py --only "P8 V4" --only "P64 V1"   # either
 
