@@ -60,7 +60,7 @@ import numpy as np
 
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import one_stay_counts
-from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, TypedFronts
+from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, TypedFronts, chunk_options
 from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, pareto_front,
                                           undominated)
 from autotune.tuner.problem import Problem
@@ -539,7 +539,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     # reaches τ, τ rises (more survivors) until the work cap or the incumbent.
     eps = _thresholds(stages)
     thr = _through(stages, eps, N)
-    jo = ChunkOptions(types)
+    jo = chunk_options(problem, types)
     cache: dict[tuple[int, int], np.ndarray] = {}
     work = 0
     step = max(upper - best, 1e-9) / 16
