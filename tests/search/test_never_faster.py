@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from autotune.tuner.fit import stage_options
 from autotune.tuner.moves import OneOptMoves, RecomputeTrades, never_faster, scan
-from autotune.tuner.problem import Candidate, better, even_layers
+from autotune.tuner.problem import REL_TOL, Candidate, better, even_layers
 from tests.search.test_exact_bounds import _random_problem
 from tests.search.test_one_opt import _two_stage
 
@@ -49,7 +49,10 @@ def _improving(problem, base, sc) -> list[tuple]:
 def test_screened_scans_find_the_same_improving_neighbours(seed, N, P, V, tight, sched) -> None:
     """Random problems and schedules (split backward included), from a fitting start: the 1-opt
     and recompute-trade scans with ``beat=True`` give the same better neighbours, with the same
-    step times, as without; every screened neighbour simulates to a step >= the base's."""
+    step times, as without; no screened neighbour is faster than the base by more than
+    :data:`~autotune.tuner.problem.REL_TOL` (the screen's margin, what ``better`` asks for): one
+    that ties it can simulate one ulp below it (seed 7765, N 9, P 3, V 2, zero_bubble_v: 122.822895430
+    ms for both)."""
     assume(P * V <= N and (sched != "zero_bubble_v" or V == 2))
     pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=sched, m=2 * P)
     L = even_layers(N, P, V)
@@ -65,4 +68,4 @@ def test_screened_scans_find_the_same_improving_neighbours(seed, N, P, V, tight,
             continue
         assert _improving(pr, base, full) == _improving(pr, base, fast)
         skipped = ~np.isfinite(fast.step_ms)
-        assert (full.step_ms[skipped] >= base.step_ms).all()
+        assert (full.step_ms[skipped] >= base.step_ms * (1.0 - REL_TOL)).all()
