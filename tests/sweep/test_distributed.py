@@ -62,9 +62,17 @@ def test_sigkill_worker_mid_run_then_rerun_does_nothing(store, tmp_path):
     """Three "hosts"; one is SIGKILLed while a trial runs and seeds are still queued. The taker runs
     the re-queued trial, enqueues none of the queued seeds again, and uses the budget exactly."""
     sweep = write_sweep(tmp_path / "sweep.yaml", trials=14, mbs=(4, 8), memories=("1GB", "0.6GB"))
-    procs = [start_worker(str(sweep), "--storage", store, "--out", str(tmp_path / f"out{i}"), delay=0.4,
-                          log=tmp_path / f"w{i}.log") for i in range(3)]
-    victim = procs[0]
+    def host(i: int):
+        return start_worker(str(sweep), "--storage", store, "--out", str(tmp_path / f"out{i}"), delay=0.4,
+                            log=tmp_path / f"w{i}.log")
+
+    # the victim claims a scenario before the other hosts start: started together under load, the
+    # other two could claim and finish all four scenarios while the victim was still importing
+    # (a fresh-clone CI run waited 90 s for the victim to run a trial and failed)
+    victim = host(0)
+    wait_for(lambda: any(s["claim"].get("pid") == victim.pid for s in snapshot(store, sweep).values()),
+             timeout=90, every=0.05)
+    procs = [victim, host(1), host(2)]
 
     def victim_running(snap):
         for name, s in snap.items():
