@@ -214,7 +214,8 @@ class _Model:
         self.typed = self.kinds is not None and not exact
         K = 1 if self.kinds is None else self.kinds.counts.size
         self.slot_layers = typed_layers(problem) if self.typed else (lay,)
-        self.slots = [[k for k in range(K) if self.kinds.window[j, k] > 0] if self.typed else [0]
+        # (a window of no position, where the others' lower bounds use every layer: one slot, n = 0)
+        self.slots = [([k for k in range(K) if self.kinds.window[j, k] > 0] or [0]) if self.typed else [0]
                       for j in range(nn)]
         # a mini-stage whose window holds one kind prices its n with that kind (x[j, k] = n[j]);
         # only the mixed ones price x
