@@ -26,6 +26,7 @@ import numpy as np
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
 from autotune.tuner.bounds._relax import (RelaxedLayer, RowFrontiers, min_extra_ms, pareto_front, relaxed_layer,
+                                          typed_layers,
                                           row_bounds, row_maximum, worst_row_extra)
 from autotune.tuner.problem import Problem
 
@@ -39,7 +40,7 @@ class LayerTypes:
         ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
         self.layers: tuple[RelaxedLayer, ...] = (relaxed_layer(problem),)
         if ks.size > 1:
-            self.layers += tuple(relaxed_layer(problem, ks[i:i + 1]) for i in range(ks.size))
+            self.layers += typed_layers(problem)
         self.T = len(self.layers)
         self.fwd_ms = np.array([lay.fwd_ms for lay in self.layers])
         self.bwd_ms = np.array([lay.bwd_ms for lay in self.layers])

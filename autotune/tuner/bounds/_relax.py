@@ -19,7 +19,7 @@ start from.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -578,13 +578,11 @@ def typed_layers(problem: Problem) -> tuple[RelaxedLayer, ...]:
 
 
 def _same_layers(layers: tuple[RelaxedLayer, ...]) -> bool:
-    """Whether every layer of ``layers`` has the same values in every component (within 1e-9)."""
-    a = layers[0]
-    return all(abs(b.fwd_ms - a.fwd_ms) <= 1e-9 and abs(b.bwd_ms - a.bwd_ms) <= 1e-9
-               and abs(b.static_mib - a.static_mib) <= 1e-9
-               and all(np.allclose(getattr(b, f), getattr(a, f), rtol=0.0, atol=1e-9)
-                       for f in ("act_mib", "extra_ms", "sdelta_mib", "ws_mib"))
-               for b in layers[1:])
+    """Whether every layer of ``layers`` has the same values in every field (within 1e-9)."""
+    def values(lay: RelaxedLayer) -> np.ndarray:
+        return np.concatenate([np.ravel(getattr(lay, f.name)).astype(np.float64) for f in fields(lay)])
+
+    return all(np.allclose(values(b), values(layers[0]), rtol=0.0, atol=1e-9) for b in layers[1:])
 
 
 def kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None) -> KindWindows | None:

@@ -223,6 +223,8 @@ class _Model:
         one = [self.slot_layers[sl[0]] for sl in self.slots]
         self.n_fwd_ms = np.where(self.mixed, 0.0, [t.fwd_ms for t in one])  # ms per layer on n [V·P]
         self.n_bwd_ms = np.where(self.mixed, 0.0, [t.bwd_ms for t in one])
+        self.kind_fwd_ms = np.array([t.fwd_ms for t in self.slot_layers])  # per slot layer [K] (ms)
+        self.kind_bwd_ms = np.array([t.bwd_ms for t in self.slot_layers])
         self.ny = ny = C * sum(len(s) for s in self.slots)
         self.yoff = nn + C * np.concatenate([[0], np.cumsum([len(s) for s in self.slots])[:-1]]).astype(np.int64)
         self.cls = cls = allowed_classes(problem.kinds)
@@ -361,9 +363,8 @@ class _Model:
         r[:nn] = cfj * self.n_fwd_ms + cbj * self.n_bwd_ms
         if self.mixed.any():  # each kind's forward / backward ms on its layers of a mixed mini-stage
             K = self.kinds.counts.size
-            fk = np.array([t.fwd_ms for t in self.slot_layers])
-            bk = np.array([t.bwd_ms for t in self.slot_layers])
-            r[self.ik:self.ik + nn * K] = (self.mixed * (cfj[:, None] * fk + cbj[:, None] * bk).T).T.reshape(-1)
+            per = cfj[:, None] * self.kind_fwd_ms + cbj[:, None] * self.kind_bwd_ms  # [V·P, K]
+            r[self.ik:self.ik + nn * K] = (per * self.mixed[:, None]).reshape(-1)
         for j in range(nn):
             for t in range(len(self.slots[j])):
                 r[self.y_index(j, t, 0):self.y_index(j, t, C)] = cbj[j] * self.slot_layer(j, t).extra_ms
@@ -403,8 +404,8 @@ class _Model:
         if self.mixed.any():
             K = self.kinds.counts.size
             xk = np.maximum(x[self.ik:self.ik + nn * K].reshape(nn, K), 0.0) * self.mixed[:, None]
-            f += xk @ np.array([t.fwd_ms for t in self.slot_layers])
-            b += xk @ np.array([t.bwd_ms for t in self.slot_layers])
+            f += xk @ self.kind_fwd_ms
+            b += xk @ self.kind_bwd_ms
         return (n, yc.reshape(V, P, C), f.reshape(V, P) + self.su.end_fwd_ms,
                 b.reshape(V, P) + self.su.end_bwd_ms)
 
