@@ -153,7 +153,7 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
 
 
 def cover(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float], *,
-          deadline: float | None = None) -> list[Candidate]:
+          deadline: float | None = None, report: Report | None = None) -> list[Candidate]:
     """One local search (:func:`improve` with ``every_v``, from its best start) for each V whose
     bound, after the later bound passes, is still below the incumbent but none of whose layouts
     had one (the first :func:`improve` searches the best-ranked starts only). ``cands`` are scored
@@ -165,7 +165,9 @@ def cover(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float], 
     8.35 -> 4.72 %). Doing it after the later passes, not in the first :func:`improve` nor
     before the integer program, spares the V's those passes rule out: on Qwen2.5-14B 128k (vpp 1
     optimal, certified gap 0) the device DP leaves vpp 3 and 4 0.6 % below the answer and the
-    integer program settles them; searching them anyway took 19.5-21.6 CPU s instead of 6.6."""
+    integer program settles them; searching them anyway took 19.5-21.6 CPU s instead of 6.6.
+
+    ``report`` (the progress callback) is called once, before the searches, when there are any."""
     problem.score([c for c in cands if not np.isfinite(c.step_ms)])
     inc = _incumbent(cands)
     if inc is None:
@@ -173,7 +175,11 @@ def cover(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float], 
     searched = {c.V for c in cands if "+local" in c.origin or "+kick" in c.origin}
     todo = {V for V in problem.vpp_candidates if V not in searched and per_v_ms.get(V, 0.0) < inc}
     starts = [c for c in cands if c.V in todo]
-    return improve(problem, starts, per_v_ms, inc, deadline=deadline, every_v=True, max_starts=1) if starts else []
+    if not starts:
+        return []
+    if report is not None:
+        report(f"local search of vpp {', '.join(map(str, sorted({c.V for c in starts})))}", inc, min(per_v_ms.values()))
+    return improve(problem, starts, per_v_ms, inc, deadline=deadline, every_v=True, max_starts=1)
 
 
 def polish(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float], *,
@@ -322,8 +328,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         for V, split in t.splits.items():
             out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
     if not _gap_met(_incumbent(out), min(per_v.values()), target_gap):
-        say("local search of the V's left", _incumbent(out), min(per_v.values()))
-        out += cover(problem, out, per_v, deadline=deadline)
+        out += cover(problem, out, per_v, deadline=deadline, report=say)
     say("kicks", _incumbent(out), min(per_v.values()))
     out += kick(problem, out, min(per_v.values()), target_gap=target_gap, deadline=deadline)
     out += finish(problem, out, deadline=deadline)
