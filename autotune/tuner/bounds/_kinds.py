@@ -26,8 +26,7 @@ import numpy as np
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
 from autotune.tuner.bounds._relax import (RelaxedLayer, RowFrontiers, min_extra_ms, pareto_front, relaxed_layer,
-                                          typed_layers,
-                                          row_bounds, row_maximum, worst_row_extra)
+                                          row_bounds, row_maximum, typed_layers, worst_row_extra)
 from autotune.tuner.problem import Problem
 
 
