@@ -14,8 +14,9 @@ knapsack DP over stages (state: layers placed) of per-stage tables "least W_p of
 L layers whose E <= ε"; the bound is min over ε of (W(ε) + ε). ε only needs the finitely many E
 values of the stage configurations (a layout whose max E is e* is feasible at ε = e*), so the
 minimum is exact for the relaxed problem — integer layer counts, no convex mix of paths, and
-every stage's memory-forced replay counted in W (the stage DP of :mod:`autotune.tuner.bounds.stage_dp`
-drops the other stages' replay; the Lagrangian of :mod:`autotune.tuner.bounds` mixes paths).
+every stage's memory-forced replay counted in W at its own configuration (the stage DP of
+:mod:`autotune.tuner.bounds.stage_dp` charges the other stages only the least replay of any
+placement of their layers; the Lagrangian of :mod:`autotune.tuner.bounds` mixes paths).
 
 Relaxations (each can only lower the bound): layer kinds by position (a layer whose place in the
 model is fixed to one kind by the mini-stages' lower bounds is that kind, any other the cheapest

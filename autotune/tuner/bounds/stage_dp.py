@@ -26,11 +26,20 @@ charged the least static MiB, forward and backward ms any n of the model's layer
 least sums, :class:`~autotune.tuner.bounds._relax.KindMix`: the cheapest kinds first, each at most
 as often as the model has it), and their recompute is the cheapest layer kind's (componentwise
 minimum per recompute class, so homogeneous models lose nothing); each
-layer picks its recompute class freely (not the "first r layers" rule); other stages' backward
-counts use the backward without recompute replay; on stage p the replay ms E is weighted by the
-path's smallest backward count over chunks; of the workspace term of the memory peak only the
-head's / tail's is kept (on backward rows of their chunk), and the fit test uses each undominated
-(live-count vector, workspace) row of the schedule separately.
+layer picks its recompute class freely (not the "first r layers" rule); on stage p the replay ms E
+is weighted by the path's smallest backward count over chunks; of the workspace term of the memory
+peak only the head's / tail's is kept (on backward rows of their chunk), and the fit test uses each
+undominated (live-count vector, workspace) row of the schedule separately.
+
+Other stages' replay. The ``a_b`` backward ops a path runs on every other mini-stage each include
+that mini-stage's replay, and every other stage q must fit its own layers: so the path is charged
+a_b · H_p(N − n), H_p(k) the least Σ_{q≠p} E_q over the ways to place k layers on the other stages,
+each in one of its fitting configurations (E_q its least replay summed over its chunks;
+:func:`other_replay`, min-plus convolutions over the stages). A configuration of p whose
+remaining layers no placement can hold is dropped. The replay of the chunk-0 / last-chunk
+backwards the C0 and R terms count is not charged (a chunk's least replay alone is often 0: the
+other chunk can take the recompute). Raises scaling.py's P32 V2 m64 L128 dense tight from 18,826.4
+to 19,152.0 ms (its answer 20,052.8 as ``upper_ms``; docs/search.md).
 
 DP. For a threshold T, scan stages 0..P-1 with state (layers placed, last-chunk layers still to
 place) and value "fewest chunk-0 layers placed" (every constraint grows with C0, so fewer is never
@@ -90,14 +99,24 @@ class _StageTable(NamedTuple):
     starts: np.ndarray
 
 
-def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers,
-                 vecs: list[tuple[int, ...]], cap_ms: float | None = None) -> _StageTable | None:
-    """The :class:`_StageTable` of stage p over the layer-count vectors ``vecs``; None when no
+class _StageConfigs(NamedTuple):
+    """Stage p's configurations that fit (and pass ``cap_ms``): layer counts nv int [M, V], their
+    least replay E float [M] (ms per micro-batch, summed over the chunks) and their path lengths
+    without replay base [M, Q] (ms)."""
+
+    nv: np.ndarray
+    E: np.ndarray
+    base: np.ndarray
+
+
+def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers,
+                   vecs: list[tuple[int, ...]], cap_ms: float | None = None) -> _StageConfigs | None:
+    """The :class:`_StageConfigs` of stage p over the layer-count vectors ``vecs``; None when no
     configuration fits the memory budget. With ``cap_ms`` (ms), configurations whose paths
     without replay already pass it are dropped before their replay is priced (they can hold no
     threshold T <= cap_ms; the bisection of :func:`stage_dp_bound` stays there), and None also
     means that none is left."""
-    cs, lay = su.cs, su.layer
+    cs = su.cs
     V, P, N = su.end_fwd_ms.shape[0], problem.P, problem.N
     pa = problem.pa
     hf, hb = pa.head.fwd_ms, pa.head.bwd_ms
@@ -118,12 +137,82 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
     static = su.const_static_mib[p] + mix.static(nv.sum(axis=1))  # [M] MiB
     room = problem.hbm_mib - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
-    E = worst_row_extra(fr, nv, rows, room)
+    E = _least_replay(problem, p, fr, nv, rows, room)
     fits = np.isfinite(E)
     if not fits.any():
         return None
-    nv, E = nv[fits], E[fits]
-    base = base[fits] + E[:, None] * sp.cB.min(axis=1)[None, :]  # [M, Q]
+    return _StageConfigs(nv[fits], E[fits], base[fits])
+
+
+def _least_replay(problem: Problem, p: int, fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray,
+                  room: np.ndarray) -> np.ndarray:
+    """:func:`~autotune.tuner.bounds._relax.worst_row_extra` of stage p's configurations nv int
+    [M, V] (room [M, R] MiB), memoised on the problem's ``fit_cache`` per (V, p) by count vector:
+    the value depends on the problem and the vector only, and the bound passes run the stage DP
+    twice, the second time on a subset of the first's vectors (on scaling.py's P32 V4 m256 L256
+    MoE problem the pricing was 20 of the second run's 22 CPU s)."""
+    M, V = nv.shape
+    code = nv @ ((problem.N + 1) ** np.arange(V, dtype=np.int64))  # one integer per vector
+    key = ("stage_dp.least_replay", V, p)
+    known, val = problem.fit_cache.get(key, (np.zeros(0, np.int64), np.zeros(0)))
+    at = np.minimum(np.searchsorted(known, code), max(known.size - 1, 0))
+    hit = (known[at] == code) if known.size else np.zeros(M, dtype=bool)
+    E = np.empty(M)
+    E[hit] = val[at[hit]]
+    miss = ~hit
+    if miss.any():
+        E[miss] = worst_row_extra(fr, nv[miss], rows, room[miss])
+        allc = np.concatenate([known, code[miss]])
+        allv = np.concatenate([val, E[miss]])
+        order = np.argsort(allc, kind="stable")
+        problem.fit_cache[key] = (allc[order], allv[order])
+    return E
+
+
+def other_replay(configs: list[_StageConfigs], N: int) -> np.ndarray:
+    """float [P, N + 1] ms: H[p, k], the least Σ_{q != p} E_q of k layers placed on the stages
+    other than p, each stage q holding one of its fitting configurations (E_q its least replay
+    per micro-batch, summed over its chunks); +inf when no such placement exists. Min-plus
+    convolutions of g_q[n] = least E_q of a configuration with n layers, prefix and suffix."""
+    P = len(configs)
+    g = np.full((P, N + 1), np.inf)
+    for q, c in enumerate(configs):
+        np.minimum.at(g[q], c.nv.sum(axis=1), c.E)
+
+    def conv(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # (a ⊕ b)[k] = min_i a[i] + b[k − i]
+        out = np.full(N + 1, np.inf)
+        for i in np.flatnonzero(np.isfinite(a)):
+            np.minimum(out[i:], a[i] + b[:N + 1 - i], out=out[i:])
+        return out
+    unit = np.full(N + 1, np.inf)
+    unit[0] = 0.0
+    pre, suf = [unit], [unit]
+    for q in range(P - 1):
+        pre.append(conv(pre[-1], g[q]))
+        suf.append(conv(suf[-1], g[P - 1 - q]))
+    return np.stack([conv(pre[p], suf[P - 1 - p]) for p in range(P)])
+
+
+def _stage_table(su: IntegerSetup, sp: StagePaths, cf: _StageConfigs, H: np.ndarray,
+                 N: int, cap_ms: float | None = None) -> _StageTable | None:
+    """The :class:`_StageTable` of one stage from its fitting configurations ``cf``: every path's
+    length is its length without replay, plus the stage's own least replay E weighted by the
+    path's fewest backward ops of a chunk on it, plus ``a_b`` times the least replay the other
+    stages need for the N − n layers they hold (``H`` [N + 1], :func:`other_replay`: each backward
+    of another stage the path counts runs that stage's replay). None when no configuration is
+    left (the others cannot hold the remaining layers, or the path passes ``cap_ms``)."""
+    lay = su.layer
+    V = su.end_fwd_ms.shape[0]
+    nv, E = cf.nv, cf.E
+    h = H[N - nv.sum(axis=1)]  # [M]
+    ok = np.isfinite(h)
+    nv, E, h = nv[ok], E[ok], h[ok]
+    base = cf.base[ok] + E[:, None] * sp.cB.min(axis=1)[None, :] + h[:, None] * sp.a_b[None, :]  # [M, Q]
+    if cap_ms is not None:
+        under = base.max(axis=1, initial=-np.inf) <= cap_ms + 1e-6 * (1.0 + abs(cap_ms))
+        nv, base = nv[under], base[under]
+    if nv.shape[0] == 0:
+        return None
     alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
     alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
     # paths with the same (alpha0, alphaR) differ only in their constant: keep the largest
@@ -278,11 +367,18 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     # a feasible layout's step time: no T above it is ever tried, so the tables drop what cannot
     # hold one below it, and a DP without a way through means no layout is faster than it
     cap = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else None
-    tabs = []
+    configs = []
     for p, vecs in enumerate(all_vecs):
         if deadline is not None and time.monotonic() > deadline:
             return None
-        tab = _stage_table(problem, su, p, paths[p], fr, vecs, cap)
+        cf = _stage_configs(problem, su, p, paths[p], fr, vecs, cap)
+        if cf is None:
+            return StageDPBound(float("inf") if cap is None else cap, 0, total)
+        configs.append(cf)
+    H = other_replay(configs, N)
+    tabs = []
+    for p, cf in enumerate(configs):
+        tab = _stage_table(su, paths[p], cf, H[p], N, cap)
         if tab is None:
             return StageDPBound(float("inf") if cap is None else cap, 0, total)
         tabs.append(tab)
