@@ -109,6 +109,12 @@ class _StageConfigs(NamedTuple):
     base: np.ndarray
 
 
+def _under_cap(base: np.ndarray, cap_ms: float) -> np.ndarray:
+    """bool [M]: configurations whose every path length (base [M, Q], ms) is at most ``cap_ms``,
+    to a relative 1e-6 (the incumbent's own configurations stay)."""
+    return base.max(axis=1, initial=-np.inf) <= cap_ms + 1e-6 * (1.0 + abs(cap_ms))
+
+
 def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers,
                    vecs: list[tuple[int, ...]], cap_ms: float | None = None) -> _StageConfigs | None:
     """The :class:`_StageConfigs` of stage p over the layer-count vectors ``vecs``; None when no
@@ -132,7 +138,7 @@ def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, f
             + (sp.c0_f * hf + sp.c0_b * hb if p else 0.0)
             + (sp.r_f * tf + sp.r_b * tb if p < P - 1 else 0.0))  # [M, Q] without the replay
     if cap_ms is not None:
-        under = base.max(axis=1, initial=-np.inf) <= cap_ms + 1e-6 * (1.0 + abs(cap_ms))
+        under = _under_cap(base, cap_ms)
         nv, base = nv[under], base[under]
     rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
     static = su.const_static_mib[p] + mix.static(nv.sum(axis=1))  # [M] MiB
@@ -194,7 +200,7 @@ def other_replay(configs: list[_StageConfigs], N: int) -> np.ndarray:
 
 
 def _stage_table(su: IntegerSetup, sp: StagePaths, cf: _StageConfigs, H: np.ndarray,
-                 N: int, cap_ms: float | None = None) -> _StageTable | None:
+                 cap_ms: float | None = None) -> _StageTable | None:
     """The :class:`_StageTable` of one stage from its fitting configurations ``cf``: every path's
     length is its length without replay, plus the stage's own least replay E weighted by the
     path's fewest backward ops of a chunk on it, plus ``a_b`` times the least replay the other
@@ -204,12 +210,12 @@ def _stage_table(su: IntegerSetup, sp: StagePaths, cf: _StageConfigs, H: np.ndar
     lay = su.layer
     V = su.end_fwd_ms.shape[0]
     nv, E = cf.nv, cf.E
-    h = H[N - nv.sum(axis=1)]  # [M]
+    h = H[H.size - 1 - nv.sum(axis=1)]  # [M]: H is indexed by the N − n layers elsewhere
     ok = np.isfinite(h)
     nv, E, h = nv[ok], E[ok], h[ok]
     base = cf.base[ok] + E[:, None] * sp.cB.min(axis=1)[None, :] + h[:, None] * sp.a_b[None, :]  # [M, Q]
     if cap_ms is not None:
-        under = base.max(axis=1, initial=-np.inf) <= cap_ms + 1e-6 * (1.0 + abs(cap_ms))
+        under = _under_cap(base, cap_ms)
         nv, base = nv[under], base[under]
     if nv.shape[0] == 0:
         return None
@@ -378,7 +384,7 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     H = other_replay(configs, N)
     tabs = []
     for p, cf in enumerate(configs):
-        tab = _stage_table(su, paths[p], cf, H[p], N, cap)
+        tab = _stage_table(su, paths[p], cf, H[p], cap)
         if tab is None:
             return StageDPBound(float("inf") if cap is None else cap, 0, total)
         tabs.append(tab)
