@@ -25,7 +25,7 @@ import numpy as np
 from autotune.cost.dominance import pareto_order
 from autotune.cost.inputs import stage_costs
 from autotune.cost.simulate import CompiledSchedule, compile_schedule, peak_activation
-from autotune.tuner.problem import Candidate, Problem, count_splits, first_min
+from autotune.tuner.problem import Candidate, Problem, compositions, count_splits, first_min
 from autotune.tuner.recompute import recompute_choices
 
 
@@ -33,29 +33,6 @@ from autotune.tuner.recompute import recompute_choices
 #: simulated layout (a layout of pp 4 × vpp 2 × m 16, 256 ops, is one unit; pp 16 × vpp 2 × m 64,
 #: 4,096 ops, is 16): the budget then stands for about the same CPU time at every size.
 SIM_UNIT_OPS = 256
-
-
-def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """All int vectors x with lo <= x <= hi (elementwise) summing to N: int [count, len(lo)]."""
-    n = len(lo)
-    out: list[tuple[int, ...]] = []
-    lo_suf = np.concatenate([np.cumsum(np.asarray(lo)[::-1])[::-1], [0]])
-    hi_suf = np.concatenate([np.cumsum(np.asarray(hi)[::-1])[::-1], [0]])
-
-    def rec(i: int, left: int, acc: list[int]) -> None:
-        if i == n:
-            if left == 0:
-                out.append(tuple(acc))
-            return
-        a = max(int(lo[i]), left - int(hi_suf[i + 1]))
-        b = min(int(hi[i]), left - int(lo_suf[i + 1]))
-        for x in range(a, b + 1):
-            acc.append(x)
-            rec(i + 1, left - x, acc)
-            acc.pop()
-
-    rec(0, N, [])
-    return np.asarray(out, dtype=np.int64).reshape(-1, n)
 
 
 def _chunk_options(n: int, kinds: tuple[str, ...]) -> list[tuple[int, int, int]]:

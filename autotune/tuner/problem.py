@@ -340,19 +340,44 @@ def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
 
 
 
-def count_splits(problem: Problem) -> int:
-    """Number of layer splits over all V candidates (a counting DP over the mini-stages' bounds;
-    never enumerates)."""
-    total = 0
+def count_splits_v(problem: Problem, V: int) -> int:
+    """Number of layer splits of pp_interleave_num V within ``problem.bounds(V)`` summing to N (a
+    counting DP over the mini-stages' bounds with Python integers; never enumerates)."""
     N = problem.N
-    for V in problem.vpp_candidates:
-        lo, hi = problem.bounds(V)
-        ways = np.zeros(N + 1, dtype=object)
-        ways[0] = 1
-        for a, b in zip(lo.reshape(-1), hi.reshape(-1)):
-            nxt = np.zeros(N + 1, dtype=object)
-            for x in range(int(a), int(min(b, N)) + 1):
-                nxt[x:] = nxt[x:] + ways[:N + 1 - x]
-            ways = nxt
-        total += int(ways[N])
-    return total
+    lo, hi = problem.bounds(V)
+    ways = np.zeros(N + 1, dtype=object)
+    ways[0] = 1
+    for a, b in zip(lo.reshape(-1), hi.reshape(-1)):
+        nxt = np.zeros(N + 1, dtype=object)
+        for x in range(int(a), int(min(b, N)) + 1):
+            nxt[x:] = nxt[x:] + ways[:N + 1 - x]
+        ways = nxt
+    return int(ways[N])
+
+
+def count_splits(problem: Problem) -> int:
+    """Number of layer splits over all V candidates (:func:`count_splits_v`)."""
+    return sum(count_splits_v(problem, V) for V in problem.vpp_candidates)
+
+
+def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """All int vectors x with lo <= x <= hi (elementwise) summing to N: int [count, len(lo)]."""
+    n = len(lo)
+    out: list[tuple[int, ...]] = []
+    lo_suf = np.concatenate([np.cumsum(np.asarray(lo)[::-1])[::-1], [0]])
+    hi_suf = np.concatenate([np.cumsum(np.asarray(hi)[::-1])[::-1], [0]])
+
+    def rec(i: int, left: int, acc: list[int]) -> None:
+        if i == n:
+            if left == 0:
+                out.append(tuple(acc))
+            return
+        a = max(int(lo[i]), left - int(hi_suf[i + 1]))
+        b = min(int(hi[i]), left - int(lo_suf[i + 1]))
+        for x in range(a, b + 1):
+            acc.append(x)
+            rec(i + 1, left - x, acc)
+            acc.pop()
+
+    rec(0, N, [])
+    return np.asarray(out, dtype=np.int64).reshape(-1, n)

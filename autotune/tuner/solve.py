@@ -33,6 +33,7 @@ from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import edge_weighted_fit, fitted
 from autotune.tuner.heuristic import finish_one_opt, local_search, polish_recompute
 from autotune.tuner.kicks import kick_search
+from autotune.tuner.params import representable
 from autotune.tuner.problem import (Candidate, Problem, best_of, better, count_splits, even_layers, fits, improves,
                                     ranked)
 
@@ -253,6 +254,12 @@ def _exact(problem: Problem, deadline: float | None, notes: list[str]) -> ExactR
         return None
 
 
+def _seeds_met(problem: Problem, layouts: tuple[Candidate, ...]) -> list[Candidate]:
+    """The layouts a bound pass met (``Tightened.layouts``) that a trial can write
+    (:func:`~autotune.tuner.params.representable`): seeds."""
+    return [c for c in layouts if representable(problem, c)]
+
+
 def _gap_met(best_ms: float | None, bound_ms: float, target_gap: float | None) -> bool:
     """True when ``target_gap`` is set and the certified gap (best − bound) / bound is at or below it."""
     if target_gap is None or best_ms is None or not np.isfinite(bound_ms) or bound_ms <= 0:
@@ -303,7 +310,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                 skip=first.skip)
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
-    out += starts + relaxed
+    out += starts + relaxed + _seeds_met(problem, b.layouts)
 
     def past(limit: float | None) -> bool:
         """A step that ended past its deadline was cut (the first pass is not counted: its proofs
@@ -325,6 +332,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         t = tighten(problem, p.proofs, per_v, skip=p.skip,
                     ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline))
         per_v = t.per_v_ms
+        out += _seeds_met(problem, t.layouts)
         for V, split in t.splits.items():
             out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
     if not _gap_met(_incumbent(out), min(per_v.values()), target_gap):

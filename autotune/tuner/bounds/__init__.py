@@ -14,7 +14,11 @@ Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound`
   stage's replay counted;
 - :mod:`.milp` — :class:`IntegerProgram`, integer program with lazily generated paths (HiGHS);
 - :mod:`.wrap_dp` — :class:`WrapDP`, the device DP's stage tables plus the two-stage paths of the
-  last and the first stage (they ping-pong across the chunk boundary), coupled in the DP.
+  last and the first stage (they ping-pong across the chunk boundary), coupled in the DP;
+- :mod:`.split_lp` — :class:`SplitLP`, when a V has few layer splits (deep pipelines, one or two
+  layers a mini-stage): every split bounded by its own LP over the stages' fitting recompute
+  configurations with lazily generated paths, best first (exact on scaling.py's pp 32 / 64 × vpp 2
+  rows); its best layout is a seed.
 
 Shared code: :mod:`._paths` (dependency-graph paths), :mod:`._relax` (relaxed layers, recompute
 fronts). :func:`tighten` combines them: per V the largest proof, over V the least, skipping a V
@@ -35,6 +39,7 @@ from autotune.tuner.bounds.device_dp import DeviceDP
 from autotune.tuner.bounds.lagrangian import Lagrangian
 from autotune.tuner.bounds.milp import IntegerProgram
 from autotune.tuner.bounds.path_dp import PathDP, path_dp_bound
+from autotune.tuner.bounds.split_lp import SplitLP
 from autotune.tuner.bounds.stage_dp import StageDP
 from autotune.tuner.bounds.wrap_dp import WrapDP
 from autotune.tuner.problem import Candidate, Problem
@@ -58,7 +63,8 @@ class Pass:
 
 
 #: The bound passes of :func:`autotune.tuner.solve.bound_and_seeds`, in order. The first sets
-#: every V's bound before the local search (its splits seed it); the later ones run after it and
+#: every V's bound before the local search (its splits seed it, and the split LP's best layout,
+#: which on the few-split rows it applies to is the answer or within 0.5 % of it); the later ones run after it and
 #: raise the V's that can still hold the optimum, against the best layout found: the device DP
 #: first (about a second; the integer program then starts from its value and skips a V it
 #: settles) and the wrap-pair DP (its tables plus the last / first stage pair; a few seconds,
@@ -69,7 +75,7 @@ class Pass:
 #: so that its split, a seed, does not join the layouts whose critical paths start the program's
 #: family (a node-capped program's bound moves with its family).
 REGISTRY: tuple[Pass, ...] = (
-    Pass("relaxations", (PathDP(), Lagrangian(), StageDP())),
+    Pass("relaxations", (PathDP(), SplitLP(), Lagrangian(), StageDP())),
     Pass("device DP", (DeviceDP(), WrapDP()), skip="upper"),
     Pass("integer program", (Fallback(IntegerProgram(), Lagrangian(REFINE_ITERS, patience=REFINE_PATIENCE,
                                                                      propose=False)),),
@@ -119,5 +125,5 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
 
 
 __all__ = ["BoundContext", "BoundOutcome", "BoundResult", "DeviceDP", "Fallback", "IntegerProgram", "Lagrangian",
-           "LowerBound", "Pass", "PathDP", "REGISTRY", "StageDP", "Tightened", "WrapDP", "critical_path", "lower_bound",
-           "path_dp_bound", "tighten"]
+           "LowerBound", "Pass", "PathDP", "REGISTRY", "SplitLP", "StageDP", "Tightened", "WrapDP", "critical_path",
+           "lower_bound", "path_dp_bound", "tighten"]

@@ -36,11 +36,14 @@ class BoundOutcome:
         split: the relaxed problem's best layer split int [V, P] (a good seed, not a proof), or
             None.
         stats: work done, for reports and tests (iterations, evaluations, paths, ...).
+        layouts: fitting layouts the proof met (:class:`~autotune.tuner.problem.Candidate`,
+            scored; seeds, e.g. :mod:`.split_lp`'s best), or ().
     """
 
     bound_ms: float
     split: np.ndarray | None = None
     stats: Mapping[str, Any] = field(default_factory=dict)
+    layouts: tuple[Candidate, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,11 +85,13 @@ Skip = Literal["none", "upper", "dominated"]
 @dataclass(frozen=True)
 class Tightened:
     """Result of :func:`tighten`: the bound per V (ms) after the pass, the first seed split each V
-    got in this pass (int [V, P]) and the work done (summed ``stats`` by key)."""
+    got in this pass (int [V, P]), the work done (summed ``stats`` by key) and the layouts the
+    proofs met (``BoundOutcome.layouts``)."""
 
     per_v_ms: Mapping[int, float]
     splits: Mapping[int, np.ndarray]
     work: Mapping[str, float]
+    layouts: tuple[Candidate, ...] = ()
 
     @property
     def bound_ms(self) -> float:
@@ -124,6 +129,7 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
     per_v = {V: float(per_v_ms.get(V, -np.inf)) if per_v_ms else -np.inf for V in problem.vpp_candidates}
     splits: dict[int, np.ndarray] = {}
     work: dict[str, float] = {}
+    met: list[Candidate] = []
     upper = ctx.upper_ms
 
     def runnable(V: int) -> bool:
@@ -151,9 +157,10 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             per_v[V] = max(per_v[V], float(out.bound_ms))
             if out.split is not None and V not in splits:
                 splits[V] = out.split
+            met.extend(out.layouts)
             for k, v in out.stats.items():
                 work[k] = work.get(k, 0) + v
-    return Tightened({V: b for V, b in per_v.items() if b > -np.inf}, splits, work)
+    return Tightened({V: b for V, b in per_v.items() if b > -np.inf}, splits, work, tuple(met))
 
 
 @dataclass(frozen=True)

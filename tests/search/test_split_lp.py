@@ -1,0 +1,102 @@
+"""The split-by-split LP bound (autotune/tuner/bounds/split_lp.py): a bound on every enumerated
+space, exact where it closes, its best layout a real fitting one, and the pp 32 × vpp 2 row of
+scaling.py it was built for."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import autotune.tuner.bounds.split_lp as SL
+from autotune.tuner.bounds import REGISTRY, SplitLP
+from autotune.tuner.exact import exact_optimum
+from autotune.tuner.problem import Problem, count_splits_v
+from tests.search.test_exact_bounds import _random_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("P,V,N", [(2, 2, 8), (3, 2, 9), (2, 3, 9), (3, 3, 12)])
+def test_count_splits_matches_the_enumeration(P: int, V: int, N: int) -> None:
+    p = _random_problem(seed=P * 10 + V, N=N, P=P, V=V, kinds=("full",), tight=1.0)
+    assert count_splits_v(p, V) == len(SL._splits(p, V)) > 1
+
+
+CASES = [dict(seed=s, N=n, P=P, V=V, kinds=k, tight=t, static_delta=sd, end_ws=ws)
+         for s, (n, P, V, k, t, sd, ws) in enumerate([
+             (8, 2, 2, ("full", "select", "comm"), 0.9, False, 0.0),
+             (9, 3, 2, ("full", "select"), 0.85, True, 0.0),
+             (9, 2, 3, ("full", "select", "comm"), 0.95, False, 1.0),
+             (10, 3, 2, ("full", "comm"), 0.8, True, 2.0),
+             (8, 2, 2, ("select", "comm"), 1.0, False, 0.0),
+             (12, 3, 3, ("full", "select", "comm"), 0.9, False, 0.0),
+         ])]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"seed{c['seed']}-P{c['P']}V{c['V']}" for c in CASES])
+def test_bound_never_above_and_exact_when_run_to_the_end(case: dict, monkeypatch) -> None:
+    """Against the enumerated optimum: the bound is never above it; run without the 0.5 % stop
+    (STOP_GAP 0) and without the LP cap, the bound is the optimum and the best layout reaches it."""
+    p = _random_problem(**case)
+    V = case["V"]
+    opt = exact_optimum(p).best
+    r = SL.split_lp_bound(p, V)
+    assert r is not None and r.splits == count_splits_v(p, V)
+    if opt is None:
+        assert r.best is None
+        return
+    assert r.bound_ms <= opt.step_ms * (1 + 1e-9)
+    assert r.best is not None and r.best.excess_mib <= 0 and r.best.step_ms >= opt.step_ms * (1 - 1e-9)
+    assert r.best.step_ms <= r.bound_ms * (1 + SL.STOP_GAP) + 1e-9
+    monkeypatch.setattr(SL, "STOP_GAP", 0.0)
+    monkeypatch.setattr(SL, "MAX_LPS", 10**6)
+    r0 = SL.split_lp_bound(p, V)
+    assert r0.bound_ms <= opt.step_ms * (1 + 1e-9)
+    assert r0.bound_ms >= r.bound_ms * (1 - 1e-12)
+    assert r0.exact and r0.best.step_ms == pytest.approx(opt.step_ms, rel=1e-9)
+
+
+def test_applies_only_to_few_splits_and_whole_backward_schedules() -> None:
+    p = _random_problem(seed=3, N=8, P=2, V=2, kinds=("full",), tight=1.0)
+    assert SplitLP().applies(p, 2) and not SplitLP().applies(p, 1)
+    zbv = _random_problem(seed=4, N=6, P=2, V=2, kinds=("full",), tight=1.0, schedule="zero_bubble_v", m=4)
+    assert not SplitLP().applies(zbv, 2)
+    big = _random_problem(seed=5, N=64, P=4, V=2, kinds=("full",), tight=1.0)
+    assert count_splits_v(big, 2) > SL.MAX_SPLITS and not SplitLP().applies(big, 2)
+    assert "split LP" in [b.name for b in REGISTRY[0].proofs]
+
+
+def _scaling_problem(*spec) -> Problem:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import scaling  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return scaling.build(*spec)
+
+
+def test_pp32_vpp2_one_layer_a_mini_stage_is_solved(monkeypatch) -> None:
+    """scaling.py's P32 V2 m32 L64 dense tight (2,080 splits): run to the end, the bound proves
+    6,923.8 ms optimal; the search's layout before this bound was 6,971.2 ms (its exact fit of the
+    same split as the optimum's gives 6,990.6) and its bound 6,649.3 (4.84 %)."""
+    p = _scaling_problem(32, 2, 32, 64, "dense", "tight")
+    monkeypatch.setattr(SL, "STOP_GAP", 0.0)
+    r = SL.split_lp_bound(p, 2)
+    assert r.splits == 2080 and r.exact
+    assert r.bound_ms == pytest.approx(6923.8, abs=0.05)
+    sc = p.evaluate(2, r.best.layers[None], r.best.rec[None], r.best.sel[None], r.best.com[None])
+    assert sc.step_ms[0] == pytest.approx(r.best.step_ms) and (sc.peak_mib <= p.hbm_mib).all()
+    assert r.best.layers.sum() == 64 and (r.best.layers[:, 1:-1] >= 1).all()
+
+
+def test_bound_and_seeds_takes_the_split_lp_layout() -> None:
+    """The bound's best layout reaches the search as a seed (``BoundOutcome.layouts``)."""
+    from autotune.tuner.solve import bound_and_seeds  # noqa: PLC0415
+
+    p = _scaling_problem(32, 2, 32, 64, "dense", "tight")
+    bs = bound_and_seeds(p, [])
+    mine = [c for c in bs.seeds if c.origin.startswith("split-lp-v2")]
+    assert mine and min(c.step_ms for c in mine) <= 6923.8 * 1.005
+    assert bs.bound_ms >= 6923.8 / 1.005 - 1e-6
