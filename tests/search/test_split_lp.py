@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import autotune.tuner.bounds.split_lp as SL
@@ -100,3 +101,36 @@ def test_bound_and_seeds_takes_the_split_lp_layout() -> None:
     mine = [c for c in bs.seeds if c.origin.startswith("split-lp-v2")]
     assert mine and min(c.step_ms for c in mine) <= 6923.8 * 1.005
     assert bs.bound_ms >= 6923.8 / 1.005 - 1e-6
+
+
+@pytest.mark.parametrize("case", CASES[:3], ids=["c0", "c1", "c2"])
+def test_recompute_only_adds_its_replay_to_backwards(case: dict) -> None:
+    """What the bound rests on: for every configuration of every stage, the forward ms are the
+    no-recompute ones and the backward ms are those plus ``recompute_ms`` (the replay the LP
+    prices)."""
+    p = _random_problem(**case)
+    V = case["V"]
+    splits = SL._splits(p, V)[:40]
+    cfg = SL._configs(p, V, splits)
+    z = np.zeros_like(splits)
+    base = p.costs(V, splits, z, z, z)
+    checked = 0
+    for s in range(len(splits)):
+        for q, u in enumerate(cfg.key_id[s]):
+            for k, cmb in enumerate(cfg.combos[u]):
+                t = np.zeros((3, V, p.P), dtype=np.int64)
+                t[:, :, q] = cmb.T
+                co = p.costs(V, splits[s][None], t[0][None], t[1][None], t[2][None])
+                assert np.allclose(co.fwd_ms[0], base.fwd_ms[s])
+                assert np.allclose(co.bwd_ms[0, :, q], base.bwd_ms[s, :, q] + cfg.replay[u][k])
+                checked += 1
+    assert checked > 0
+
+
+def test_one_stage_with_many_layers_a_chunk_does_not_apply() -> None:
+    """pipeline_stage 1 × vpp 2 with 28 layers has 29 splits but up to ~10^6 recompute
+    configurations a stage column (GLM2-6B's corpus config ran 7 minutes and 4.7 GB before this
+    cap): not this bound's."""
+    p = _random_problem(seed=6, N=28, P=1, V=2, kinds=("full", "select", "comm"), tight=1.0)
+    assert count_splits_v(p, 2) <= SL.MAX_SPLITS
+    assert not SplitLP().applies(p, 2) and SL.split_lp_bound(p, 2) is None

@@ -49,6 +49,7 @@ number at most :data:`MAX_SPLITS`.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -64,6 +65,15 @@ from autotune.tuner.recompute import recompute_choices
 
 #: Most layer splits of one V this bound enumerates (a work cap, deterministic).
 MAX_SPLITS = 10_000
+#: Most recompute configurations of one stage column (the product over its chunks of their (full,
+#: select, comm) count choices) this bound prices; past it no proof (a work cap).
+MAX_STAGE_COMBOS = 100_000
+#: Largest layer count a mini-stage may hold for this bound to apply (a chunk of 16 layers has 1,785
+#: (full, select, comm) count choices): pipeline_stage 1 × vpp 2 with 28 layers (GLM2-6B) has 29
+#: splits but ~10^6 configurations a stage column (its corpus search ran 7 minutes, 4.7 GB).
+MAX_CHUNK_LAYERS = 16
+#: Most configurations priced over all distinct stage columns (a work cap; past it no proof).
+MAX_COMBOS = 2_000_000
 #: Most LP solves (a work cap, deterministic); past it the least bound over the splits stands.
 MAX_LPS = 400
 #: Lazy path rounds per split (each adds the rounded layout's critical path).
@@ -107,9 +117,10 @@ class _Configs:
         return R, ok
 
 
-def _configs(problem: Problem, V: int, splits: np.ndarray) -> _Configs:
-    """The stage configuration sets of every split (module docstring). Stages are keyed by their
-    column, and by its first layers too when the model's layers differ by position (kinds)."""
+def _configs(problem: Problem, V: int, splits: np.ndarray) -> _Configs | None:
+    """The stage configuration sets of every split (module docstring); None past
+    :data:`MAX_COMBOS`. Stages are keyed by their column, and by its first layers too when the
+    model's layers differ by position (kinds)."""
     S, _, P = splits.shape
     cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
     flat = splits.reshape(S, -1)
@@ -121,11 +132,16 @@ def _configs(problem: Problem, V: int, splits: np.ndarray) -> _Configs:
     rows = np.concatenate(parts, axis=2).reshape(S * P, -1)
     uniq, inv = np.unique(rows, axis=0, return_inverse=True)
     out = _Configs(key_id=inv.reshape(S, P))
+    priced = 0
     first = np.zeros(len(uniq), dtype=np.int64)
     first[inv[::-1]] = np.arange(S * P)[::-1]  # a (split, stage) of each key
     for u in range(len(uniq)):
         s, q = divmod(int(first[u]), P)
         opts = [recompute_choices(int(splits[s, v, q]), problem.kinds) for v in range(V)]
+        k = math.prod(len(o) for o in opts)
+        priced += k
+        if k > MAX_STAGE_COMBOS or priced > MAX_COMBOS:
+            return None
         combos = np.asarray([np.stack(c) for c in itertools.product(*opts)], dtype=np.int64)  # k, V, 3
         k = len(combos)
         lay = np.broadcast_to(splits[s], (k, V, P)).copy()
@@ -178,11 +194,11 @@ class SplitLPBound:
 class _Search:
     """The best-first search of the module docstring over one V's splits."""
 
-    def __init__(self, problem: Problem, V: int, splits: np.ndarray) -> None:
+    def __init__(self, problem: Problem, V: int, splits: np.ndarray, cfg: _Configs) -> None:
         self.problem, self.V, self.splits = problem, V, splits
         P = problem.P
         self.cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
-        self.cfg = _configs(problem, V, splits)
+        self.cfg = cfg
         self.R, self.Rok = self.cfg.padded()
         self.R_stage = np.asarray(self.cfg.stage, dtype=np.int64)
         z = np.zeros_like(splits)
@@ -324,7 +340,10 @@ def split_lp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     if not SplitLP().applies(problem, V):
         return None
     splits = _splits(problem, V)
-    return _Search(problem, V, splits).run(upper_ms, deadline)
+    cfg = _configs(problem, V, splits)
+    if cfg is None:
+        return None
+    return _Search(problem, V, splits, cfg).run(upper_ms, deadline)
 
 
 class SplitLP:
@@ -342,7 +361,11 @@ class SplitLP:
         key = ("split_lp_splits", V)  # the count, memoised on the problem (~0.1 s at pp 64 × 256 layers)
         if key not in problem.fit_cache:
             problem.fit_cache[key] = count_splits_v(problem, V)
-        return problem.fit_cache[key] <= MAX_SPLITS
+        if problem.fit_cache[key] > MAX_SPLITS:
+            return False
+        lo, hi = (a.reshape(V, problem.P) for a in problem.bounds(V))
+        most = np.minimum(hi, problem.N - (lo.sum() - lo))  # a mini-stage's largest layer count
+        return int(most.max()) <= MAX_CHUNK_LAYERS
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
         r = split_lp_bound(problem, V, upper_ms=ctx.upper_ms, deadline=ctx.deadline)
