@@ -41,9 +41,10 @@ Measured (scaling.py, dense tight; CPU s of this bound alone): P32 V2 m32 L64, 2
 
 Relaxations: none besides the path family and the LP (layer kinds by position, the head / tail,
 the workspace and every live-count vector are the cost model's own: the configurations are priced
-by :func:`~autotune.cost.inputs.stage_costs` and :func:`~autotune.cost.simulate.peak_activation`).
-Applies when the schedule runs the whole backward as one op, seq_split_num = 1 and V's splits
-number at most :data:`MAX_SPLITS`.
+by :meth:`~autotune.tuner.problem.Problem.costs` and :func:`~autotune.cost.simulate.peak_activation`).
+Applies when the schedule runs the whole backward as one op and places chunks in order (not
+V-shaped), seq_split_num = 1, V's splits number at most :data:`MAX_SPLITS` and no mini-stage can
+hold more than :data:`MAX_CHUNK_LAYERS` layers.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.cost.dominance import pareto_order
-from autotune.cost.inputs import stage_costs
+from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
@@ -147,7 +148,7 @@ def _configs(problem: Problem, V: int, splits: np.ndarray) -> _Configs | None:
         lay = np.broadcast_to(splits[s], (k, V, P)).copy()
         rec, sel, com = (np.zeros((k, V, P), dtype=np.int64) for _ in range(3))
         rec[:, :, q], sel[:, :, q], com[:, :, q] = combos[:, :, 0], combos[:, :, 1], combos[:, :, 2]
-        co = stage_costs(problem.pa, lay, rec, sel, com)
+        co = problem.costs(V, lay, rec, sel, com)
         peak = co.static_mib[:, q] + peak_activation(cs, co.act_mib, co.ws_mib)[:, q]
         ok = np.flatnonzero(peak <= problem.hbm_mib)
         rep = co.recompute_ms[ok, :, q]
@@ -358,6 +359,9 @@ class SplitLP:
         cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
         if cs.split_bw:
             return False
+        pos = get_schedule(problem.schedule).virtual_position(problem.P, V)
+        if not np.array_equal(pos, np.arange(V * problem.P).reshape(V, problem.P)):
+            return False  # a V-shaped placement: the stage keys assume chunk-major layer order
         key = ("split_lp_splits", V)  # the count, memoised on the problem (~0.1 s at pp 64 × 256 layers)
         if key not in problem.fit_cache:
             problem.fit_cache[key] = count_splits_v(problem, V)
