@@ -85,8 +85,9 @@ LP_ROWS = 64
 #: The search stops once the least bound is within this fraction of the best layout found (the
 #: search's default certified-gap stop, ``--gap 0.005``: the search stops there too).
 STOP_GAP = 0.005
-#: Relative tolerance of "solved": the rounded layout's step time within it of the LP value.
-TOL = 1e-9
+#: Relative margin taken off each LP's value (HiGHS's feasibility tolerances; the integer
+#: program's bound uses the same, :data:`autotune.tuner.bounds.milp.DUAL_SAFETY`).
+DUAL_SAFETY = 1e-6
 
 
 def _splits(problem: Problem, V: int) -> np.ndarray:
@@ -241,19 +242,22 @@ class _Search:
         return self.problem.score([c])[0]
 
     @staticmethod
-    def _solve(c: np.ndarray, A: np.ndarray, b: np.ndarray, Aeq: np.ndarray, integral: bool):
+    def _solve(c: np.ndarray, A: np.ndarray, b: np.ndarray, Aeq: np.ndarray, integral: bool,
+               deadline: float | None):
         """One HiGHS solve of min c·x, A x <= b, Aeq x = 1, 0 <= x <= 1 but the last (T) free above
-        0; the LP gives the duals (``ineqlin.marginals``), the integer program x whole."""
+        0; the LP gives the duals (``ineqlin.marginals``), the integer program x whole. A deadline
+        becomes HiGHS's time limit (the caller then keeps only a proven value)."""
         from scipy.optimize import Bounds, LinearConstraint, linprog, milp  # noqa: PLC0415 (heavy import)
 
         n = len(c)
+        limit = {} if deadline is None else {"time_limit": max(0.1, deadline - time.monotonic())}
         if not integral:
             return linprog(c, A_ub=A, b_ub=b, A_eq=Aeq, b_eq=np.ones(len(Aeq)),
-                           bounds=[(0.0, 1.0)] * (n - 1) + [(0.0, None)], method="highs")
+                           bounds=[(0.0, 1.0)] * (n - 1) + [(0.0, None)], method="highs", options=limit)
         return milp(c, integrality=np.r_[np.ones(n - 1), 0.0],
                     bounds=Bounds(np.zeros(n), np.r_[np.ones(n - 1), np.inf]),
                     constraints=[LinearConstraint(A, -np.inf, b), LinearConstraint(Aeq, 1.0, 1.0)],
-                    options={"disp": False, "mip_rel_gap": 1e-9})
+                    options={"disp": False, "mip_rel_gap": 1e-9, **limit})
 
     def solve_split(self, s: int, integral: bool, deadline: float | None) -> float:
         """The split's LP (or integer program) with lazy paths; returns its value (a bound for s)."""
@@ -279,16 +283,21 @@ class _Search:
             c = np.zeros(nx + 1)
             c[nx] = 1.0
             while True:
-                res = self._solve(c, A[rows], -const[rows], Aeq, integral)
+                res = self._solve(c, A[rows], -const[rows], Aeq, integral, deadline)
                 self.lps += 1
-                if res.x is None:
-                    return value
+                if res.x is None or (not integral and res.status != 0):
+                    return value  # no solution, or an LP stopped before its optimum: no proof
                 viol = A @ res.x + const > 1e-7 * max(1.0, abs(res.fun))
                 viol[rows] = False
                 if not viol.any():
                     break
                 rows = np.concatenate([rows, np.flatnonzero(viol)])
-            value = max(value, float(res.fun) * (1.0 - 1e-9))
+            # HiGHS proves within its feasibility tolerances: keep DUAL_SAFETY below (an integer
+            # program stopped early would hold an incumbent, not a bound: its dual bound then)
+            proven = float(res.fun)
+            if integral and getattr(res, "mip_dual_bound", None) is not None:
+                proven = min(proven, float(res.mip_dual_bound))
+            value = max(value, proven - DUAL_SAFETY * max(1.0, abs(proven)))
             if not integral:
                 lam = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
                 if lam.sum() > 0:  # the duals: a Lagrangian mix of paths, a bound for every split
@@ -300,7 +309,7 @@ class _Search:
             cand = self.layout(s, picks)
             if cand.excess_mib <= 0 and (self.best is None or cand.step_ms < self.best.step_ms):
                 self.best = cand
-            if cand.step_ms <= value * (1.0 + TOL):
+            if cand.step_ms <= value * (1.0 + 2 * DUAL_SAFETY):
                 break
             co = self.problem.costs(self.V, cand.layers[None], cand.rec[None], cand.sel[None], cand.com[None])
             cp = critical_path(self.cs, co.fwd_ms[0], co.bwd_ms[0], self.p2p)
@@ -317,14 +326,14 @@ class _Search:
             least = float(self.lb[s])
             stop = min(upper_ms if upper_ms is not None else np.inf,
                        self.best.step_ms / (1.0 + STOP_GAP) if self.best is not None else np.inf)
-            if not np.isfinite(least) or least >= stop * (1.0 - TOL) or stage_of[s] == 2:
+            if not np.isfinite(least) or least >= stop * (1.0 - 2 * DUAL_SAFETY) or stage_of[s] == 2:
                 break
             val = self.solve_split(s, integral=stage_of[s] == 1, deadline=deadline)
             self.lb[s] = max(self.lb[s], val)
             stage_of[s] += 1
         least = float(self.lb.min()) if S else np.inf
         best = self.best
-        exact = best is not None and least >= best.step_ms * (1.0 - 2 * TOL)
+        exact = best is not None and least >= best.step_ms * (1.0 - 2 * DUAL_SAFETY)
         return SplitLPBound(least, best, exact, self.lps, S)
 
 
