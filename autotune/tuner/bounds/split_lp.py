@@ -23,7 +23,8 @@ hops·p2p (cost-model reference §6.1). The LP
 relaxes "min over configurations of max over paths" (x integer is exactly that), so its value is a
 lower bound for split s. Its rounded solution (the largest x per stage) is a real, fitting layout
 whose simulated critical path joins Π (lazy path generation); when that layout's step time
-equals the LP value, the split is solved exactly.
+equals the LP value, the split is solved exactly. Each LP value is kept :data:`DUAL_SAFETY` below
+HiGHS's (its feasibility tolerances).
 
 Across splits. Every split starts at the max over the one-stay paths of its own least path length
 (per path, each stage at its least weighted replay). An LP's duals λ (>= 0, summing to 1) give a
