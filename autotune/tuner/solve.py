@@ -306,7 +306,8 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     ub = _incumbent(starts + out)
     first, *later = REGISTRY
     say("first bound pass", ub, None)
-    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=share(FIRST_PASS_SHARE)),
+    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=share(FIRST_PASS_SHARE),
+                                                        target_gap=target_gap),
                 skip=first.skip)
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
                if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
@@ -330,7 +331,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
             break
         say(f"bound pass {p.seed_tag}", ub2, min(per_v.values()))
         t = tighten(problem, p.proofs, per_v, skip=p.skip,
-                    ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline))
+                    ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline, target_gap=target_gap))
         per_v = t.per_v_ms
         out += _seeds_met(problem, t.layouts)
         for V, split in t.splits.items():

@@ -39,7 +39,8 @@ CASES = [dict(seed=s, N=n, P=P, V=V, kinds=k, tight=t, static_delta=sd, end_ws=w
 @pytest.mark.parametrize("case", CASES, ids=[f"seed{c['seed']}-P{c['P']}V{c['V']}" for c in CASES])
 def test_bound_never_above_and_exact_when_run_to_the_end(case: dict, monkeypatch) -> None:
     """Against the enumerated optimum: the bound is never above it; run without the 0.5 % stop
-    (STOP_GAP 0) and without the LP cap, the bound is the optimum and the best layout reaches it."""
+    (stop_gap 0, the search's ``--gap 0``) and without the LP cap, the bound is the optimum and
+    the best layout reaches it."""
     p = _random_problem(**case)
     V = case["V"]
     opt = exact_optimum(p).best
@@ -51,9 +52,8 @@ def test_bound_never_above_and_exact_when_run_to_the_end(case: dict, monkeypatch
     assert r.bound_ms <= opt.step_ms * (1 + 1e-9)
     assert r.best is not None and r.best.excess_mib <= 0 and r.best.step_ms >= opt.step_ms * (1 - 1e-9)
     assert r.best.step_ms <= r.bound_ms * (1 + SL.STOP_GAP) + 1e-9
-    monkeypatch.setattr(SL, "STOP_GAP", 0.0)
     monkeypatch.setattr(SL, "MAX_LPS", 10**6)
-    r0 = SL.split_lp_bound(p, V)
+    r0 = SL.split_lp_bound(p, V, stop_gap=0.0)
     assert r0.bound_ms <= opt.step_ms * (1 + 1e-9)
     assert r0.bound_ms >= r.bound_ms * (1 - 1e-12)
     assert r0.exact and r0.best.step_ms == pytest.approx(opt.step_ms, rel=1e-9)
@@ -78,13 +78,12 @@ def _scaling_problem(*spec) -> Problem:
     return scaling.build(*spec)
 
 
-def test_pp32_vpp2_one_layer_a_mini_stage_is_solved(monkeypatch) -> None:
+def test_pp32_vpp2_one_layer_a_mini_stage_is_solved() -> None:
     """scaling.py's P32 V2 m32 L64 dense tight (2,080 splits): run to the end, the bound proves
     6,923.8 ms optimal; the search's layout before this bound was 6,971.2 ms (its exact fit of the
     same split as the optimum's gives 6,990.6) and its bound 6,649.3 (4.84 %)."""
     p = _scaling_problem(32, 2, 32, 64, "dense", "tight")
-    monkeypatch.setattr(SL, "STOP_GAP", 0.0)
-    r = SL.split_lp_bound(p, 2)
+    r = SL.split_lp_bound(p, 2, stop_gap=0.0)
     assert r.splits == 2080 and r.exact
     assert r.bound_ms == pytest.approx(6923.8, abs=0.05)
     sc = p.evaluate(2, r.best.layers[None], r.best.rec[None], r.best.sel[None], r.best.com[None])
@@ -134,3 +133,17 @@ def test_one_stage_with_many_layers_a_chunk_does_not_apply() -> None:
     p = _random_problem(seed=6, N=28, P=1, V=2, kinds=("full", "select", "comm"), tight=1.0)
     assert count_splits_v(p, 2) <= SL.MAX_SPLITS
     assert not SplitLP().applies(p, 2) and SL.split_lp_bound(p, 2) is None
+
+
+def test_the_search_gap_reaches_the_bound() -> None:
+    """``--gap`` is the pass's stop: with target gap 0 (``autotune search --gap 0``) the search's
+    first bound pass proves P32 V2 m32 L64 dense optimal; with the default 0.5 % it stops at
+    6,903.2 ms."""
+    from autotune.tuner.bounds import BoundContext, tighten  # noqa: PLC0415
+
+    p = _scaling_problem(32, 2, 32, 64, "dense", "tight")
+    exact = tighten(p, (SplitLP(),), ctx=BoundContext(target_gap=0.0))
+    assert exact.bound_ms == pytest.approx(6923.8, abs=0.05)
+    assert exact.layouts[0].step_ms == pytest.approx(6923.8, abs=0.05)
+    early = tighten(p, (SplitLP(),), ctx=BoundContext(target_gap=0.005))
+    assert early.bound_ms == pytest.approx(6903.2, abs=0.05)

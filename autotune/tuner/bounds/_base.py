@@ -58,12 +58,15 @@ class BoundContext:
         layouts: known layouts (:class:`~autotune.tuner.problem.Candidate`); a bound uses those
             with its V (e.g. their critical paths).
         deadline: ``time.monotonic()`` safety limit, or None.
+        target_gap: the search's certified-gap stop (a fraction, ``--gap``) or None; a bound that
+            also finds layouts may stop once its bound is within it of its best one.
     """
 
     upper_ms: float | None = None
     lower_ms: float | None = None
     layouts: tuple[Candidate, ...] = ()
     deadline: float | None = None
+    target_gap: float | None = None
 
 
 class LowerBound(Protocol):

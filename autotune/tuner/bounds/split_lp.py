@@ -30,13 +30,15 @@ Across splits. Every split starts at the max over the one-stay paths of its own 
 (per path, each stage at its least weighted replay). An LP's duals λ (>= 0, summing to 1) give a
 Lagrangian bound valid for *every* split, Σ_π λ_π (path terms) + Σ_q min_k (Σ_π λ_π cb_π[:, q])·r_k
 (weak duality), evaluated for all splits at once. Best first: the split with the least bound is
-solved next; the search stops when that least bound reaches the best layout found (then the bound
-equals it: the exact optimum of the cost model over the space) or the incumbent ``upper_ms``, or
-when the least split is already solved (its LP is below its layouts: its integer program is
-solved next, once), or at the work cap. The bound returned is the least over the splits at the
-stop (anytime). The best layout found is returned as a seed.
+solved next (a split whose LP stays below its layouts gets its integer program, once). This pass
+over the splits stops when the least bound is within the target gap (the search's ``--gap``,
+default 0.5 %) of the best layout found (with ``--gap 0``, when it reaches it: the bound then
+equals the exact optimum of the cost model over the space), reaches the incumbent ``upper_ms``,
+belongs to a split already given its integer program, or at the work cap. The bound returned is
+the least over the splits at the stop (anytime). The best layout found is returned as a seed.
 
-Measured (scaling.py, dense tight; CPU s of this bound alone): P32 V2 m32 L64, 2,080 splits:
+Measured (scaling.py, dense tight; run to the end, stop gap 0; CPU s of this bound alone, not the
+search): P32 V2 m32 L64, 2,080 splits:
 6,923.8 ms proven optimal (the search's answer was 6,971.2, its bound 6,649.3); P64 V2 m64 L128,
 8,256 splits: 13,920.3 proven optimal (the answer's value; bound 13,360.1 before).
 
@@ -83,8 +85,9 @@ ROUNDS = 6
 #: Paths of the family put in a split's LP at first: those with the largest own bound for that split
 #: (the others join when the LP's solution violates them: row generation, same optimum).
 LP_ROWS = 64
-#: The search stops once the least bound is within this fraction of the best layout found (the
-#: search's default certified-gap stop, ``--gap 0.005``: the search stops there too).
+#: The pass over the splits stops once the least bound is within this fraction of the best layout
+#: found, when the caller gives no target (``BoundContext.target_gap``, the search's ``--gap``,
+#: whose default this is: ``autotune search`` stops there too; ``--gap 0`` runs it to the end).
 STOP_GAP = 0.005
 #: Relative margin taken off each LP's value (HiGHS's feasibility tolerances; the integer
 #: program's bound uses the same, :data:`autotune.tuner.bounds.milp.DUAL_SAFETY`).
@@ -319,14 +322,14 @@ class _Search:
             self.raise_by(self.fam.cf[-1], self.fam.cb[-1], self.fam.hops[-1])
         return value
 
-    def run(self, upper_ms: float | None, deadline: float | None) -> SplitLPBound:
+    def run(self, upper_ms: float | None, deadline: float | None, stop_gap: float) -> SplitLPBound:
         S = len(self.splits)
         stage_of = np.zeros(S, dtype=np.int8)  # 0 open, 1 LP solved, 2 integer program solved
         while self.lps < MAX_LPS and (deadline is None or time.monotonic() <= deadline):
             s = int(np.argmin(self.lb))
             least = float(self.lb[s])
             stop = min(upper_ms if upper_ms is not None else np.inf,
-                       self.best.step_ms / (1.0 + STOP_GAP) if self.best is not None else np.inf)
+                       self.best.step_ms / (1.0 + stop_gap) if self.best is not None else np.inf)
             if not np.isfinite(least) or least >= stop * (1.0 - 2 * DUAL_SAFETY) or stage_of[s] == 2:
                 break
             val = self.solve_split(s, integral=stage_of[s] == 1, deadline=deadline)
@@ -339,14 +342,16 @@ class _Search:
 
 
 def split_lp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
-                   deadline: float | None = None) -> SplitLPBound | None:
+                   deadline: float | None = None, stop_gap: float | None = None) -> SplitLPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
     (module docstring), and the best layout met; None when it does not apply (:class:`SplitLP`).
 
     Args:
-        upper_ms: a feasible step time (ms): the search stops once every split's bound reaches it
+        upper_ms: a feasible step time (ms): the pass stops once every split's bound reaches it
             (the result is then >= min(bound, upper_ms), as the other bounds' with an incumbent).
         deadline: time.monotonic() limit (anytime: the least bound over the splits at the stop).
+        stop_gap: stop once the least bound is within this fraction of the best layout (None:
+            :data:`STOP_GAP`; 0: run to the end or the work cap).
     """
     if not SplitLP().applies(problem, V):
         return None
@@ -354,7 +359,7 @@ def split_lp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     cfg = _configs(problem, V, splits)
     if cfg is None:
         return None
-    return _Search(problem, V, splits, cfg).run(upper_ms, deadline)
+    return _Search(problem, V, splits, cfg).run(upper_ms, deadline, STOP_GAP if stop_gap is None else stop_gap)
 
 
 class SplitLP:
@@ -382,7 +387,7 @@ class SplitLP:
         return int(most.max()) <= MAX_CHUNK_LAYERS
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
-        r = split_lp_bound(problem, V, upper_ms=ctx.upper_ms, deadline=ctx.deadline)
+        r = split_lp_bound(problem, V, upper_ms=ctx.upper_ms, deadline=ctx.deadline, stop_gap=ctx.target_gap)
         if r is None:
             return None
         layouts = (r.best,) if r.best is not None else ()
