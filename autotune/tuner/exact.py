@@ -22,10 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_order
-from autotune.cost.inputs import stage_costs
-from autotune.cost.simulate import CompiledSchedule, compile_schedule, peak_activation
-from autotune.tuner.problem import Candidate, Problem, compositions, count_splits, first_min
+from autotune.cost.simulate import compile_schedule
+from autotune.tuner.problem import Candidate, Problem, compositions, count_splits, first_min, stage_configurations
 from autotune.tuner.recompute import recompute_choices
 
 
@@ -74,12 +72,6 @@ class ExactBudgetExceeded(ValueError):
         self.work = work
 
 
-def _pareto_min(b: np.ndarray) -> np.ndarray:
-    """Indices of the rows of b [n, V] not dominated (within 1e-12) by another, in lexicographic
-    order of the rows."""
-    return pareto_order(b, tol=1e-12)
-
-
 class _Enumeration:
     """The state of :func:`exact_optimum`: the incumbent, the work charged and the pending batch."""
 
@@ -108,31 +100,19 @@ class _Enumeration:
             raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={self.max_work} units "
                                       f"({layouts:.3g} layouts for one split)", self.work)
 
-    def stage_set(self, cs: CompiledSchedule, cache: dict, split: np.ndarray, p: int) -> np.ndarray:
+    def stage_set(self, cache: dict, split: np.ndarray, p: int) -> np.ndarray:
         """Pareto-minimal feasible (full, select, comm) [k, 3, V] tables for stage p of ``split``
-        (memoised in ``cache`` by the stage's column and first-layer indices)."""
+        (:func:`~autotune.tuner.problem.stage_configurations`; memoised in ``cache`` by the stage's
+        column and first-layer indices as the schedule places them)."""
         problem = self.problem
-        V, P = split.shape
-        starts = (np.cumsum(split.reshape(-1)) - split.reshape(-1)).reshape(V, P)
-        key = (p, tuple(split[:, p]), tuple(starts[:, p]))
+        V = split.shape[0]
+        key = (p, tuple(split[:, p]), tuple(problem.first_layers(V, split)[:, p]))
         if key in cache:
             return cache[key]
         opts = [_chunk_options(int(split[v, p]), problem.kinds) for v in range(V)]
         self.charge(int(np.prod([len(o) for o in opts], dtype=np.float64)))
         combos = np.asarray(list(itertools.product(*opts)), dtype=np.int64)  # k, V, 3
-        k = combos.shape[0]
-        L = np.broadcast_to(split, (k, V, P)).copy()
-        R = np.zeros((k, V, P), dtype=np.int64)
-        S, C = R.copy(), R.copy()
-        R[:, :, p], S[:, :, p], C[:, :, p] = combos[:, :, 0], combos[:, :, 1], combos[:, :, 2]
-        costs = stage_costs(problem.pa, L, R, S, C)
-        peak = costs.static_mib[:, p] + peak_activation(cs, costs.act_mib, costs.ws_mib)[:, p]
-        ok = peak <= problem.hbm_mib + 1e-9
-        if not ok.any():
-            cache[key] = np.zeros((0, 3, V), dtype=np.int64)
-            return cache[key]
-        idx = np.flatnonzero(ok)
-        keep = idx[_pareto_min(costs.bwd_ms[idx, :, p])]
+        keep, _ = stage_configurations(problem, split, p, combos)
         cache[key] = combos[keep].transpose(0, 2, 1)  # k, 3, V
         return cache[key]
 
@@ -180,7 +160,7 @@ class _Enumeration:
                 if lb0[si] >= self.best.step_ms - 1e-9:
                     break
             split = splits[si]
-            sets = [self.stage_set(cs, cache, split, p) for p in range(P)]
+            sets = [self.stage_set(cache, split, p) for p in range(P)]
             if any(s.shape[0] == 0 for s in sets):
                 continue
             self.precharge(int(np.prod([s.shape[0] for s in sets], dtype=np.float64)))

@@ -13,7 +13,8 @@ import numpy as np
 
 from autotune.config.layout import Layout, make_layout
 from autotune.config.limits import MAX_SCHEDULE_UNITS, MAX_STAGE_UNITS
-from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
+from autotune.cost.dominance import pareto_order
+from autotune.cost.inputs import ProfileArrays, StageCosts, first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import (compile_schedule, duration_table, peak_activation, simulate,
                                     stage_peak_activation)
@@ -160,8 +161,16 @@ class Problem:
               com: np.ndarray) -> StageCosts:
         """Per-mini-stage costs of a batch (arrays int [B, V, P]); ``static_mib`` [B, P] needs no
         simulation, so a caller can reject a layout on static memory before :meth:`score_costs`."""
-        pos = get_schedule(self.schedule).virtual_position(self.P, V)  # V-shaped: zero_bubble_v
-        return stage_costs(self.pa, layers, rec, sel, com, pos=pos)
+        return stage_costs(self.pa, layers, rec, sel, com, pos=self.positions(V))
+
+    def positions(self, V: int) -> np.ndarray:
+        """Pipeline position int [V, P] of each mini-stage (V-shaped for zero_bubble_v)."""
+        return get_schedule(self.schedule).virtual_position(self.P, V)
+
+    def first_layers(self, V: int, split: np.ndarray) -> np.ndarray:
+        """Index of the first layer of each mini-stage of ``split`` int [V, P] as :meth:`costs`
+        places them: int [V, P]."""
+        return first_layers(np.asarray(split)[None], self.positions(V))[0]
 
     def evaluate(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
                  com: np.ndarray, *, memory_only: bool = False) -> BatchScore:
@@ -381,3 +390,27 @@ def compositions(N: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
     rec(0, N, [])
     return np.asarray(out, dtype=np.int64).reshape(-1, n)
+
+
+def stage_configurations(problem: Problem, split: np.ndarray, q: int,
+                         combos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of the recompute configurations ``combos`` int [k, V, 3] ((full, select, comm) per chunk) of
+    stage q of ``split`` int [V, P], those whose peak fits the budget (:func:`fits`) and whose
+    per-chunk backward ms are Pareto-minimal, in lexicographic order of those ms: (their indices
+    int [k'], their replay ms per micro-batch float [k', V]).
+
+    A stage's peak depends only on its own column; priced with :meth:`Problem.costs` (the
+    schedule's own placement of the head and the tail). Recompute adds replay to backwards only and
+    the simulated step time is monotone in every op duration, so a dominated configuration is never
+    needed (:mod:`autotune.tuner.exact`, :mod:`autotune.tuner.bounds.split_lp`)."""
+    V, P = np.asarray(split).shape
+    k = len(combos)
+    lay = np.broadcast_to(split, (k, V, P)).copy()
+    rec, sel, com = (np.zeros((k, V, P), dtype=np.int64) for _ in range(3))
+    rec[:, :, q], sel[:, :, q], com[:, :, q] = combos[:, :, 0], combos[:, :, 1], combos[:, :, 2]
+    co = problem.costs(V, lay, rec, sel, com)
+    cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
+    peak = co.static_mib[:, q] + peak_activation(cs, co.act_mib, co.ws_mib)[:, q]
+    ok = np.flatnonzero(fits(peak, problem.hbm_mib))
+    keep = ok[pareto_order(co.bwd_ms[ok, :, q], tol=1e-12)] if len(ok) else ok
+    return keep, co.recompute_ms[keep, :, q]

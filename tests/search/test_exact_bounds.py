@@ -164,3 +164,30 @@ def test_detour_counts_1f1b_stage0() -> None:
     assert (1, 8, 5) in got
     assert all(r >= 1 and f <= 8 and b <= 8 for r, f, b in got)
     assert detour_counts(compile_schedule("1f1b", 4, 1, 8), 3) == []
+
+
+def test_exact_prices_v_shaped_placements_as_the_cost_model() -> None:
+    """zero_bubble_v places the tail on stage 0: the enumeration's per-stage memory filter must
+    price it there (it used chunk-major placement, and its optimum on this problem was a layout
+    25 MiB over the budget). Against brute force over every split and every recompute count of
+    every mini-stage: the same step time, and the layout fits."""
+    import itertools
+
+    from autotune.tuner.problem import compositions
+    from autotune.tuner.recompute import recompute_choices
+
+    p = _random_problem(seed=0, N=6, P=2, V=2, kinds=("full", "select"), tight=0.8,
+                        schedule="zero_bubble_v", m=4, end_ws=1.0)
+    lo, hi = p.bounds(2)
+    best = np.inf
+    for split in compositions(p.N, lo.reshape(-1), hi.reshape(-1)).reshape(-1, 2, 2):
+        opts = [recompute_choices(int(n), p.kinds) for n in split.reshape(-1)]
+        t = np.asarray(list(itertools.product(*opts)), dtype=np.int64).reshape(-1, 2, 2, 3)
+        lay = np.broadcast_to(split, t.shape[:3]).copy()
+        s = p.evaluate(2, lay, t[..., 0], t[..., 1], t[..., 2])
+        ok = (s.peak_mib <= p.hbm_mib).all(axis=1)
+        if ok.any():
+            best = min(best, float(s.step_ms[ok].min()))
+    ex = exact_optimum(p).best
+    assert ex.excess_mib <= 0
+    assert ex.step_ms == pytest.approx(best, rel=1e-12)
