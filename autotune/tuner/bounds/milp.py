@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
 from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, integer_setup, kind_windows, typed_layers,
                                           undominated)
@@ -70,8 +70,6 @@ from autotune.tuner.recompute import allowed_classes
 #: gives ~1,400 nodes (~4 s) on the first and ~370 (~5 s) on the second; 48 layers pp5 vpp2
 #: converges well inside it (~500 nodes of a small LP).
 NODE_WORK = 1.5e12
-#: Relative margin taken off HiGHS's dual bound (its MIP feasibility tolerance is 1e-6).
-DUAL_SAFETY = 1e-6
 #: Work cap of :func:`milp_recompute` (same units as NODE_WORK; the pinned split solves in a few
 #: hundred nodes on the benchmark problems).
 POLISH_WORK = 2e12
@@ -551,7 +549,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
             dual = res.fun if dual is None else min(float(res.fun), float(dual))
         if dual is not None and np.isfinite(dual):
             # HiGHS proves within its feasibility tolerances (1e-6): keep that much below
-            best = max(best, float(dual) - DUAL_SAFETY * max(1.0, abs(float(dual))))
+            best = max(best, highs_proven(dual))
         if res.x is None:
             break
         n, y, fx, bx = model.solution(res.x, whole=True)
@@ -580,9 +578,10 @@ def _lp_paths(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], 
     solves: each LP takes milliseconds where an integer solve over a small family spends
     thousands of nodes on a minimiser that the next paths cut off. Any chain of the dependency
     graph is a path whatever durations found it, so the longest path of the LP minimiser's
-    (fractional) durations is a valid row. Returns the last LP value less :data:`DUAL_SAFETY`
-    (a lower bound of the integer program, hence a proof), 0.0 when no LP finished, None when
-    the LP is infeasible (then so is the integer program)."""
+    (fractional) durations is a valid row. Returns the last LP value less its safety margin
+    (:func:`~autotune.tuner.bounds._base.highs_proven`; a lower bound of the integer program,
+    hence a proof), 0.0 when no LP finished, None when the LP is infeasible (then so is the
+    integer program)."""
     integ, vlo, vhi = bounds
     cs, p2p = model.su.cs, model.su.p2p_ms
     best = 0.0
@@ -594,7 +593,7 @@ def _lp_paths(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], 
             return None
         if res.status != 0 or res.x is None:
             break
-        best = max(best, float(res.fun) - DUAL_SAFETY * max(1.0, abs(float(res.fun))))
+        best = max(best, highs_proven(res.fun))
         cp = critical_path(cs, *model.solution(res.x)[2:], p2p)
         if cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9 or not model.add_path(cp.cf, cp.cb, cp.hops):
             break

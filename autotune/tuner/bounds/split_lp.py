@@ -23,8 +23,9 @@ hops·p2p (cost-model reference §6.1). The LP
 relaxes "min over configurations of max over paths" (x integer is exactly that), so its value is a
 lower bound for split s. Its rounded solution (the largest x per stage) is a real, fitting layout
 whose simulated critical path joins Π (lazy path generation); when that layout's step time
-equals the LP value, the split is solved exactly. Each LP value is kept :data:`DUAL_SAFETY` below
-HiGHS's (its feasibility tolerances).
+equals the LP value, the split is solved exactly. Each LP value is kept
+:data:`~autotune.tuner.bounds._base.DUAL_SAFETY` below HiGHS's
+(:func:`~autotune.tuner.bounds._base.highs_proven`).
 
 Across splits. Every split starts at the max over the one-stay paths of its own least path length
 (per path, each stage at its least weighted replay). An LP's duals λ (>= 0, summing to 1) give a
@@ -59,12 +60,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_order
-from autotune.cost.schedules import get_schedule
-from autotune.cost.simulate import compile_schedule, peak_activation
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.cost.inputs import first_layers
+from autotune.cost.simulate import compile_schedule
+from autotune.tuner.bounds._base import DUAL_SAFETY, BoundContext, BoundOutcome, highs_proven
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
-from autotune.tuner.problem import Candidate, Problem, compositions, count_splits_v
+from autotune.tuner.problem import Candidate, Problem, compositions, count_splits_v, stage_configurations
 from autotune.tuner.recompute import recompute_choices
 
 #: Most layer splits of one V this bound enumerates (a work cap, deterministic).
@@ -89,9 +89,6 @@ LP_ROWS = 64
 #: found, when the caller gives no target (``BoundContext.target_gap``, the search's ``--gap``,
 #: whose default this is: ``autotune search`` stops there too; ``--gap 0`` runs it to the end).
 STOP_GAP = 0.005
-#: Relative margin taken off each LP's value (HiGHS's feasibility tolerances; the integer
-#: program's bound uses the same, :data:`autotune.tuner.bounds.milp.DUAL_SAFETY`).
-DUAL_SAFETY = 1e-6
 
 
 def _splits(problem: Problem, V: int) -> np.ndarray:
@@ -128,9 +125,7 @@ def _configs(problem: Problem, V: int, splits: np.ndarray) -> _Configs | None:
     :data:`MAX_COMBOS`. Stages are keyed by their column, and by its first layers too when the
     model's layers differ by position (kinds)."""
     S, _, P = splits.shape
-    cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
-    flat = splits.reshape(S, -1)
-    starts = (np.cumsum(flat, axis=1) - flat).reshape(S, V, P)
+    starts = first_layers(splits, problem.positions(V))
     typed = problem.pa.kind_prefix.shape[0] > 1
     q_idx = np.broadcast_to(np.arange(P)[None, :, None], (S, P, 1))
     cols = splits.transpose(0, 2, 1)  # S, P, V
@@ -149,18 +144,10 @@ def _configs(problem: Problem, V: int, splits: np.ndarray) -> _Configs | None:
         if k > MAX_STAGE_COMBOS or priced > MAX_COMBOS:
             return None
         combos = np.asarray([np.stack(c) for c in itertools.product(*opts)], dtype=np.int64)  # k, V, 3
-        k = len(combos)
-        lay = np.broadcast_to(splits[s], (k, V, P)).copy()
-        rec, sel, com = (np.zeros((k, V, P), dtype=np.int64) for _ in range(3))
-        rec[:, :, q], sel[:, :, q], com[:, :, q] = combos[:, :, 0], combos[:, :, 1], combos[:, :, 2]
-        co = problem.costs(V, lay, rec, sel, com)
-        peak = co.static_mib[:, q] + peak_activation(cs, co.act_mib, co.ws_mib)[:, q]
-        ok = np.flatnonzero(peak <= problem.hbm_mib)
-        rep = co.recompute_ms[ok, :, q]
-        keep = ok[pareto_order(rep, tol=1e-12)] if len(ok) else ok
+        keep, replay = stage_configurations(problem, splits[s], q, combos)
         out.stage.append(q)
         out.combos.append(combos[keep])
-        out.replay.append(co.recompute_ms[keep, :, q])
+        out.replay.append(replay)
     return out
 
 
@@ -301,7 +288,7 @@ class _Search:
             proven = float(res.fun)
             if integral and getattr(res, "mip_dual_bound", None) is not None:
                 proven = min(proven, float(res.mip_dual_bound))
-            value = max(value, proven - DUAL_SAFETY * max(1.0, abs(proven)))
+            value = max(value, highs_proven(proven))
             if not integral:
                 lam = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
                 if lam.sum() > 0:  # the duals: a Lagrangian mix of paths, a bound for every split
@@ -374,8 +361,7 @@ class SplitLP:
         cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
         if cs.split_bw:
             return False
-        pos = get_schedule(problem.schedule).virtual_position(problem.P, V)
-        if not np.array_equal(pos, np.arange(V * problem.P).reshape(V, problem.P)):
+        if not np.array_equal(problem.positions(V), np.arange(V * problem.P).reshape(V, problem.P)):
             return False  # a V-shaped placement: the stage keys assume chunk-major layer order
         key = ("split_lp_splits", V)  # the count, memoised on the problem (~0.1 s at pp 64 × 256 layers)
         if key not in problem.fit_cache:
