@@ -101,6 +101,38 @@ def test_worst_rows_equals_the_row_maximum_of_the_exact_values(seed, frac):
             assert got[i] == pytest.approx(want, rel=1e-12, abs=1e-9)
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), same=st.booleans())
+def test_min_extra_batch_is_min_extra_bit_for_bit(seed, same):
+    """TypedFronts.min_extra_batch (configurations that merge to the same groups share one prefix
+    front and one vectorised binary search) returns exactly min_extra's float for each of 60
+    random configurations of a two-type model against one live-count vector (two equal weights
+    when ``same``, so chunks merge), budgets from below the least-memory choice (+inf) and
+    negative (no layers: 0 or +inf) to room for everything, some exactly on the least-memory
+    edge; repeated configurations included."""
+    problem = _random_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, static_delta=True)
+    types = LayerTypes(problem, 2)
+    if types.T < 2:
+        return
+    tf = TypedFronts(types)
+    rng = np.random.default_rng(seed)
+    tn = rng.integers(0, 3, size=(60, 2, types.T))
+    tn[::7] = tn[1]  # the same groups, other budgets
+    tn[5] = 0
+    w = np.array([2.0, 2.0]) if same else rng.integers(0, 4, size=2).astype(float)
+    act = np.stack([lay.act_mib for lay in types.layers])
+    sd = np.stack([lay.sdelta_mib for lay in types.layers])
+    mem = w[:, None, None] * act[None] + sd[None]  # [V, T, C]
+    least = np.einsum("mvt,vt->m", tn, mem.min(axis=2))
+    most = np.einsum("mvt,vt->m", tn, mem.max(axis=2))
+    budget = least + (most - least) * rng.uniform(-0.3, 1.2, size=least.shape)
+    budget[::4] = least[::4]  # on the least-memory edge (min_extra's 1e-9 MiB tolerance)
+    budget[5] = -1.0 if seed % 2 else 0.0
+    got = tf.min_extra_batch(tn, w, budget)
+    want = [tf.min_extra(tuple(tuple(int(x) for x in c) for c in tn[i]), w, float(budget[i])) for i in range(60)]
+    assert got.tolist() == want
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), w0=st.sampled_from([0.0, 1.0, 2.0]), w1=st.sampled_from([1.0, 2.0]),
        frac=st.floats(-0.1, 1.1))
