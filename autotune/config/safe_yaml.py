@@ -116,7 +116,13 @@ def load_yaml_text(text: str | bytes, *, where: str = "<yaml>") -> Any:
             raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep{at}; fix: flatten the "
                               "structure (MindFormers configs nest 4–6 levels)", field=where, value=None,
                               rule="R_YAML_DEPTH") from None
-        raise ConfigError(f"not valid YAML{at}: {problem}", field=where, value=None, rule="yaml") from None
+        # where the unclosed construct began (an unclosed '[' is only found on a later line)
+        ctx, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        began = ""
+        if ctx and cmark is not None and mark is not None and cmark.line != mark.line:
+            what = str(ctx).removeprefix("while parsing ").removeprefix("while scanning ")
+            began = f" ({what} that starts at line {cmark.line + 1}, column {cmark.column + 1})"
+        raise ConfigError(f"not valid YAML{at}: {problem}{began}", field=where, value=None, rule="yaml") from None
     except (ValueError, OverflowError, RecursionError, MemoryError) as exc:
         raise ConfigError(f"not a value autotune can read ({type(exc).__name__}: {str(exc)[:120]})",
                           field=where, value=None, rule="yaml") from None

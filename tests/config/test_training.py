@@ -72,6 +72,12 @@ def test_missing_and_non_yaml_files(tmp_path):
     bad.write_text("a: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML at line"):
         load_config(bad)
+    # an unclosed bracket is found on a later line; the message also names where it opened
+    bad.write_text("a: 1\nb: [1, 2\nc: 3\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config(bad)
+    msg = str(ei.value)
+    assert "at line 3" in msg and "a flow sequence that starts at line 2, column 4" in msg and "\n" not in msg
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("42\n")
     with pytest.raises(ConfigError, match="top level must be a mapping"):
