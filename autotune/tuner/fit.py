@@ -26,7 +26,7 @@ from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation, stage_peak_activation
 from autotune.tuner.bounds._relax import undominated
-from autotune.tuner.problem import REL_TOL, Candidate, Problem, even_layers, first_min
+from autotune.tuner.problem import REL_TOL, Candidate, Problem, even_layers, first_min, tie_key
 from autotune.tuner.recompute import recompute_choices
 
 _KIND_ATTR = {"full": 0, "select": 1, "comm": 2}
@@ -923,6 +923,6 @@ def stage_options(problem: Problem, cand: Candidate, top: int) -> list[np.ndarra
         if got is None or not len(got[0]):
             opts.append(None)
             continue
-        idx = got[0][np.argsort(got[1], kind="stable")[:top]]
+        idx = got[0][np.argsort(tie_key(got[1]), kind="stable")[:top]]  # near-ties by position: scale-free
         opts.append(np.stack([fr[v][0][idx[:, v]] for v in range(V)], axis=1))
     return opts
