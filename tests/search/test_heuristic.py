@@ -395,8 +395,10 @@ def test_stage_dp_equals_full_enumeration() -> None:
 def test_exact_local_search_and_polish_on_telechat2_vpp4() -> None:
     """TeleChat2 96L pp8 vpp4 (the benchmark's problem): from the even split, the local search
     with the exact fit (edge chunks' replay weighted 1.1) reaches 6573.9 ms where the greedy fit's
-    reaches 6628.7 ms; polish_recompute's coordinate descent (split fixed) then gives 6532.6 ms.
-    Both fit, the polish keeps the split, and both are deterministic."""
+    reaches 6628.7 ms; polish_recompute's coordinate descent (split fixed) then gives 6529.2 ms
+    (6532.6 before a stage's fitting options were ordered with near-ties by position instead of by
+    their rounded replay ms: another of the tied options is tried first now). Both fit, the polish
+    keeps the split, and both are deterministic."""
     import sys
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -409,7 +411,7 @@ def test_exact_local_search_and_polish_on_telechat2_vpp4() -> None:
     ls = H.local_search(pr, ev, max_iters=60, fit=fit)
     assert ls.step_ms == pytest.approx(6573.9, abs=0.05) and ls.excess_mib <= 0
     pol = H.polish_recompute(pr, ls)
-    assert pol.step_ms == pytest.approx(6532.6, abs=0.05) and pol.excess_mib <= 0
+    assert pol.step_ms == pytest.approx(6529.2, abs=0.05) and pol.excess_mib <= 0
     np.testing.assert_array_equal(pol.layers, ls.layers)
     assert pol.origin == "ev+local+polish"
     again = H.polish_recompute(pr, H.local_search(pr, ev, max_iters=60, fit=fit))
