@@ -69,6 +69,23 @@ def test_negative_weight_takes_the_slowest_class():
     assert got <= -0.9 + 1e-9
 
 
+def _two_type_fronts(seed: int) -> tuple[LayerTypes, TypedFronts | None]:
+    """A random two-type model (full / select / comm, static deltas; pp 2 × vpp 2, 8 layers) and
+    its TypedFronts; None when the draw gave one type."""
+    problem = _random_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, static_delta=True)
+    types = LayerTypes(problem, 2)
+    return types, (TypedFronts(types) if types.T >= 2 else None)
+
+
+def _memory_span(types: LayerTypes, tn: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """MiB [M] of the least-memory and of the most-memory class choice of every configuration
+    (type counts int [M, V, T]) against live-count vector ``w`` [V]."""
+    act = np.stack([lay.act_mib for lay in types.layers])
+    sd = np.stack([lay.sdelta_mib for lay in types.layers])
+    mem = w[:, None, None] * act[None] + sd[None]  # [V, T, C]
+    return np.einsum("mvt,vt->m", tn, mem.min(axis=2)), np.einsum("mvt,vt->m", tn, mem.max(axis=2))
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), frac=st.floats(0.0, 1.0))
 def test_worst_rows_equals_the_row_maximum_of_the_exact_values(seed, frac):
@@ -76,20 +93,15 @@ def test_worst_rows_equals_the_row_maximum_of_the_exact_values(seed, frac):
     linear relaxation reaches the largest relaxation) gives max(0, max over rows of min_extra)
     for every configuration of a two-type model: random type counts per chunk, four live-count
     vectors, budgets from none fitting to all fitting, some exactly on the least-memory edge."""
-    problem = _random_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, static_delta=True)
-    types = LayerTypes(problem, 2)
-    if types.T < 2:
+    types, tf = _two_type_fronts(seed)
+    if tf is None:
         return
-    tf = TypedFronts(types)
     rng = np.random.default_rng(seed)
     tn = rng.integers(0, 3, size=(30, 2, types.T))
     rows = rng.integers(0, 4, size=(4, 2)).astype(float)
-    act = np.stack([lay.act_mib for lay in types.layers])
-    sd = np.stack([lay.sdelta_mib for lay in types.layers])
-    least = np.stack([np.einsum("mvt,vt->m", tn, (w[:, None, None] * act[None] + sd[None]).min(axis=2))
-                      for w in rows], axis=1)  # [M, R] the least-memory choice
-    most = np.stack([np.einsum("mvt,vt->m", tn, (w[:, None, None] * act[None] + sd[None]).max(axis=2))
-                     for w in rows], axis=1)
+    spans = [_memory_span(types, tn, w) for w in rows]
+    least = np.stack([lo for lo, _ in spans], axis=1)  # [M, R] the least-memory choice
+    most = np.stack([hi for _, hi in spans], axis=1)
     room = least + (most - least) * rng.uniform(-0.2, 1.1, size=least.shape) * (0.3 + frac)
     room[::5] = least[::5]
     got = tf.worst_rows(tn, rows, room)
@@ -110,21 +122,15 @@ def test_min_extra_batch_is_min_extra_bit_for_bit(seed, same):
     when ``same``, so chunks merge), budgets from below the least-memory choice (+inf) and
     negative (no layers: 0 or +inf) to room for everything, some exactly on the least-memory
     edge; repeated configurations included."""
-    problem = _random_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, static_delta=True)
-    types = LayerTypes(problem, 2)
-    if types.T < 2:
+    types, tf = _two_type_fronts(seed)
+    if tf is None:
         return
-    tf = TypedFronts(types)
     rng = np.random.default_rng(seed)
     tn = rng.integers(0, 3, size=(60, 2, types.T))
     tn[::7] = tn[1]  # the same groups, other budgets
     tn[5] = 0
     w = np.array([2.0, 2.0]) if same else rng.integers(0, 4, size=2).astype(float)
-    act = np.stack([lay.act_mib for lay in types.layers])
-    sd = np.stack([lay.sdelta_mib for lay in types.layers])
-    mem = w[:, None, None] * act[None] + sd[None]  # [V, T, C]
-    least = np.einsum("mvt,vt->m", tn, mem.min(axis=2))
-    most = np.einsum("mvt,vt->m", tn, mem.max(axis=2))
+    least, most = _memory_span(types, tn, w)
     budget = least + (most - least) * rng.uniform(-0.3, 1.2, size=least.shape)
     budget[::4] = least[::4]  # on the least-memory edge (min_extra's 1e-9 MiB tolerance)
     budget[5] = -1.0 if seed % 2 else 0.0

@@ -92,6 +92,13 @@ class LayerTypes:
         return float(self.fwd_ms.max())
 
 
+def _canonical(groups) -> tuple[tuple[int, int, float], ...]:
+    """(type, layers, weight) groups in the order :meth:`TypedFronts.min_extra` and
+    :meth:`TypedFronts.min_extra_batch` both price them: fewest layers first (the last, largest,
+    is matched by binary search), then type, then weight."""
+    return tuple(sorted(groups, key=lambda g: (g[1], g[0], g[2])))
+
+
 class TypedFronts:
     """Least replay of a stage's typed layers against memory rows (one
     :class:`~autotune.tuner.bounds._relax.RowFrontiers` per type); with one type exactly
@@ -131,7 +138,7 @@ class TypedFronts:
                 if n:
                     key = (t, float(wv))
                     merged[key] = merged.get(key, 0) + int(n)
-        cols = tuple(sorted(((t, n, x) for (t, x), n in merged.items()), key=lambda g: (g[1], g[0], g[2])))
+        cols = _canonical((t, n, x) for (t, x), n in merged.items())
         if not cols:
             return 0.0 if budget >= -1e-9 else float("inf")
         acc = self._prefix(cols[:-1])
@@ -188,8 +195,8 @@ class TypedFronts:
         budget = np.asarray(budget, dtype=np.float64)
         for j, key in enumerate(keys):
             ks = np.flatnonzero(inv == j)
-            cols = tuple(sorted(((t, int(key[t * G + g]), float(u[g])) for t in range(self.T) for g in range(G)
-                                 if key[t * G + g]), key=lambda c: (c[1], c[0], c[2])))
+            cols = _canonical((t, int(key[t * G + g]), float(u[g])) for t in range(self.T) for g in range(G)
+                              if key[t * G + g])
             b = budget[ks]
             if not cols:
                 val[ks] = np.where(b >= -1e-9, 0.0, np.inf)
