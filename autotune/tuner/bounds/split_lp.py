@@ -64,7 +64,8 @@ from autotune.cost.inputs import first_layers
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.bounds._base import DUAL_SAFETY, BoundContext, BoundOutcome, highs_proven
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
-from autotune.tuner.problem import Candidate, Problem, compositions, count_splits_v, stage_configurations
+from autotune.tuner.problem import (Candidate, Problem, compositions, count_splits_v, first_min, improves,
+                                    stage_configurations)
 from autotune.tuner.recompute import recompute_choices
 
 #: Most layer splits of one V this bound enumerates (a work cap, deterministic).
@@ -298,7 +299,7 @@ class _Search:
                                   float(lam @ fam.hops[rows]))
             picks = [int(np.argmax(res.x[off[q]:off[q + 1]])) for q in range(P)]
             cand = self.layout(s, picks)
-            if cand.excess_mib <= 0 and (self.best is None or cand.step_ms < self.best.step_ms):
+            if cand.excess_mib <= 0 and (self.best is None or improves(cand.step_ms, self.best.step_ms)):
                 self.best = cand
             if cand.step_ms <= value * (1.0 + 2 * DUAL_SAFETY):
                 break
@@ -313,7 +314,7 @@ class _Search:
         S = len(self.splits)
         stage_of = np.zeros(S, dtype=np.int8)  # 0 open, 1 LP solved, 2 integer program solved
         while self.lps < MAX_LPS and (deadline is None or time.monotonic() <= deadline):
-            s = int(np.argmin(self.lb))
+            s = first_min(self.lb)  # near-ties by position: a time scale cannot move the pick
             least = float(self.lb[s])
             stop = min(upper_ms if upper_ms is not None else np.inf,
                        self.best.step_ms / (1.0 + stop_gap) if self.best is not None else np.inf)
