@@ -188,8 +188,9 @@ def polish(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float],
     """The integer program's recompute (:func:`autotune.tuner.bounds.milp.milp_recompute`, split
     pinned) for the best layout of each interleaved V that can still win: its bound is below the
     incumbent and it is within :data:`POLISH_WITHIN` of it (the greedy fit can leave ~1 % on
-    memory-tight problems). A polished layout is returned when it fits and is faster. ``cands``
-    are scored here."""
+    memory-tight problems) and its program is within the integer program's size cap
+    (:data:`~autotune.tuner.bounds.milp.MAX_LP_CELLS`). A polished layout is returned when it fits
+    and is faster. ``cands`` are scored here."""
     problem.score([c for c in cands if not np.isfinite(c.step_ms)])
     out: list[Candidate] = []
     for V in problem.vpp_candidates:

@@ -85,7 +85,12 @@ MAX_SOLVES = 12
 #: micro_batch_num >= 64: Llama-2-70B's V 4, scaling.py's P8 V4 L256) takes 7-8 s and raised the
 #: dense P8 V4 m128 L256 bound 222,130 -> 239,851 ms (certified gap 9.53 -> 1.31 %) and its MoE
 #: twin's 123,627 -> 158,189 ms (44.8 -> 13.9 %); pp 32 × vpp 2 m32 L64 (189,000) took 97 s for
-#: no gain, pp 16 × vpp 3 (409,000) 8.6 s for none. The cap was 150,000 before.
+#: no gain, pp 16 × vpp 3 (409,000) 8.6 s for none. The cap was 150,000 before. The recompute
+#: polish (:func:`milp_recompute`, split pinned) is skipped past it too: on the 31 rows of
+#: ``benchmarks/scaling.py`` it never improved a search's answer (each row's answer and bound the
+#: same without it) and cost up to ~6 CPU s a row over the cap (P8 V4 m128 L256 dense: 278,000
+#: cells; P32 V2 m64 L128: 1.4 M), while under it it is cheap and can win (the corpus's TeleChat2
+#: 39B-A12B: 5,700 cells, 0.5 s, 2,524.8 -> 2,523.4 ms; the TeleChat2 example: 12,000).
 MAX_LP_CELLS = 175_000
 #: Linear-relaxation solves of the path generation that precedes the integer solves (each adds the
 #: LP minimiser's longest path; a few ms each). pp4 vpp3 m8, 32 TeleChat2 layers (scaling.py), same
@@ -164,7 +169,8 @@ def milp_recompute(problem: Problem, cand, *, max_solves: int = MAX_SOLVES,
 
     Returns unscored :class:`~autotune.tuner.problem.Candidate` s, one per distinct solve answer
     (the last first; the work cap may stop the lazy loop before it converges, so the caller scores
-    them all); empty when not applicable or nothing fits the relaxed memory model.
+    them all); empty when not applicable, when the program is over :data:`MAX_LP_CELLS` (a
+    work cap) or when nothing fits the relaxed memory model.
     """
     V = cand.V
     out = _milp(problem, V, layouts=[cand], max_solves=max_solves, deadline=deadline,
@@ -515,7 +521,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     extra_slots = sum(len(s) for s in model.slots) - model.nn
     kind_rows = 0 if model.kinds is None else model.nn + model.kinds.counts.size + extra_slots
     cells = (model.nvar - model.nk - extra_slots * C) * (len(model.rows) - kind_rows + len(model.path_rows))
-    if fixed is None and cells > MAX_LP_CELLS:
+    if cells > MAX_LP_CELLS:
         return None  # a work cap: too large a program for the node limit to bound (MAX_LP_CELLS)
     # lower_ms is not T's lower bound in the program: every node whose LP value is below it would
     # read lower_ms, and HiGHS's best-bound search could no longer tell the nodes apart (pp4 vpp3
