@@ -112,7 +112,8 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
                         bound_ms=bs.bound_ms)
     found = out.best.step_ms if out.best else float("inf")
     gap = (found - bs.bound_ms) / bs.bound_ms if np.isfinite(found) and bs.bound_ms > 0 else float("nan")
-    return {"found_ms": found, "bound_ms": bs.bound_ms, "gap": gap, "cpu_s": time.process_time() - c0,
+    return {"found_ms": found, "bound_ms": bs.bound_ms, "gap": gap,
+            "origin": out.best.origin if out.best else None, "cpu_s": time.process_time() - c0,
             "bound_cpu_s": c_bound, "wall_s": time.monotonic() - t0, "trials": out.trials,
             "exact": bs.exact, "timed_out": bool(out.timed_out or cut), "hbm_mib": problem.hbm_mib}
 
