@@ -90,6 +90,14 @@ LP_ROWS = 64
 #: found, when the caller gives no target (``BoundContext.target_gap``, the search's ``--gap``,
 #: whose default this is: ``autotune search`` stops there too; ``--gap 0`` runs it to the end).
 STOP_GAP = 0.005
+#: A split's LP is solved in units of 1/1000 of its largest path constant (ms), its coefficients
+#: rounded to this many units (scale invariance: the same problem with every time × a constant
+#: then gives HiGHS the same numbers, so the same vertex where several picks tie; in ms, at 1e-3 ×
+#: the times, HiGHS's absolute tolerances picked another). The rounding moves a path's value by
+#: at most (stages + 1) / 2 × 1e-9 of that constant, far inside
+#: :data:`~autotune.tuner.bounds._base.DUAL_SAFETY`. (Units of the whole constant, values near 1,
+#: made HiGHS's LPs ~2 × slower on scaling.py's P32 V2 m32 L64 MoE; these took the same time as ms.)
+LP_QUANTUM = 1e-6
 
 
 def _splits(problem: Problem, V: int) -> np.ndarray:
@@ -269,6 +277,9 @@ class _Search:
             const = (np.einsum("nvp,vp->n", fam.cf, self.f0[s]) + np.einsum("nvp,vp->n", fam.cb, self.b0[s])
                      + fam.hops * self.p2p)
             blocks = [fam.cb[:, :, q] @ self.cfg.replay[u].T for q, u in enumerate(ids)]  # n, k_q
+            unit = (float(np.abs(const).max()) or 1.0) / 1e3  # ms: the LP below is in this unit (LP_QUANTUM)
+            const = np.round(const / unit / LP_QUANTUM) * LP_QUANTUM
+            blocks = [np.round(b / unit / LP_QUANTUM) * LP_QUANTUM for b in blocks]
             A = np.concatenate(blocks + [-np.ones((len(const), 1))], axis=1)
             own = const + np.array([b.min(axis=1) for b in blocks]).sum(axis=0)
             rows = np.argsort(-own, kind="stable")[:LP_ROWS]
@@ -289,7 +300,7 @@ class _Search:
             proven = float(res.fun)
             if integral and getattr(res, "mip_dual_bound", None) is not None:
                 proven = min(proven, float(res.mip_dual_bound))
-            value = max(value, highs_proven(proven))
+            value = max(value, highs_proven(proven) * unit)
             if not integral:
                 lam = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
                 if lam.sum() > 0:  # the duals: a Lagrangian mix of paths, a bound for every split
