@@ -5,6 +5,7 @@ problems over pipeline_stage P, pp_interleave_num V, micro_batch_num m and num_l
     .venv/bin/python benchmarks/scaling.py                # the full grid (31 problems)
     .venv/bin/python benchmarks/scaling.py --only P16     # problems whose name contains P16
     .venv/bin/python benchmarks/scaling.py --only "P8 V4" --only "P64 V1"   # either
+    .venv/bin/python benchmarks/scaling.py --only P16 --steps   # and what each solver step earns
 
 Problems: the frozen layer profiles of ``benchmarks/data`` (TeleChat2's dense layer, DeepSeek-V3's
 dense + MoE layers with its MTP tail) stretched or cut to L layers (``ModelProfile.with_num_layers``),
@@ -102,9 +103,16 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
     c0, t0 = time.process_time(), time.monotonic()
     limit = SAFETY_TIMEOUT_S if timeout is None else timeout  # as autotune search: the safety net
     deadline = t0 + limit * 0.5  # the bound phase's half
+    steps: list[list] = []  # [step name, CPU s at its start, best fitting step ms then or None]
+
+    def note(step: str, best: float | None, bound: float | None) -> None:
+        steps.append([step, time.process_time() - c0, best])
+
     with one_blas_thread():  # as api.search
-        bs = bound_and_seeds(problem, [], deadline=deadline)
+        bs = bound_and_seeds(problem, [], deadline=deadline, report=note)
         c_bound = time.process_time() - c0
+        feas = [c.step_ms for c in bs.seeds if c.excess_mib <= 0]
+        note("study", min(feas) if feas else None, None)
         cut = time.monotonic() > deadline or bs.cut
         stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
         left = max(1.0, limit - (time.monotonic() - t0))
@@ -113,9 +121,21 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
     found = out.best.step_ms if out.best else float("inf")
     gap = (found - bs.bound_ms) / bs.bound_ms if np.isfinite(found) and bs.bound_ms > 0 else float("nan")
     return {"found_ms": found, "bound_ms": bs.bound_ms, "gap": gap,
-            "origin": out.best.origin if out.best else None, "cpu_s": time.process_time() - c0,
+            "origin": out.best.origin if out.best else None,
+            "steps": steps + [["end", time.process_time() - c0, found]], "cpu_s": time.process_time() - c0,
             "bound_cpu_s": c_bound, "wall_s": time.monotonic() - t0, "trials": out.trials,
             "exact": bs.exact, "timed_out": bool(out.timed_out or cut), "hbm_mib": problem.hbm_mib}
+
+
+def step_line(steps: list[list]) -> str:
+    """One row's solver steps (:func:`run_one`'s ``steps``): each step's CPU s and, where the best
+    fitting step time fell during it, by how much (%). The first step ("exact enumeration or even
+    splits") is left out; "study" is the Optuna study with its final local search."""
+    out = []
+    for (name, t, best), (_, t2, best2) in zip(steps[1:], steps[2:]):
+        gain = "" if best is None or best2 is None or best2 >= best else f" (-{(best - best2) / best:.2%})"
+        out.append(f"{name} {t2 - t:.1f}s{gain}")
+    return "; ".join(out)
 
 
 def child(spec: tuple, timeout: float | None) -> dict:
@@ -152,6 +172,8 @@ def main() -> None:
                     help="problems whose name contains this (repeat for several)")
     ap.add_argument("--timeout", type=float, default=None, help="--timeout of each search (s)")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--steps", action="store_true",
+                    help="also print each row's solver steps: CPU s and the gain of each")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -176,6 +198,8 @@ def main() -> None:
         print(f"{nm:34s} {r['cpu_s']:7.1f} {r['bound_cpu_s']:6.1f} {r['wall_s']:7.1f} {r['gap']:7.2%} "
               f"{r['rss_mib']:8.0f} {r['found_ms']:11.1f} {r['bound_ms']:11.1f} {r['trials']:6d}{flag}",
               flush=True)
+        if a.steps:
+            print(f"    {step_line(r['steps'])}", flush=True)
     gaps = [r["gap"] for _, r in rows if "gap" in r and np.isfinite(r["gap"])]
     cpus = [r["cpu_s"] for _, r in rows if "cpu_s" in r]
     if gaps:
