@@ -159,8 +159,6 @@ def test_recompute_polish_is_skipped_over_the_program_size_cap(monkeypatch) -> N
     above (a few thousand cells) a cap of 1,000 cells skips it (no candidates); and on
     ``benchmarks/scaling.py``'s P8 V4 m128 L256 dense problem (278,018 cells, where it took ~6 CPU s
     and never improved the search's answer) it returns nothing at the default cap."""
-    import sys
-
     from autotune.tuner import solve as S
     from autotune.tuner.bounds import milp as M
     from autotune.tuner.fit import fitted
@@ -168,14 +166,15 @@ def test_recompute_polish_is_skipped_over_the_program_size_cap(monkeypatch) -> N
     problem = _telechat_96l_vpp3()
     lay = np.array([[3, 3, 3, 4, 4, 4, 4, 4], [4] * 8, [5, 5, 5, 4, 5, 4, 4, 3]])
     greedy = fitted(problem, 3, lay[None], "greedy")[0]
-    assert milp_recompute(problem, greedy)  # under the default cap: it runs, and the search's
-    assert S.polish(problem, [greedy], {3: 0.0})[0].step_ms < greedy.step_ms  # polish step uses it
+    # under the default cap it runs, and the search's polish step uses it
+    assert milp_recompute(problem, greedy)
+    assert S.polish(problem, [greedy], {3: 0.0})[0].step_ms < greedy.step_ms
     monkeypatch.setattr(M, "MAX_LP_CELLS", 1_000)
     assert milp_recompute(problem, greedy) == []
     assert S.polish(problem, [greedy], {3: 0.0}) == []
     monkeypatch.undo()
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from scaling import build
     big = build(8, 4, 128, 256, "dense", "tight")
     even = fitted(big, 4, even_layers(256, 8, 4)[None], "even")[0]

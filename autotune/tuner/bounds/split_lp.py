@@ -100,6 +100,11 @@ STOP_GAP = 0.005
 LP_QUANTUM = 1e-6
 
 
+def _in_units(x: np.ndarray, unit: float) -> np.ndarray:
+    """``x`` (ms) in ``unit`` ms, rounded to :data:`LP_QUANTUM` units."""
+    return np.round(x / unit / LP_QUANTUM) * LP_QUANTUM
+
+
 def _splits(problem: Problem, V: int) -> np.ndarray:
     """Every split of V, int [S, V, P] (:func:`~autotune.tuner.problem.compositions`)."""
     lo, hi = problem.bounds(V)
@@ -278,8 +283,8 @@ class _Search:
                      + fam.hops * self.p2p)
             blocks = [fam.cb[:, :, q] @ self.cfg.replay[u].T for q, u in enumerate(ids)]  # n, k_q
             unit = (float(np.abs(const).max()) or 1.0) / 1e3  # ms: the LP below is in this unit (LP_QUANTUM)
-            const = np.round(const / unit / LP_QUANTUM) * LP_QUANTUM
-            blocks = [np.round(b / unit / LP_QUANTUM) * LP_QUANTUM for b in blocks]
+            const = _in_units(const, unit)
+            blocks = [_in_units(b, unit) for b in blocks]
             A = np.concatenate(blocks + [-np.ones((len(const), 1))], axis=1)
             own = const + np.array([b.min(axis=1) for b in blocks]).sum(axis=0)
             rows = np.argsort(-own, kind="stable")[:LP_ROWS]
