@@ -16,6 +16,7 @@ import numpy as np
 from autotune.config.layer_setting import Warning_
 from autotune.config.layout import Layout, canonical_values
 from autotune.cost.bubble import bubble_breakdown
+from autotune.cost.budget import excess_mib, fits
 from autotune.cost.inputs import ProfileArrays, StageCosts, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.select_ops import pattern_stage_costs
@@ -112,14 +113,14 @@ class CostReport:
     def fits(self) -> bool | None:
         if self.hbm_budget_mib is None:
             return None
-        return bool(self.peak_mib <= self.hbm_budget_mib + 1e-9)
+        return bool(fits(self.peak_mib, self.hbm_budget_mib))
 
     @property
     def excess_mib(self) -> float:
         """How far the worst stage exceeds the budget (MiB, <= 0 when it fits)."""
         if self.hbm_budget_mib is None:
             return float("-inf")
-        return self.peak_mib - self.hbm_budget_mib
+        return excess_mib(self.peak_mib, self.hbm_budget_mib)
 
     # Notebook views: presentation lives in autotune.emit, which registers them (register_view);
     # the cost model never imports it.

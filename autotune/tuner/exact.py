@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.budget import excess_mib
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.problem import Candidate, Problem, compositions, count_splits, first_min, stage_configurations
 from autotune.tuner.recompute import recompute_choices
@@ -137,7 +138,7 @@ class _Enumeration:
         if self.best is None or s.step_ms[i] < self.best.step_ms - 1e-9:
             peak = float(s.peak_mib[i].max())
             self.best = Candidate(V, L[i], T[i, 0], T[i, 1], T[i, 2], float(s.step_ms[i]), peak,
-                                  peak - problem.hbm_mib, origin="exact")
+                                  excess_mib(peak, problem.hbm_mib), origin="exact")
 
     def scan(self, V: int, splits: np.ndarray) -> None:
         """Every split of one V, by branch and bound: a split's simulated time with no recompute

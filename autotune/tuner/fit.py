@@ -21,6 +21,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from autotune.cost.budget import hbm_cap
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
@@ -316,7 +317,7 @@ def fit_recompute(problem: Problem, layers: np.ndarray, rec: np.ndarray, sel: np
     B, V, P = layers.shape
     kinds = [_KIND_ATTR[k] for k in problem.kinds]
     K = len(kinds) * V  # variants: one (kind, chunk) increment each
-    cap = problem.hbm_mib
+    cap = hbm_cap(problem.hbm_mib)
     pos = _positions(problem, V)
     mask = np.ones((B, P), dtype=bool) if stages is None else np.array(stages, dtype=bool)
     rounds = np.zeros((B, P), dtype=np.int64)  # increments taken per stage (its greedy round)
@@ -830,7 +831,7 @@ def _over_caps(problem: Problem, V: int, memo: dict, pos: np.ndarray | None, row
             for p in range(P):
                 fr = [memo[("xf", V, v, p, int(starts[0, v, p]), int(lay[0, v, p]))] for v in range(V)]
                 capped: list = []
-                _stage_best(fr, float(problem.hbm_mib + 1e-9 - static0[p]), np.ones(V), *rows[p], capped=capped)
+                _stage_best(fr, float(hbm_cap(problem.hbm_mib) - static0[p]), np.ones(V), *rows[p], capped=capped)
                 memo[key][p] = bool(capped)
     return memo[key]
 
@@ -864,7 +865,7 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
     mask = np.ones((B, P), dtype=bool) if stages is None else np.asarray(stages, dtype=bool)
     w = np.ones((B, V, P)) if weights is None else np.broadcast_to(np.asarray(weights, float), (B, V, P))
     rec, sel, com = (np.zeros((B, V, P), dtype=np.int64) for _ in range(3))
-    cap = problem.hbm_mib + 1e-9
+    cap = hbm_cap(problem.hbm_mib)
     z = np.zeros_like(layers)
     static0 = problem.costs(V, layers, z, z, z).static_mib  # B P
     bs, ps = np.nonzero(mask)
@@ -915,7 +916,7 @@ def stage_options(problem: Problem, cand: Candidate, top: int) -> list[np.ndarra
     starts = first_layers(lay, pos)[0]
     z = np.zeros_like(lay)
     static0 = problem.costs(V, lay, z, z, z).static_mib[0]
-    cap = problem.hbm_mib + 1e-9
+    cap = hbm_cap(problem.hbm_mib)
     opts: list[np.ndarray | None] = []
     for p in range(P):
         fr = [memo[("xf", V, v, p, int(starts[v, p]), int(cand.layers[v, p]))] for v in range(V)]

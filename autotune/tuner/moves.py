@@ -24,11 +24,12 @@ from typing import Iterator, NamedTuple, Protocol
 
 import numpy as np
 
+from autotune.cost.budget import excess_mib, fits
 from autotune.cost.inputs import StageCosts
 from autotune.cost.simulate import bwd_w_ms, compile_schedule
 from autotune.tuner.bounds._paths import CriticalPath, critical_path
 from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, refit_touched
-from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min, fits, rank_order
+from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min, rank_order
 
 #: Moves refitted and simulated per batch (bounds memory on large spaces).
 MOVE_CHUNK = 20_000
@@ -262,23 +263,23 @@ class Scan:
 
     def excess_mib(self, problem: Problem) -> np.ndarray:
         """[B] MiB over the budget of the worst stage, clipped at 0."""
-        return np.maximum(0.0, self.peak_mib.max(axis=1) - problem.hbm_mib)
+        return np.maximum(0.0, excess_mib(self.peak_mib.max(axis=1), problem.hbm_mib))
 
     def candidate(self, problem: Problem, i: int, origin: str = "") -> Candidate:
         """Neighbour i as a scored Candidate."""
         pk = float(self.peak_mib[i].max())
         lay = self.layouts
         return Candidate(self.V, lay.layers[i], lay.rec[i], lay.sel[i], lay.com[i], float(self.step_ms[i]), pk,
-                         pk - problem.hbm_mib, origin=origin)
+                         excess_mib(pk, problem.hbm_mib), origin=origin)
 
     def best(self, problem: Problem) -> Candidate:
         """The best neighbour by rank: least memory excess, then least step, then first."""
         return self.candidate(problem, int(rank_order(self.step_ms, self.excess_mib(problem))[0]))
 
     def fastest_fitting(self, problem: Problem) -> tuple[int, float]:
-        """(index, step ms) of the fastest neighbour whose every stage fits the budget (+1e-9
-        MiB); step +inf when none fits."""
-        step = np.where(self.peak_mib.max(axis=1) <= problem.hbm_mib + 1e-9, self.step_ms, np.inf)
+        """(index, step ms) of the fastest neighbour whose every stage fits the budget
+        (:func:`~autotune.cost.budget.fits`); step +inf when none fits."""
+        step = np.where(fits(self.peak_mib.max(axis=1), problem.hbm_mib), self.step_ms, np.inf)
         i = first_min(step)
         return i, float(step[i])
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from autotune.config.layout import Layout, make_layout
 from autotune.config.limits import MAX_SCHEDULE_UNITS, MAX_STAGE_UNITS
+from autotune.cost.budget import excess_mib, fits  # noqa: F401  (fits: re-exported for the tuner)
 from autotune.cost.dominance import pareto_order
 from autotune.cost.inputs import ProfileArrays, StageCosts, first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
@@ -228,20 +229,13 @@ class Problem:
             for i, c in enumerate(group):
                 c.step_ms = float(s.step_ms[i])
                 c.peak_mib = float(s.peak_mib[i].max())
-                c.excess_mib = c.peak_mib - self.hbm_mib
+                c.excess_mib = excess_mib(c.peak_mib, self.hbm_mib)
         return cands
 
 
 #: Relative tolerance of :func:`improves` (a relative one, so that scaling every time by one
 #: constant changes no decision; an absolute 1e-9 ms does not scale).
 REL_TOL = 1e-9
-
-
-def fits(peak_mib: np.ndarray | float, hbm_mib: float) -> np.ndarray | bool:
-    """True where a peak (MiB) fits the budget (MiB): peak <= budget, as ``excess_mib <= 0`` and the
-    study's memory constraint (no tolerance: a tolerance would let a local search reach layouts the
-    study calls infeasible)."""
-    return np.asarray(peak_mib) <= hbm_mib
 
 
 def improves(step_ms: np.ndarray | float, than_ms: float) -> np.ndarray | bool:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
+from autotune.cost.budget import excess_mib, fits
 from autotune.errors import ConfigError
 from autotune.extras import require_storage
 from autotune.tuner.heuristic import finish_one_opt, local_search
@@ -189,16 +190,16 @@ def make_objective(problem: Problem) -> Callable[[optuna.Trial], float]:
             trial.set_user_attr("origin", "neighbour")
         costs = problem.costs(cand.V, cand.layers[None], cand.rec[None], cand.sel[None], cand.com[None])
         static = float(costs.static_mib[0].max())
-        if static > problem.hbm_mib:  # pruned before it is simulated
-            trial.set_user_attr(EXCESS_ATTR, static - problem.hbm_mib)
+        if not fits(static, problem.hbm_mib):  # pruned before it is simulated
+            trial.set_user_attr(EXCESS_ATTR, excess_mib(static, problem.hbm_mib))
             trial.set_user_attr("peak_mib", static)
             trial.set_user_attr("fits", False)
             raise optuna.TrialPruned(f"static memory alone exceeds the budget by {static - problem.hbm_mib:.0f} MiB")
         s = problem.score_costs(cand.V, costs)
         step, peak = float(s.step_ms[0]), float(s.peak_mib[0].max())
-        trial.set_user_attr(EXCESS_ATTR, peak - problem.hbm_mib)
+        trial.set_user_attr(EXCESS_ATTR, excess_mib(peak, problem.hbm_mib))
         trial.set_user_attr("peak_mib", peak)
-        trial.set_user_attr("fits", bool(peak <= problem.hbm_mib))
+        trial.set_user_attr("fits", bool(fits(peak, problem.hbm_mib)))
         trial.set_user_attr("step_ms", step)
         return step
 

@@ -24,6 +24,7 @@ import numpy as np
 from autotune.config.layout import Layout, canonical_values, layout_from_config, mtp_layers_in_split
 from autotune.config.margin import apply_margin
 from autotune.config.training import TrainingConfig
+from autotune.cost.budget import fits
 from autotune.cost.report import CostReport, evaluate_layout
 from autotune.errors import ConfigError
 from autotune.profile.schema import ModelProfile
@@ -291,7 +292,7 @@ def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], use
     the baselines are evaluated, nothing is searched. None when some layout may fit."""
     floors = [p.memory_floor_mib() for _, p in subs]
     static, floor = min(f[0] for f in floors), min(f[1] for f in floors)
-    if not floor > float(cfg.hbm_mib):
+    if fits(floor, float(cfg.hbm_mib)):
         return None
     var, problem = subs[0]
     baselines = baselines_of(cfg, var, problem, user)

@@ -160,3 +160,18 @@ def test_time_scale_with_tied_picks_in_the_split_lp_gives_same_layout(no_exact, 
     assert ta == pytest.approx(step_ms, rel=1e-12)
     assert tb == pytest.approx(ta * scale, rel=1e-9)
     assert a == b
+
+
+@pytest.mark.parametrize("seed, N, P, V, scale, step_ms", [(0, 15, 4, 2, 3.0, 72.68569549631898),
+                                                           (7195, 10, 4, 1, 7.0, 68.40961168508692)])
+def test_memory_scale_at_an_exactly_binding_budget_gives_same_layout(no_exact, seed, N, P, V, scale, step_ms):
+    """The budget equals the even split's peak (tight = 1.0), and the best layout's peak equals the
+    budget in exact arithmetic: its rounded peak came out 1.1e-16 below the budget at scale 1 and
+    2.2e-16 above at memory × 7 (seed 7195), so a bare ``peak <= budget`` let the unit decide
+    (73.51 vs 72.69 ms on seed 0 at × 3; found by the sweep of the round before). Every
+    feasibility test now shares one relative tolerance (:mod:`autotune.cost.budget`)."""
+    a, ta = _answer(_problem(seed, N, P, V, 4, 1.0))
+    b, tb = _answer(_problem(seed, N, P, V, 4, 1.0, ms=scale))
+    assert ta == pytest.approx(step_ms, rel=1e-12)
+    assert tb == pytest.approx(ta, rel=1e-12)
+    assert a == b

@@ -205,10 +205,12 @@ def test_lp_path_phase_and_lower_start_stay_below_the_enumerated_optimum(seed, N
 def test_lp_path_phase_raises_the_capped_bound_on_scaling_p4_vpp3() -> None:
     """benchmarks/scaling.py's "P4 V3 m8 L32 dense tight" (TeleChat2 layer, 21,263 MiB): with the
     incumbent 4,396.53 ms as the cutoff the node cap stops the lazy loop. Before the LP phase
-    (lp_rounds 0) it proved 4,311.78 ms; 20 rounds of LP path generation (the LP alone: 4,130.90
+    (lp_rounds 0) it proved 4,311.78 ms; 20 rounds of LP path generation (the LP alone: 4,132.98
     ms) let the integer solves start from a family that already cuts the fractional minimisers:
     4,351.51 ms under the same cap (the program's converged optimum, with a 10x cap, is 4,369.03
-    ms). Every value stays below the incumbent layout, re-simulated here."""
+    ms). Every value stays below the incumbent layout, re-simulated here. The LP alone depends on
+    HiGHS' pivoting path: the memory rows' room growing by the shared feasibility tolerance
+    (autotune.cost.budget, 2e-8 MiB here) moved it from 4,130.90 ms; the final bound is the same."""
     import sys
 
     from autotune.tuner.problem import Candidate
@@ -224,7 +226,7 @@ def test_lp_path_phase_raises_the_capped_bound_on_scaling_p4_vpp3() -> None:
     inc = problem.score([Candidate(3, lay, z, sel, com)])[0]
     assert inc.step_ms == pytest.approx(4396.53, abs=0.01) and inc.excess_mib <= 0
     lp_only = milp_bound(problem, 3, upper_ms=4396.53, max_solves=0)
-    assert lp_only.bound_ms == pytest.approx(4130.90, abs=0.05)
+    assert lp_only.bound_ms == pytest.approx(4132.98, abs=0.05)
     b = milp_bound(problem, 3, upper_ms=4396.53)
     assert b.bound_ms == pytest.approx(4351.51, abs=0.05)
     assert b.bound_ms > 4311.78 + 30.0  # the value without the LP phase

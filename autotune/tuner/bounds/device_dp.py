@@ -59,6 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.budget import hbm_cap
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import one_stay_counts
 from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, TypedFronts, chunk_options
@@ -338,7 +339,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, d
         jchunk = np.array([c_ for _, c_ in jr], dtype=np.int64)
         # the first pass: per row only the head's / tail's workspace (the layers' in the joint check)
         rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
-        free = problem.hbm_mib - const_static[p] - (tn @ types.static_mib).sum(axis=1)  # [M] MiB
+        free = hbm_cap(problem.hbm_mib) - const_static[p] - (tn @ types.static_mib).sum(axis=1)  # [M] MiB
         jroom = free[:, None] - (jrows @ end_a[:, p])[None, :]  # [M, Rj]
         room = free[:, None] - (rows @ end_a[:, p] + ws)[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.budget import hbm_cap
 from autotune.cost.inputs import stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import CompiledSchedule, compile_schedule
@@ -171,7 +172,7 @@ class _Relaxation:
         self.split = bool(cs.split_bw)
         self._place_ends(pa)
         self.p2p = pa.p2p_ms if P > 1 else 0.0
-        self.cap_mib = problem.hbm_mib
+        self.cap_mib = hbm_cap(problem.hbm_mib)
         # cross-stage hops on the chain position 0 -> q (a V-shaped turn stays on one device)
         st_at = np.asarray([p_ for _, p_ in self.walk])
         self.hops_to = np.concatenate([[0], np.cumsum(st_at[1:] != st_at[:-1])]).astype(np.int64)

@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.cost.budget import hbm_cap
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
@@ -347,7 +348,7 @@ class _Model:
                         for t in range(len(self.slots[j])):
                             sl = self.slot_layer(j, t)
                             r[self.y_index(j, t, 0):self.y_index(j, t, C)] = w[v] * sl.act_mib + sl.sdelta_mib
-                    room = problem.hbm_mib - su.const_static_mib[p] - float(w @ su.end_act_mib[:, p])
+                    room = hbm_cap(problem.hbm_mib) - su.const_static_mib[p] - float(w @ su.end_act_mib[:, p])
                     if ch is not None:
                         if self.nw:
                             r[self.iw + ch * P + p] = 1.0

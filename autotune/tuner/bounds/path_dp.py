@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.budget import hbm_cap
 from autotune.cost.inputs import NONE
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
@@ -75,7 +76,7 @@ def _block_tables(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
         # a backward holds its mini-stage's workspace, a max over its layers and head / tail: >= the
         # head's / tail's (the LM head's logits on the last stage, often GBs at long sequences)
         end_ws = max(pa.head.ws_mib if p == 0 else 0.0, pa.tail.ws_mib if p == P - 1 else 0.0)
-        room = problem.hbm_mib - const - static[ii, jj]
+        room = hbm_cap(problem.hbm_mib) - const - static[ii, jj]
         extra = np.zeros(ii.size)
         rows, held = live_rows(cs, p, np.array([end_ws]))  # V = 1: one live count per row
         for nu, ws in zip(rows[:, 0].tolist(), held.tolist()):  # every row must fit: the largest

@@ -64,6 +64,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from autotune.cost.budget import hbm_cap
 from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
@@ -142,7 +143,7 @@ def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, f
         nv, base = nv[under], base[under]
     rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
     static = su.const_static_mib[p] + mix.static(nv.sum(axis=1))  # [M] MiB
-    room = problem.hbm_mib - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
+    room = hbm_cap(problem.hbm_mib) - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
     E = _least_replay(problem, p, fr, nv, rows, room)
     fits = np.isfinite(E)
     if not fits.any():
