@@ -48,8 +48,6 @@ the same problem gives the same bound); a wall-clock deadline is only a safety n
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +57,7 @@ import numpy as np
 from autotune.cost.budget import hbm_cap
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
+from autotune.tuner.bounds._quiet import quiet_native_stdout
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
 from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, integer_setup, kind_windows, typed_layers,
                                           undominated)
@@ -112,24 +111,6 @@ class MilpBound:
     paths: int
     solves: int
     converged: bool
-
-
-@contextlib.contextmanager
-def _quiet_stdout():
-    """HiGHS writes a few debug lines to the C-level stdout even with output off; silence fd 1
-    for the solve so that ``--format json`` stays machine-readable."""
-    try:
-        fd = os.dup(1)
-    except OSError:  # no fd 1 (embedded interpreters)
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            yield
-    finally:
-        os.dup2(fd, 1)
-        os.close(fd)
 
 
 def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
@@ -461,7 +442,7 @@ class _Model:
             opts["time_limit"] = max(1.0, deadline - time.monotonic())
         obj = np.zeros(self.nvar)
         obj[self.iT] = 1.0
-        with _quiet_stdout():
+        with quiet_native_stdout():
             res = milp(obj, integrality=integ, bounds=Bounds(vlo, vhi), constraints=cons, options=opts)
         return res, (int(getattr(res, "mip_node_count", 0) or 0) + 1) * size
 

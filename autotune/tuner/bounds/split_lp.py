@@ -63,6 +63,7 @@ import numpy as np
 from autotune.cost.inputs import first_layers
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.bounds._base import DUAL_SAFETY, BoundContext, BoundOutcome, highs_proven
+from autotune.tuner.bounds._quiet import quiet_native_stdout
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
 from autotune.tuner.problem import (Candidate, Problem, compositions, count_splits_v, first_min, improves,
                                     stage_configurations)
@@ -259,10 +260,11 @@ class _Search:
         if not integral:
             return linprog(c, A_ub=A, b_ub=b, A_eq=Aeq, b_eq=np.ones(len(Aeq)),
                            bounds=[(0.0, 1.0)] * (n - 1) + [(0.0, None)], method="highs", options=limit)
-        return milp(c, integrality=np.r_[np.ones(n - 1), 0.0],
-                    bounds=Bounds(np.zeros(n), np.r_[np.ones(n - 1), np.inf]),
-                    constraints=[LinearConstraint(A, -np.inf, b), LinearConstraint(Aeq, 1.0, 1.0)],
-                    options={"disp": False, "mip_rel_gap": 1e-9, **limit})
+        with quiet_native_stdout():  # HiGHS' integer solver prints debug lines to C stdout
+            return milp(c, integrality=np.r_[np.ones(n - 1), 0.0],
+                        bounds=Bounds(np.zeros(n), np.r_[np.ones(n - 1), np.inf]),
+                        constraints=[LinearConstraint(A, -np.inf, b), LinearConstraint(Aeq, 1.0, 1.0)],
+                        options={"disp": False, "mip_rel_gap": 1e-9, **limit})
 
     def solve_split(self, s: int, integral: bool, deadline: float | None) -> float:
         """The split's LP (or integer program) with lazy paths; returns its value (a bound for s)."""
