@@ -82,7 +82,7 @@ def run(path: str, *, device: str | None, hbm_mib: float | None, overrides: dict
                  f"({res.cpu_seconds:.1f} CPU s)")
         if res.best is None:
             what = "the HBM budget" if m == 0 else "the HBM budget with the safety margin"
-            title = f"NO CONFIGURATION FITS {what}; closest found:"
+            title = f"NO CONFIGURATION FOUND THAT FITS {what}; closest found:"
         click.echo(render_report(rep, title=title, margin_mib=m))
         click.echo("")
         if res.lower_bound_ms is not None:
@@ -109,13 +109,14 @@ def run(path: str, *, device: str | None, hbm_mib: float | None, overrides: dict
         r = res.closest
         if res.hbm_margin_mib > 0:
             m = res.hbm_margin_mib
-            raise ConfigError(f"no configuration leaves the safety margin free: budget {res.hbm_mib:.0f} MiB - "
-                              f"margin {m:.0f} MiB = limit {res.hbm_mib - m:.0f} MiB; the closest found peaks at "
-                              f"{r.peak_mib:.0f} MiB: lower --hbm-margin, raise --hbm, add pipeline stages or "
-                              f"recompute", field="--hbm-margin", value=hbm_margin, rule="R_HBM_INFEASIBLE")
-        raise ConfigError(f"no configuration fits the HBM budget of {res.hbm_mib:.0f} MiB; the closest found "
-                          f"peaks at {r.peak_mib:.0f} MiB: raise --hbm, add pipeline stages or recompute",
-                          field="--hbm", value=res.hbm_mib, rule="R_HBM_INFEASIBLE")
+            raise ConfigError(f"the search found no configuration that leaves the safety margin free: budget "
+                              f"{res.hbm_mib:.0f} MiB - margin {m:.0f} MiB = limit {res.hbm_mib - m:.0f} MiB; the "
+                              f"closest found peaks at {r.peak_mib:.0f} MiB: lower --hbm-margin, raise --hbm, add "
+                              f"pipeline stages or recompute", field="--hbm-margin", value=hbm_margin,
+                              rule="R_HBM_INFEASIBLE")
+        raise ConfigError(f"the search found no configuration that fits the HBM budget of {res.hbm_mib:.0f} MiB; "
+                          f"the closest found peaks at {r.peak_mib:.0f} MiB: raise --hbm, add pipeline stages or "
+                          f"recompute", field="--hbm", value=res.hbm_mib, rule="R_HBM_INFEASIBLE")
 
 
 def options(f: Any) -> Any:

@@ -286,7 +286,7 @@ def _print_search(result: object, config: str, out: str | None) -> None:
     if result.best is None:
         r = result.closest
         what = "the HBM budget" if m == 0 else "the HBM budget with the safety margin"
-        click.echo(render_report(r, title=f"NO CONFIGURATION FITS {what}; closest found:", margin_mib=m))
+        click.echo(render_report(r, title=f"{result.no_fit_headline()} {what}; closest found:", margin_mib=m))
         click.echo(f"\nclosest config exceeds memory by {r.excess_mib:.0f} MiB on its worst stage")
     else:
         click.echo(render_report(result.best, title=f"autotune search {config}: best of {result.trials} "
@@ -320,13 +320,21 @@ def _print_search(result: object, config: str, out: str | None) -> None:
 
 def _raise_infeasible(result: object, hbm: str | None, hbm_margin: str | None) -> None:
     """The R_HBM_INFEASIBLE error (exit 2) of a search where nothing fits: the static-memory floor
-    when it alone exceeds the limit (decided before the bound phase), else the closest config."""
+    when it alone exceeds the limit (decided before the bound phase), else the closest config. The
+    message says "no configuration fits" only when that is proven (``result.no_fit_proven``);
+    otherwise "none found", with the lower bound that leaves room for one."""
     r, m = result.closest, result.hbm_margin_mib
     field = "--hbm-margin" if m > 0 else ("--hbm" if hbm is not None else "context.max_device_memory")
     value = hbm_margin if m > 0 else (hbm if hbm is not None else r.hbm_budget_mib)
-    head = (f"no configuration leaves the safety margin free: budget {r.hbm_budget_mib + m:.0f} MiB - margin "
-            f"{m:.0f} MiB = limit {r.hbm_budget_mib:.0f} MiB" if m > 0
-            else f"no configuration fits the HBM budget of {r.hbm_budget_mib:.0f} MiB")
+    proven = result.no_fit_proven
+    head = (f"{'no configuration leaves' if proven else 'the search found no configuration that leaves'} the "
+            f"safety margin free: budget {r.hbm_budget_mib + m:.0f} MiB - margin {m:.0f} MiB = limit "
+            f"{r.hbm_budget_mib:.0f} MiB" if m > 0
+            else f"{'no configuration fits' if proven else 'the search found no configuration that fits'} "
+                 f"the HBM budget of {r.hbm_budget_mib:.0f} MiB")
+    if not proven:
+        head += (f" (not proven that none exists: the bounds leave room for a fitting layout of at least "
+                 f"{result.lower_bound_ms:.1f} ms)")
     fix = ("lower --hbm-margin, raise the budget or add pipeline stages" if m > 0
            else "raise the budget or add pipeline stages")
     if result.stopped_by == "static_memory":

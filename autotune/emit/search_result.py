@@ -47,8 +47,8 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
     """
     report = result.best or result.closest
     head = ["autotune: tuned pipeline layout" if result.best is not None or report is None else
-            "autotune: NO CONFIGURATION FITS the HBM budget; this is the closest layout found and it does "
-            "NOT fit (do not train with it)"]
+            f"autotune: {result.no_fit_headline()} the HBM budget; this is the closest layout found and it "
+            "does NOT fit (do not train with it)"]
     if report is not None:
         head.append(f"predicted step time {report.step_time_ms:.1f} ms, idle (bubble) "
                     f"{report.bubble_fraction:.1%} of device time, {memory_text(report, result.hbm_margin_mib)}")
@@ -111,6 +111,7 @@ def result_dict(result: Any) -> dict[str, Any]:
             "baselines": {k: d(v) for k, v in result.baselines.items()},
             "trials": result.trials, "seconds": result.seconds,
             "lower_bound_ms": result.lower_bound_ms, "certified_gap": result.certified_gap,
+            "no_fit_proven": result.no_fit_proven,
             "exact": result.exact, "timed_out": result.timed_out, "stopped_by": result.stopped_by,
             "time_limit_s": result.time_limit_s,
             "settings": dict(result.settings), "subproblems": result.subproblems,

@@ -86,7 +86,7 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
     record["yaml"] = result.to_yaml(full=True)
     if rep is not None:
         title = (f"{sc.name}: best of {result.trials} trials" if best is not None
-                 else f"{sc.name}: NO CONFIGURATION FITS the HBM budget; closest found")
+                 else f"{sc.name}: {result.no_fit_headline()} the HBM budget; closest found")
         m = float(getattr(result, "hbm_margin_mib", 0.0) or 0.0)
         record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n" + result.stop_text() + "\n\n"
                             + comparison_table(best, result.baselines, margin_mib=m) + "\n")

@@ -96,6 +96,22 @@ class SearchOutcome:
     #: itself then ended on its own, before the limit
     bound_phase_cut: bool = False
 
+    @property
+    def no_fit_proven(self) -> bool | None:
+        """When nothing fitting was found: True when it is proven that no layout of the space fits
+        the budget (static memory alone exceeds it, the bounds' memory relaxation has no feasible
+        layout, ``lower_bound_ms`` None, or the space was enumerated), False when the search found
+        none but the bounds leave room for one (``lower_bound_ms`` then says how fast it would be
+        at best). None when a fitting config was found."""
+        if self.best is not None:
+            return None
+        return bool(self.stopped_by == "static_memory" or self.exact or self.lower_bound_ms is None)
+
+    def no_fit_headline(self) -> str:
+        """"NO CONFIGURATION FITS" when that is proven (:attr:`no_fit_proven`), else "NO
+        CONFIGURATION FOUND THAT FITS": the headline of a search where nothing fitting was found."""
+        return "NO CONFIGURATION FITS" if self.no_fit_proven else "NO CONFIGURATION FOUND THAT FITS"
+
     def stop_text(self) -> str:
         """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
         300 s safety net, a wall clock (…); certified gap then 14.16 %``. Every output form prints it

@@ -152,3 +152,35 @@ def test_every_assumption_has_a_range():
     from autotune.profile.analytic import ASSUMPTION_RANGES, DEFAULT_ASSUMPTIONS
 
     assert set(ASSUMPTION_RANGES) == set(DEFAULT_ASSUMPTIONS)
+
+
+def test_json_stdout_holds_only_the_json_when_highs_prints() -> None:
+    """At 10,500 MiB the toy's split LP runs an integer solve during which HiGHS printf's a debug
+    line ("HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();"); it came out
+    on stdout in front of the JSON, which then did not parse. Native stdout is silenced around
+    every HiGHS solve now (autotune/tuner/bounds/_quiet.py)."""
+    r = run("search", str(TOY), "--hbm", "10500MiB", "--trials", "20", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "HighsMipSolverData" not in r.stdout + r.stderr
+    d = json.loads(r.stdout)  # the whole of stdout is one JSON document
+    assert d["best"]["step_time_ms"] == pytest.approx(810.2026, abs=1e-3)
+
+
+def test_none_found_is_not_called_proven_infeasible() -> None:
+    """At 9,250 MiB the search finds no toy layout that fits (the closest peaks at 9,360.6 MiB), but
+    the bounds do not rule one out (any fitting layout would take >= 920.6 ms): the error says the
+    search found none and that this is not proven; at 1 GB static memory alone proves it."""
+    r = run("search", str(TOY), "--hbm", "9250MiB", "--trials", "20", "--format", "json")
+    assert r.returncode == 2
+    d = json.loads(r.stdout)
+    assert d["best"] is None and d["no_fit_proven"] is False
+    assert d["closest"]["peak_mib"] == pytest.approx(9360.625)
+    assert d["lower_bound_ms"] == pytest.approx(920.5632, abs=1e-3)
+    assert ("[R_HBM_INFEASIBLE] --hbm: the search found no configuration that fits the HBM budget of 9250 MiB "
+            "(not proven that none exists: the bounds leave room for a fitting layout of at least 920.6 ms)"
+            ) in r.stderr
+    text = run("search", str(TOY), "--hbm", "9250MiB", "--trials", "20")
+    assert "NO CONFIGURATION FOUND THAT FITS the HBM budget; closest found:" in text.stdout
+    proven = run("search", str(TOY), "--hbm", "1GB", "--trials", "5", "--format", "json")
+    assert proven.returncode == 2 and json.loads(proven.stdout)["no_fit_proven"] is True
+    assert "[R_HBM_INFEASIBLE] --hbm: no configuration fits the HBM budget of 1024 MiB" in proven.stderr
