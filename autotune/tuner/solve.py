@@ -33,6 +33,7 @@ from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import edge_weighted_fit, fitted
 from autotune.tuner.heuristic import finish_one_opt, local_search, polish_recompute
 from autotune.tuner.kicks import kick_search
+from autotune.tuner.least_peak import least_peak
 from autotune.tuner.params import representable
 from autotune.tuner.problem import (Candidate, Problem, best_of, better, count_splits, even_layers, fits, improves,
                                     ranked)
@@ -96,9 +97,17 @@ def _incumbent(cands: list[Candidate]) -> float | None:
 
 
 def propose(problem: Problem) -> list[Candidate]:
-    """The even split of every V with the cheapest fitting recompute (greedy fit), scored."""
-    return [fitted(problem, V, even_layers(problem.N, problem.P, V)[None], f"even-fit-v{V}")[0]
-            for V in problem.vpp_candidates]
+    """The even split of every V with the cheapest fitting recompute (greedy fit), scored. When
+    none of them fits (a budget near the model's memory floor), also every V's least-peak split
+    (:func:`~autotune.tuner.least_peak.least_peak`) with its cheapest fitting recompute, and the
+    least-peak layout itself when that does not fit (the closest layout then)."""
+    evens = [fitted(problem, V, even_layers(problem.N, problem.P, V)[None], f"even-fit-v{V}")[0]
+             for V in problem.vpp_candidates]
+    if any(c.excess_mib <= 0 for c in evens):
+        return evens
+    low = [least_peak(problem, V) for V in problem.vpp_candidates]
+    refit = [fitted(problem, c.V, c.layers[None], c.origin)[0] for c in low]
+    return evens + [r if r.excess_mib <= 0 else c for c, r in zip(low, refit)]
 
 
 def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float], upper_ms: float | None, *,
