@@ -3,7 +3,8 @@ is small, else a short pipeline
 
     propose -> tighten -> improve -> polish -> tighten -> cover -> kick
 
-- propose: the even split with the cheapest fitting recompute, per V;
+- propose: the even split with the cheapest fitting recompute, per V; when none fits, also each
+  V's least-peak split (:mod:`autotune.tuner.least_peak`);
 - tighten: the first bound pass of :data:`autotune.tuner.bounds.REGISTRY` (every V's bound; its
   relaxed splits become seeds too);
 - improve: local moves (:mod:`autotune.tuner.heuristic`) from the most promising starts of the V's
