@@ -298,7 +298,7 @@ def _print_search(result: object, config: str, out: str | None) -> None:
         click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
                    f"{result.trials} trials | {result.seconds:.1f} s")
     click.echo(result.stop_text())
-    click.echo(comparison_table(result.best, result.baselines, margin_mib=m))
+    click.echo(comparison_table(result.best, result.baselines, margin_mib=m, no_fit_proven=result.no_fit_proven))
     best = result.best
     if best is not None and m == 0 and best.hbm_budget_mib and \
             best.hbm_budget_mib - best.peak_mib < TIGHT_HEADROOM * best.hbm_budget_mib:
@@ -335,6 +335,9 @@ def _raise_infeasible(result: object, hbm: str | None, hbm_margin: str | None) -
     if not proven:
         head += (f" (not proven that none exists: the bounds leave room for a fitting layout of at least "
                  f"{result.lower_bound_ms:.1f} ms)")
+    elif result.stopped_by != "static_memory":
+        head += (" (proven: every layout of the space was enumerated)" if result.exact else
+                 " (proven: the lower bounds' memory relaxation admits no layout)")
     fix = ("lower --hbm-margin, raise the budget or add pipeline stages" if m > 0
            else "raise the budget or add pipeline stages")
     if result.stopped_by == "static_memory":

@@ -109,7 +109,8 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     keys to paste, the per-stage table and (``figures``) the tuned timeline."""
     rep, _ = _main_report(result)
     best = getattr(result, "best", None)
-    name = "tuned" if best is not None else "closest (nothing fits)"
+    name = ("tuned" if best is not None else "closest (nothing fits)" if getattr(result, "no_fit_proven", False)
+            else "closest (none found that fits)")
     names = {"user": "your config", "even_full_recompute": "even split + full recompute",
              "even_no_recompute": "even split, no recompute"}
     others = {names.get(k, k): v for k, v in getattr(result, "baselines", {}).items()}

@@ -227,15 +227,18 @@ def fits_word(fits: bool | None) -> str:
     return {True: "yes", False: "NO", None: "unknown"}[fits]
 
 
-def comparison_table(best: CostReport | None, baselines: dict[str, Any], margin_mib: float = 0.0) -> str:
+def comparison_table(best: CostReport | None, baselines: dict[str, Any], margin_mib: float = 0.0, *,
+                     no_fit_proven: bool | None = None) -> str:
     """Tuned config vs the baselines: step time, change, worst peak, headroom to the full budget
-    (MiB and %), fits (against budget − ``margin_mib``)."""
+    (MiB and %), fits (against budget − ``margin_mib``). Without a tuned config its row says "no
+    layout fits the budget" when ``no_fit_proven``, else "none found that fits the budget"."""
     rows = [("tuned (best)", best)] + [(k, v) for k, v in baselines.items()]
     ref = best.step_time_ms if best is not None else None
     lines = [f"{'config':<22}{'step ms':>12}{'vs tuned':>10}{'peak MiB':>11}{'headroom MiB':>14}{'':>11}  fits"]
     for name, r in rows:
         if r is None:
-            why = "(no layout fits the budget)" if name == "tuned (best)" else "(not runnable/invalid)"
+            why = ("(not runnable/invalid)" if name != "tuned (best)" else
+                   "(no layout fits the budget)" if no_fit_proven else "(none found that fits the budget)")
             lines.append(f"{name:<22}{'-':>12}{'-':>10}{'-':>11}{'-':>14}{'':>11}  {why}")
             continue
         rel = "-" if ref is None else f"{(r.step_time_ms / ref - 1):+.1%}"

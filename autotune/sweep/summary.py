@@ -89,7 +89,8 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
                  else f"{sc.name}: {result.no_fit_headline()} the HBM budget; closest found")
         m = float(getattr(result, "hbm_margin_mib", 0.0) or 0.0)
         record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n" + result.stop_text() + "\n\n"
-                            + comparison_table(best, result.baselines, margin_mib=m) + "\n")
+                            + comparison_table(best, result.baselines, margin_mib=m,
+                                             no_fit_proven=result.no_fit_proven) + "\n")
     record["result"] = json.loads(json.dumps(result.to_dict(), default=str))
     return record
 

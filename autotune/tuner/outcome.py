@@ -116,7 +116,8 @@ class SearchOutcome:
         """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
         300 s safety net, a wall clock (…); certified gap then 14.16 %``. Every output form prints it
         (text, report, notebook view, sweep report)."""
-        gap = "n/a (nothing fits)" if self.certified_gap is None else f"{self.certified_gap:.2%}"
+        gap = (f"{self.certified_gap:.2%}" if self.certified_gap is not None else
+               "n/a (nothing fits)" if self.no_fit_proven else "n/a (none found that fits)")
         if self.timed_out:
             which = (f"its {self.time_limit_s:g} s timeout" if self.stopped_by == "timeout"
                      else f"the {self.time_limit_s:g} s safety net")

@@ -30,6 +30,7 @@ from autotune.errors import ConfigError
 from autotune.profile.schema import ModelProfile
 from autotune.tuner.inputs import DEFAULT_DEVICE, as_config, config_schedule
 from autotune.tuner.outcome import SAFETY_TIMEOUT_S, SearchOutcome
+from autotune.tuner.least_peak import least_peak
 from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
 from autotune.tuner.progress import LINE_EVERY_S, Progress, as_progress
@@ -39,6 +40,9 @@ from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search
 
 #: The objectives :func:`run_search` accepts.
 OBJECTIVES = ("time", "time,memory")
+
+#: Layouts the static verdict's least-peak descents may price (memory only), per V.
+STATIC_PRICED = 20_000
 
 
 @dataclass
@@ -66,6 +70,7 @@ class StudiesOutcome:
     time_limit_s: float | None = None
     pareto_pool: list[tuple[Variant, Candidate]] = field(default_factory=list)
     pareto_exact: bool = True
+
 
 
 def check_arguments(gap: float | None, objective: str) -> str:
@@ -289,7 +294,9 @@ def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], use
     """The answer without a bound phase when no layout of any sub-problem can fit: the least
     worst-stage static memory plus one micro-batch's activations of every layout
     (:meth:`Problem.memory_floor_mib`) exceeds the budget (less the margin). Seconds, not minutes:
-    the baselines are evaluated, nothing is searched. None when some layout may fit."""
+    the baselines are evaluated, nothing is searched; the closest layout is the least-peak one
+    (:func:`~autotune.tuner.least_peak.least_peak` of every V, a capped memory-only descent) or
+    the even split with full recompute when that peaks less. None when some layout may fit."""
     floors = [p.memory_floor_mib() for _, p in subs]
     static, floor = min(f[0] for f in floors), min(f[1] for f in floors)
     if fits(floor, float(cfg.hbm_mib)):
@@ -301,7 +308,12 @@ def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], use
     sel_p, comm_p = _patterns(user)
     # the closest is a config the space may write (seq pipe forbids full recompute: R_SEQPIPE_RECOMPUTE)
     full = baselines["even_full_recompute"] if "full" in problem.kinds else None
-    return SearchOutcome(best=None, closest=full or baselines["even_no_recompute"],
+    closest = full or baselines["even_no_recompute"]
+    low = min((least_peak(problem, V, max_priced=STATIC_PRICED) for V in problem.vpp_candidates),
+              key=lambda c: c.peak_mib)
+    if low.peak_mib < closest.peak_mib:
+        closest = report(cfg, var, low)
+    return SearchOutcome(best=None, closest=closest,
                          baselines=baselines, trials=0, seconds=time.monotonic() - t0, config=var.cfg,
                          profile=var.profile, select_patterns=var.select_patterns or sel_p,
                          comm_patterns=var.comm_patterns or comm_p, stopped_by="static_memory",

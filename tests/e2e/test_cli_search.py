@@ -182,6 +182,15 @@ def test_none_found_is_not_called_proven_infeasible() -> None:
             ) in r.stderr
     text = run("search", str(TOY), "--hbm", "9250MiB", "--trials", "20")
     assert "NO CONFIGURATION FOUND THAT FITS the HBM budget; closest found:" in text.stdout
+    assert "(none found that fits the budget)" in text.stdout
+    assert "certified gap n/a (none found that fits)" in text.stdout
+    assert "no layout fits" not in text.stdout + text.stderr and "nothing fits" not in text.stdout + text.stderr
     proven = run("search", str(TOY), "--hbm", "1GB", "--trials", "5", "--format", "json")
     assert proven.returncode == 2 and json.loads(proven.stdout)["no_fit_proven"] is True
     assert "[R_HBM_INFEASIBLE] --hbm: no configuration fits the HBM budget of 1024 MiB" in proven.stderr
+    # 8,950 MiB: above the static floor (8,889 MiB), but the bounds' memory relaxation admits no layout
+    by_bounds = run("search", str(TOY), "--hbm", "8950MiB", "--trials", "20")
+    assert by_bounds.returncode == 2
+    assert ("[R_HBM_INFEASIBLE] --hbm: no configuration fits the HBM budget of 8950 MiB (proven: the lower "
+            "bounds' memory relaxation admits no layout)") in by_bounds.stderr
+    assert "(no layout fits the budget)" in by_bounds.stdout and "certified gap n/a (nothing fits)" in by_bounds.stdout
