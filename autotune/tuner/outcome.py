@@ -133,6 +133,11 @@ class SearchOutcome:
                     f"(weights, gradients, optimizer state, embedding / LM head) needs at least "
                     f"{self.min_static_mib:.0f} MiB and with one micro-batch's activations at least "
                     f"{self.min_peak_mib:.0f} MiB, above the limit of {limit:.0f} MiB; no trials run")
+        if self.stopped_by == "neighbourhood" and self.best is None:
+            tail = "" if self.no_fit_proven else "; a fitting layout elsewhere is not ruled out"
+            return (f"stopped at a local optimum after {self.trials} trials: no neighbour of the closest "
+                    f"config (one or two layers moved, a 1-opt move, one stage's recompute changed) is closer to "
+                    f"fitting{tail}; certified gap {gap}")
         if self.stopped_by == "neighbourhood":
             return (f"stopped at a local optimum after {self.trials} trials: no neighbour of the best "
                     f"config (one or two layers moved, a 1-opt move, one stage's recompute changed) is faster, so more "
