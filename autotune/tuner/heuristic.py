@@ -18,12 +18,13 @@ import time
 
 import numpy as np
 
+from autotune.cost.budget import fits
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
 from autotune.tuner.moves import (GivenSplits, LayoutBatch, PairMoves, RecomputeTrades, Scan,
                                    SingleLayerMoves, base_path, never_faster, one_opt_moves, scan, step_floor)
 from autotune.tuner.params import representable
-from autotune.tuner.problem import (REL_TOL, Candidate, Problem, best_of, better, fits, improves, rank_order,
+from autotune.tuner.problem import (REL_TOL, Candidate, Problem, best_of, better, improves, rank_order,
                                     tie_key)
 
 #: When no single-layer move improves, :func:`local_search` scores the pair moves (two single

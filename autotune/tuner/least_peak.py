@@ -50,12 +50,13 @@ def most_saving_recompute(problem: Problem, layers: np.ndarray) -> tuple[np.ndar
     """(full, select, comm) counts int like ``layers`` ([..., V, P]): every layer fully recomputed
     when ``"full"`` is in ``problem.kinds``; otherwise every layer with select and / or comm
     recompute, as allowed (nothing when no kind is)."""
-    z = np.zeros_like(layers)
-    if "full" in problem.kinds:
-        return layers.copy(), z, z.copy()
-    sel = layers.copy() if "select" in problem.kinds else z
-    com = layers.copy() if "comm" in problem.kinds else z.copy()
-    return z.copy(), sel, com
+    full = "full" in problem.kinds
+
+    def every_layer(on: bool) -> np.ndarray:
+        return layers.copy() if on else np.zeros_like(layers)
+
+    return (every_layer(full), every_layer(not full and "select" in problem.kinds),
+            every_layer(not full and "comm" in problem.kinds))
 
 
 def _peaks(problem: Problem, V: int, splits: np.ndarray) -> np.ndarray:
@@ -70,25 +71,23 @@ def least_peak(problem: Problem, V: int, start: np.ndarray | None = None, *,
     as single-layer moves can reach (module docstring); returned with that recompute and scored
     (``origin`` ``"least-peak-v{V}"``)."""
     lay = np.array(even_layers(problem.N, problem.P, V) if start is None else start, dtype=np.int64)
-    peak = _peaks(problem, V, lay[None])[0]
+    peak = _peaks(problem, V, lay[None])[0]  # of the current split, [P] MiB
     unit = float(np.max(np.abs(peak))) * PEAK_QUANTUM or 1.0
-    key = np.sort(np.round(peak / unit))[::-1]
-    rec, sel, com = most_saving_recompute(problem, lay)
+    key = -np.sort(-np.round(peak / unit))  # worst first
     stage_of = np.tile(np.arange(problem.P), V)  # mini-stage (layer order: v-major) -> its stage
     priced = 1
     for _ in range(max_rounds):
-        peak_now = _peaks(problem, V, lay[None])[0]
-        worst = np.round(peak_now / unit) == np.round(peak_now / unit).max()
+        worst = key[0] == np.round(peak / unit)
         sources = None if V * problem.P <= FULL_SCAN_MINI_STAGES else worst[stage_of]
-        splits = single_moves(problem, Candidate(V, lay, rec, sel, com), sources=sources)
+        splits = single_moves(problem, Candidate(V, lay, *most_saving_recompute(problem, lay)), sources=sources)
         if not len(splits) or priced + len(splits) > max_priced:
             break
-        priced += len(splits) + 1
-        keys = -np.sort(-np.round(_peaks(problem, V, splits) / unit), axis=1)  # [B, P] worst first
+        priced += len(splits)
+        peaks = _peaks(problem, V, splits)
+        keys = -np.sort(-np.round(peaks / unit), axis=1)  # [B, P] worst first
         i = int(np.lexsort(keys.T[::-1])[0])  # least in lexicographic order; ties: the first move
         diff = np.flatnonzero(keys[i] != key)
         if not len(diff) or keys[i][diff[0]] > key[diff[0]]:
             break
-        lay, key = splits[i], keys[i]
-        rec, sel, com = most_saving_recompute(problem, lay)
-    return problem.score([Candidate(V, lay, rec, sel, com, origin=f"least-peak-v{V}")])[0]
+        lay, peak, key = splits[i], peaks[i], keys[i]
+    return problem.score([Candidate(V, lay, *most_saving_recompute(problem, lay), origin=f"least-peak-v{V}")])[0]

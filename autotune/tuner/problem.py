@@ -13,7 +13,7 @@ import numpy as np
 
 from autotune.config.layout import Layout, make_layout
 from autotune.config.limits import MAX_SCHEDULE_UNITS, MAX_STAGE_UNITS
-from autotune.cost.budget import excess_mib, fits  # noqa: F401  (fits: re-exported for the tuner)
+from autotune.cost.budget import excess_mib, fits
 from autotune.cost.dominance import pareto_order
 from autotune.cost.inputs import ProfileArrays, StageCosts, first_layers, stage_costs
 from autotune.cost.schedules import get_schedule

@@ -38,12 +38,13 @@ import numpy as np
 import optuna
 from optuna.samplers._base import _process_constraints_after_trial
 
+from autotune.cost.budget import fits
 from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
 from autotune.tuner.heuristic import _pair_top
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.moves import OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
 from autotune.tuner.params import encode, representable
-from autotune.tuner.problem import Candidate, Problem, better, fits, rank_order, ranked
+from autotune.tuner.problem import Candidate, Problem, better, rank_order, ranked
 
 #: User attribute holding a trial's memory excess (MiB, peak - budget; <= 0 fits).
 EXCESS_ATTR = "hbm_excess_mib"

@@ -72,7 +72,6 @@ class StudiesOutcome:
     pareto_exact: bool = True
 
 
-
 def check_arguments(gap: float | None, objective: str) -> str:
     """The objective without spaces. Raises ConfigError for a negative gap or an unknown objective."""
     if gap is not None and not gap >= 0:

@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from autotune.cost.budget import fits
 from autotune.tuner.bounds import REGISTRY, BoundContext, tighten
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
@@ -36,7 +37,7 @@ from autotune.tuner.heuristic import finish_one_opt, local_search, polish_recomp
 from autotune.tuner.kicks import kick_search
 from autotune.tuner.least_peak import least_peak
 from autotune.tuner.params import representable
-from autotune.tuner.problem import (Candidate, Problem, best_of, better, count_splits, even_layers, fits, improves,
+from autotune.tuner.problem import (Candidate, Problem, best_of, better, count_splits, even_layers, improves,
                                     ranked)
 
 #: Spaces with at most this many layer splits (all V) are enumerated exactly (branch and bound:

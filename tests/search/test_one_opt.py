@@ -159,7 +159,8 @@ def test_fitting_only_one_opt_moves_are_the_fitting_subset() -> None:
     the moves of OneOptMoves() that fit the budget, in the same order, simulated to the same step
     times: a move over the budget never beats a fitting incumbent, so none is lost."""
     from autotune.tuner.fit import fitted
-    from autotune.tuner.problem import even_layers, fits
+    from autotune.cost.budget import fits
+    from autotune.tuner.problem import even_layers
 
     from pathlib import Path
 
