@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from autotune.cost.inputs import ProfileArrays
 from autotune.profile.schema import ModelProfile
-from autotune.tuner.heuristic import finish_one_opt
+from autotune.tuner.heuristic import compound_moves, finish_one_opt
 from autotune.tuner.moves import OneOptMoves, one_opt_moves, scan
 from autotune.tuner.params import representable
 from autotune.tuner.problem import Candidate, Problem, even_layers
@@ -100,6 +100,24 @@ def test_finish_leaves_needless_recompute():
     assert end.step_ms < start.step_ms
     assert end.step_ms <= plain.step_ms + 1e-9
     assert improving(pr, end) == []
+
+
+def test_compound_moves_by_hand():
+    """pp 4, V 1, base 3/3/3/3 layers, no recompute. Moves best first: a layer 0 -> 1 (devices
+    0, 1), a layer 1 -> 2 (1, 2: shares device 1, skipped), select +1 on device 3, full +1 on
+    device 2. Taken: the first, third and fourth; returned: the first two of them together, then
+    all three (the sizes 2 and 3 = all), each device as in the move that touched it."""
+    z = np.zeros((1, 4), dtype=np.int64)
+    base = Candidate(1, np.array([[3, 3, 3, 3]]), z.copy(), z.copy(), z.copy())
+    mk = lambda L, r, s: Candidate(1, np.array([L]), np.array([r]), np.array([s]), z.copy())  # noqa: E731
+    moves = [mk([2, 4, 3, 3], [0] * 4, [0] * 4), mk([3, 2, 4, 3], [0] * 4, [0] * 4),
+             mk([3, 3, 3, 3], [0] * 4, [0, 0, 0, 1]), mk([3, 3, 3, 3], [0, 0, 1, 0], [0] * 4)]
+    out = compound_moves(base, moves)
+    assert [c.layers.tolist() for c in out] == [[[2, 4, 3, 3]], [[2, 4, 3, 3]]]
+    assert [c.sel.tolist() for c in out] == [[[0, 0, 0, 1]], [[0, 0, 0, 1]]]
+    assert [c.rec.tolist() for c in out] == [[[0, 0, 0, 0]], [[0, 0, 1, 0]]]
+    assert base.layers.tolist() == [[3, 3, 3, 3]] and base.sel.sum() == 0  # base untouched
+    assert compound_moves(base, moves[:2]) == []  # only one move combines
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
