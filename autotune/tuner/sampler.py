@@ -210,13 +210,15 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         """``out`` (the improving neighbours, best first) with the fitting layouts of
         :func:`~autotune.tuner.heuristic.compound_moves` over them that beat ``out[0]`` put first
         (best first): the improving moves on distinct devices applied together, so one trial takes
-        what would take a trial each (only when ``inc`` fits)."""
+        what would take a trial each (only when ``inc`` fits). Their simulations count in
+        ``spent_ops`` (:data:`SAMPLER_OPS`) as the scans' do."""
         p = self.problem
         if len(out) < 2 or not fits(inc.peak_mib, p.hbm_mib):
             return out
         combos = [c for c in compound_moves(inc, out[:COMPOUND_POOL]) if representable(p, c)]
         for c in combos:
             c.origin = "neighbour"
+        self.spent_ops += float(len(combos)) * compile_schedule(p.schedule, p.P, inc.V, p.m, p.seq_split_num).num_ops
         wins = [c for c in p.score(combos) if fits(c.peak_mib, p.hbm_mib) and better(c, out[0])]
         return ranked(wins) + out if wins else out
 
