@@ -15,7 +15,7 @@ from autotune.cost.simulate import compile_schedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import detour_counts, pair_cycle
 from autotune.tuner.bounds._relax import RecomputeFrontiers, live_rows
-from autotune.tuner.problem import Problem
+from autotune.tuner.problem import REL_TOL, Problem
 from autotune.tuner.recompute import allowed_classes
 
 
@@ -201,7 +201,10 @@ def _path_weights(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray 
 def _feasible(T: float, pathw: np.ndarray, stepw: np.ndarray, pairw: np.ndarray | None
               ) -> tuple[bool, np.ndarray | None]:
     """Whether some split keeps every path <= T (ms): the DP over (stage, layers placed) keeping
-    the least prefix; returns (feasible, one such split int [P])."""
+    the least prefix; returns (feasible, one such split int [P]: at each stage the first block
+    whose prefix is within :data:`~autotune.tuner.problem.REL_TOL` of the least, so that near-ties
+    go by position at every time scale; its paths may exceed T by that tolerance: a seed, not a
+    proof)."""
     P, N = pathw.shape[0], pathw.shape[1] - 1
     D = np.full(N + 1, np.inf)
     D[0] = 0.0
@@ -213,8 +216,12 @@ def _feasible(T: float, pathw: np.ndarray, stepw: np.ndarray, pairw: np.ndarray 
             # only splits whose last two blocks also satisfy the pair path; D[j] then keeps
             # the least prefix among blocks [i, j) meeting it (monotone: exact).
             cand = np.where(D[:, None] + pairw <= T, cand, np.inf)
-        back[p] = np.argmin(cand, axis=0)
-        D = cand[back[p], np.arange(N + 1)]
+        D = cand.min(axis=0)
+        # the split: among blocks whose prefix is within REL_TOL of the least, the first (ties in
+        # exact arithmetic went to whichever rounded lower, so a time scale changed the seed);
+        # D keeps the least itself, so the feasibility test and the bound are as before
+        near = cand <= (D + REL_TOL * np.abs(np.where(np.isfinite(D), D, 0.0)))[None, :]
+        back[p] = np.argmax(near, axis=0)
     if not np.isfinite(D[N]):
         return False, None
     split, j = np.zeros(P, dtype=np.int64), N
