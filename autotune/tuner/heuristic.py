@@ -306,13 +306,12 @@ def compound_moves(base: Candidate, moves: list[Candidate]) -> list[Candidate]:
             used |= t
         if len(taken) >= COMPOUND_MAX:
             break
-    sizes = {k for k in (2, 4, 8, COMPOUND_MAX) if k <= len(taken)} | ({len(taken)} if len(taken) >= 2 else set())
     out = []
-    for k in sorted(sizes):
-        c = Candidate(base.V, base.layers.copy(), base.rec.copy(), base.sel.copy(), base.com.copy(),
-                      origin=taken[0][0].origin)
-        for m, t in taken[:k]:
-            for a, b in ((c.layers, m.layers), (c.rec, m.rec), (c.sel, m.sel), (c.com, m.com)):
-                a[:, t] = b[:, t]
-        out.append(c)
+    c = Candidate(base.V, base.layers.copy(), base.rec.copy(), base.sel.copy(), base.com.copy(),
+                  origin=taken[0][0].origin if taken else "")
+    for k, (m, t) in enumerate(taken, start=1):  # the prefixes of 2, 4, 8, ... and all of them
+        for a, b in ((c.layers, m.layers), (c.rec, m.rec), (c.sel, m.sel), (c.com, m.com)):
+            a[:, t] = b[:, t]
+        if k >= 2 and (k in (2, 4, 8, COMPOUND_MAX) or k == len(taken)):
+            out.append(Candidate(c.V, c.layers.copy(), c.rec.copy(), c.sel.copy(), c.com.copy(), origin=c.origin))
     return out

@@ -215,10 +215,8 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         p = self.problem
         if len(out) < 2 or not fits(inc.peak_mib, p.hbm_mib):
             return out
-        combos = [c for c in compound_moves(inc, out[:COMPOUND_POOL]) if representable(p, c)]
-        for c in combos:
-            c.origin = "neighbour"
-        self.spent_ops += float(len(combos)) * compile_schedule(p.schedule, p.P, inc.V, p.m, p.seq_split_num).num_ops
+        combos = [c for c in compound_moves(inc, out[:COMPOUND_POOL]) if representable(p, c)]  # "neighbour"s
+        self._spend(len(combos), inc.V)
         wins = [c for c in p.score(combos) if fits(c.peak_mib, p.hbm_mib) and better(c, out[0])]
         return ranked(wins) + out if wins else out
 
@@ -227,9 +225,13 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         ops) added to ``spent_ops`` (:data:`SAMPLER_OPS`)."""
         sc = scan(p, inc, nbhd, **kw)
         if sc is not None:
-            self.spent_ops += float(len(sc.step_ms)) * compile_schedule(p.schedule, p.P, inc.V, p.m,
-                                                                         p.seq_split_num).num_ops
+            self._spend(len(sc.step_ms), inc.V)
         return sc
+
+    def _spend(self, layouts: int, V: int) -> None:
+        """Add ``layouts`` simulations of V's schedule (× its ops) to ``spent_ops``."""
+        p = self.problem
+        self.spent_ops += float(layouts) * compile_schedule(p.schedule, p.P, V, p.m, p.seq_split_num).num_ops
 
     def _improving(self, inc: Candidate, sc: Scan | None) -> list[Candidate]:
         """The neighbours of a scan that beat ``inc`` and are layouts of the space, best first."""
