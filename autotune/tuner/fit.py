@@ -511,6 +511,40 @@ def _digest(front: tuple) -> bytes:
     return h.digest()
 
 
+def canon_starts(problem: Problem, layers: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """int [B, V, P]: for each mini-stage of ``layers`` (int [B, V, P]) whose first layers are
+    ``starts`` (:func:`~autotune.cost.inputs.first_layers`), the least first-layer index at which
+    the model's layers have the same kinds, in the same order, as the mini-stage's own (0 for
+    every mini-stage of a single-kind model).
+
+    Every per-layer cost of a profile is per kind (:class:`~autotune.cost.inputs.ProfileArrays`),
+    so a mini-stage's recompute options and their costs depend on its layer count, its kind
+    sequence and whether it holds the head or the tail, not on where it starts, up to the
+    rounding of the cost model's prefix sums (a few ulps). The canonical start is a function of
+    the mini-stage alone, not of which fits ran first."""
+    memo = problem.fit_cache
+    kinds = memo.get(("xkinds",))
+    if kinds is None:
+        kp = problem.pa.kind_prefix
+        kinds = np.argmax(np.diff(kp, axis=1), axis=0) if kp.shape[1] > 1 else np.zeros(0, dtype=np.int64)
+        memo[("xkinds",)] = kinds
+    if kinds.size == 0 or (kinds == kinds[0]).all():
+        return np.zeros_like(starts)
+    out = np.zeros_like(starts)
+    for n in np.unique(layers):
+        n = int(n)
+        if n == 0:
+            continue
+        canon = memo.get(("xcanon", n))
+        if canon is None:  # per window of n layers: the first window with the same kinds
+            win = np.lib.stride_tricks.sliding_window_view(kinds, n)
+            _, first, inv = np.unique(win, axis=0, return_index=True, return_inverse=True)
+            canon = memo[("xcanon", n)] = first[inv.reshape(-1)]
+        at = layers == n
+        out[at] = canon[starts[at]]
+    return out
+
+
 def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, int]],
                memo: dict, pos: np.ndarray | None) -> None:
     """Fill ``memo`` with the undominated recompute options of mini-stages: for each (row b of
@@ -518,9 +552,20 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
     first layer, layers) -> (options int [F, 3] (rec, sel, com), memory rows' share c [F, R] MiB,
     replay [F] ms, static delta [F] MiB) or None when it has too many options. c_r = Nu_rv·act +
     Om_rv·ws + static delta (vs no recompute), so a stage fits iff static(no recompute) +
-    Σ_v c_v <= budget on every row r; options dominated on (c, replay) are dropped."""
+    Σ_v c_v <= budget on every row r; options dominated on (c, replay) are dropped.
+
+    Which options are undominated is decided once per (V, v, p, layers, kind sequence), at the
+    mini-stage's canonical start (:func:`canon_starts`), and kept under key ("xfi", V, v, p,
+    canonical start, layers); every mini-stage then prices just those options at its own first
+    layer, ordered by their replay there (ties: option order), as before. Pricing all options
+    and filtering them is the costly part (~1 ms a mini-stage), and a layer move shifts the first
+    layer of every mini-stage between the two it touches: on ``benchmarks/scaling.py``'s pp 32 ×
+    vpp 4 dense problem the kick search's one scan filtered ~880 new (mini-stage, start) pairs,
+    3.5 of its 5.1 CPU s. The options kept differ from a filter at the mini-stage's own start
+    only where two options' costs tie to within rounding."""
     B, V, P = layers.shape
     starts = first_layers(layers, pos)
+    canon = canon_starts(problem, layers, starts)
     rows = _stage_rows(problem, V)
     todo: dict[tuple, tuple[int, int, int]] = {}
     for b, v, p in need:
@@ -529,15 +574,38 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
             todo[key] = (b, v, p)
     if not todo:
         return
-    groups, opts = [], []
+    kept = {key: ("xfi", V, v, p, int(canon[b, v, p]), int(layers[b, v, p])) for key, (b, v, p) in todo.items()}
+    # 1. the undominated options of each new canonical mini-stage, found at its canonical start
+    firsts: dict[tuple, tuple[int, int, int]] = {}
     for key, (b, v, p) in todo.items():
+        if kept[key] not in memo:
+            firsts.setdefault(kept[key], (b, v, p))
+    groups, opts = [], []
+    for ikey, (b, v, p) in firsts.items():
         n = int(layers[b, v, p])
         if (n + 1) * (n + 2) * (n + 3) // 3 > EXACT_FIT_MAX_OPTS:
-            memo[key] = None
+            memo[ikey] = None
             continue
         o = recompute_choices(n, problem.kinds)
-        groups.append((key, b, v, p, len(o)))
+        groups.append((ikey, b, v, p, len(o)))
         opts.append(o)
+    if groups:
+        act_all, ws_all, rep_all, sd_all = _option_costs(problem, layers, canon, groups, opts, pos)
+        at = 0
+        for ikey, _, v, p, k in groups:
+            sl = slice(at, at + k)
+            at += k
+            memo[ikey] = _undominated_options(act_all[sl], ws_all[sl], rep_all[sl], sd_all[sl], *rows[p], v)
+    # 2. every new mini-stage prices those options at its own first layer
+    groups, opts = [], []
+    for key, (b, v, p) in todo.items():
+        idx = memo[kept[key]]
+        if idx is None:
+            memo[key] = None
+            continue
+        n = int(layers[b, v, p])
+        groups.append((key, b, v, p, len(idx)))
+        opts.append(recompute_choices(n, problem.kinds)[idx])
     if not groups:
         return
     act_all, ws_all, rep_all, sd_all = _option_costs(problem, layers, starts, groups, opts, pos)
@@ -548,21 +616,29 @@ def _frontiers(problem: Problem, layers: np.ndarray, need: list[tuple[int, int, 
         act, ws, rep, sd = act_all[sl], ws_all[sl], rep_all[sl], sd_all[sl]
         nu, om = rows[p]
         c = act[:, None] * nu[None, :, v] + ws[:, None] * om[None, :, v] + sd[:, None]
-        # cheap pre-filter on (act, ws, static delta, replay), which implies row dominance ...
-        vals = np.stack([act, ws, sd, rep], axis=1)
-        order = np.lexsort((act, rep, sd, ws))
-        keep = np.zeros(k, dtype=bool)
-        grp = vals[order][:, 1:3]
-        starts = np.flatnonzero(np.concatenate([[True], (grp[1:] != grp[:-1]).any(axis=1)]))
-        for a, b in zip(starts, np.append(starts[1:], k)):  # per (ws, sd) group: the (replay, act) front
-            g = order[a:b]
-            keep[g] = pareto_mask(np.stack([rep[g], act[g]], axis=1), tol=1e-12)
-        idx = np.nonzero(keep)[0]
-        # ... then the exact dominance on the stage's memory rows and replay
-        idx = idx[pareto_mask(np.concatenate([c[idx], rep[idx, None]], axis=1))]
-        idx = idx[np.argsort(rep[idx], kind="stable")]
-        memo[key] = (o[idx], c[idx], rep[idx], sd[idx])
+        i = np.argsort(rep, kind="stable")
+        memo[key] = (o[i], c[i], rep[i], sd[i])
         memo[("xd",) + key] = _digest(memo[key])
+
+
+def _undominated_options(act: np.ndarray, ws: np.ndarray, rep: np.ndarray, sd: np.ndarray,
+                         nu: np.ndarray, om: np.ndarray, v: int) -> np.ndarray:
+    """int [F]: the options (indices into [O], ascending) of a mini-stage of chunk v that no other
+    option dominates on (share of every memory row of its stage, replay): act, ws, replay, static
+    delta [O] of its options, its stage's memory rows Nu, Om [R, V] (:func:`_stage_rows`)."""
+    k = len(act)
+    c = act[:, None] * nu[None, :, v] + ws[:, None] * om[None, :, v] + sd[:, None]
+    # cheap pre-filter on (act, ws, static delta, replay), which implies row dominance ...
+    order = np.lexsort((act, rep, sd, ws))
+    keep = np.zeros(k, dtype=bool)
+    grp = np.stack([ws, sd], axis=1)[order]
+    cuts = np.flatnonzero(np.concatenate([[True], (grp[1:] != grp[:-1]).any(axis=1)]))
+    for a, b in zip(cuts, np.append(cuts[1:], k)):  # per (ws, sd) group: the (replay, act) front
+        g = order[a:b]
+        keep[g] = pareto_mask(np.stack([rep[g], act[g]], axis=1), tol=1e-12)
+    idx = np.nonzero(keep)[0]
+    # ... then the exact dominance on the stage's memory rows and replay
+    return idx[pareto_mask(np.concatenate([c[idx], rep[idx, None]], axis=1))]
 
 
 def _stage_combos(fr: list, room: float, w: np.ndarray,
