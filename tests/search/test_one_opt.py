@@ -226,3 +226,20 @@ def test_memory_peaks_near_a_layout_equal_the_full_pricing(seed, N, P, V, sdelta
     got = pr.memory_peaks(V, costs, near=c)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-9)
     assert np.array_equal(pr.memory_peaks(V, costs), want)
+
+
+def test_finish_remembers_a_one_opt_layout() -> None:
+    """The finish records the layout it ends at as 1-opt in the problem's fit cache; a later call
+    from that layout returns it at once (the same object), and a layout that is not 1-opt is
+    neither recorded nor returned as it is."""
+    pr = _two_stage()
+    L = np.array([[2, 2]])
+    z = np.zeros_like(L)
+    start = pr.score([Candidate(1, L, L.copy(), z, z)])[0]
+    end = finish_one_opt(pr, start)
+    assert ("1opt",) + end.key() in pr.fit_cache
+    assert ("1opt",) + start.key() not in pr.fit_cache
+    assert finish_one_opt(pr, end) is end
+    fresh = _two_stage()  # no memo: the descent from the answer finds no improving move either
+    again = finish_one_opt(fresh, fresh.score([Candidate(1, end.layers, end.rec, end.sel, end.com)])[0])
+    assert again.key() == end.key() and improving(fresh, again) == []
