@@ -189,3 +189,43 @@ def test_row_maximum_by_hand() -> None:
     lp[1, 2] = np.inf
     got = _relax.row_maximum(lp, ub, near, np.ones(2, dtype=bool), price)
     assert got[0] == 8.0 and np.isposinf(got[1]) and all(i == 0 for i, _ in asked)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), V=st.integers(2, 3))
+def test_memoised_key_prices_equal_fresh_ones(seed, V) -> None:
+    """_min_extra_keys memoises each (weights, layers per group, budget, binary-searched group)
+    value in the fronts' ``values``: a second batch that shares half its keys with the first
+    gives, bit for bit, what a fresh RowFrontiers gives it, and only its new keys are priced."""
+    problem, _ = small_vpp_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, "1f1b", True)
+    layer = relaxed_layer(problem)
+    rng = np.random.default_rng(seed)
+    u = np.array([1.0, 2.5])
+    gc = np.stack([rng.integers(0, 3, size=12), rng.integers(3, 6, size=12)], axis=1)  # group 1 largest
+    b = rng.uniform(0.2, 1.0, size=12) * float((gc @ (u[:, None] * layer.act_mib[None, :]).max(axis=1)).max())
+    fr = RowFrontiers(layer)
+    first = _relax._min_extra_keys(fr, u, gc[:8], b[:8])
+    n_memo = len(fr.values)
+    second = _relax._min_extra_keys(fr, u, gc[4:], b[4:])
+    seen = {(tuple(g), x) for g, x in zip(gc[:8], b[:8])}
+    assert len(fr.values) - n_memo == len({(tuple(g), x) for g, x in zip(gc[8:], b[8:])} - seen)
+    np.testing.assert_array_equal(second, _relax._min_extra_keys(RowFrontiers(layer), u, gc[4:], b[4:]))
+    np.testing.assert_array_equal(first[4:], second[:4])
+
+
+def test_device_dp_typed_fronts_share_the_problems_fronts() -> None:
+    """The device DP's typed fronts use the problem's shared RowFrontiers (row_frontiers), the
+    stage DP's: the first type is the relaxed layer itself, and a layer with other values gets
+    its own shared fronts."""
+    from autotune.tuner.bounds._kinds import LayerTypes, TypedFronts
+    from autotune.tuner.bounds._relax import row_frontiers
+
+    problem, _ = small_vpp_problem(3, 8, 2, 2, ("full", "select", "comm"), 1.0, "1f1b", True)
+    tf = TypedFronts(LayerTypes(problem, 2), problem)
+    assert tf.fr[0] is row_frontiers(problem)
+    other = relaxed_layer(problem)
+    other = RelaxedLayer(other.fwd_ms, other.bwd_ms, other.static_mib, other.act_mib * 2, other.extra_ms,
+                         other.sdelta_mib, other.ws_mib)
+    assert row_frontiers(problem, other) is not row_frontiers(problem)
+    assert row_frontiers(problem, other) is row_frontiers(problem, other)
+    assert TypedFronts(LayerTypes(problem, 2)).fr[0] is not row_frontiers(problem)  # no problem: its own

@@ -26,7 +26,8 @@ import numpy as np
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
 from autotune.tuner.bounds._relax import (BATCH_CELLS, RelaxedLayer, RowFrontiers, min_extra_ms, pareto_front,
-                                          relaxed_layer, row_bounds, row_maximum, typed_layers, worst_row_extra)
+                                          relaxed_layer, row_bounds, row_frontiers, row_maximum, typed_layers,
+                                          worst_row_extra)
 from autotune.tuner.problem import Problem
 
 
@@ -104,8 +105,9 @@ class TypedFronts:
     :class:`~autotune.tuner.bounds._relax.RowFrontiers` per type); with one type exactly
     :func:`~autotune.tuner.bounds._relax.min_extra_ms`."""
 
-    def __init__(self, types: LayerTypes) -> None:
-        self.fr = [RowFrontiers(lay) for lay in types.layers]
+    def __init__(self, types: LayerTypes, problem: Problem | None = None) -> None:
+        # with the problem: each type's fronts are the problem's shared ones (row_frontiers)
+        self.fr = [RowFrontiers(lay) if problem is None else row_frontiers(problem, lay) for lay in types.layers]
         self.T = types.T
         self.pre: dict[tuple, np.ndarray] = {}
 

@@ -170,14 +170,20 @@ class RowFrontiers:
         return self.pre[key]
 
 
-def row_frontiers(problem: Problem) -> RowFrontiers:
-    """The :class:`RowFrontiers` of the problem's relaxed layer, shared by every bound and pass on
-    it (kept in ``problem.fit_cache``: the problem is frozen, and the relaxed layer does not depend
-    on V), so fronts and :func:`min_extra_ms` values are built once per search."""
-    key = ("row_frontiers",)
+def row_frontiers(problem: Problem, layer: RelaxedLayer | None = None) -> RowFrontiers:
+    """The :class:`RowFrontiers` of ``layer`` (default: the problem's relaxed layer,
+    :func:`relaxed_layer`), shared by every bound and pass on the problem (kept in
+    ``problem.fit_cache`` under the layer's values: the problem is frozen, and a layer's fronts do
+    not depend on V), so fronts and :func:`min_extra_ms` values are built once per search. The
+    stage DP and the device DP's typed fronts (:class:`~autotune.tuner.bounds._kinds.TypedFronts`,
+    whose first type is the same relaxed layer) share it: on pp 32 × vpp 4 × m 256 dense in
+    ``benchmarks/scaling.py`` each priced ~47,000 of the same (layers, budget) pairs before."""
+    layer = relaxed_layer(problem) if layer is None else layer
+    key = ("row_frontiers", layer.fwd_ms, layer.bwd_ms, layer.static_mib,
+           *(getattr(layer, a).tobytes() for a in ("act_mib", "extra_ms", "sdelta_mib", "ws_mib")))
     fr = problem.fit_cache.get(key)
     if fr is None:
-        fr = problem.fit_cache[key] = RowFrontiers(relaxed_layer(problem))
+        fr = problem.fit_cache[key] = RowFrontiers(layer)
     return fr
 
 
@@ -437,10 +443,37 @@ def row_bounds(rows: np.ndarray, budget: np.ndarray,
 
 def _min_extra_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
     """float [K]: :func:`min_extra_ms` of configurations with gc[k, g] relaxed layers of weight
-    u[g] (int [K, G]) within budget b[k] (MiB)."""
+    u[g] (int [K, G]) within budget b[k] (MiB).
+
+    Each value is a function of (u, its layers per group, its budget, and the group matched by
+    binary search: the one with the most layers over the batch), so it is memoised under those in
+    ``fr.values`` and priced once: the stage DP's first pass and the device DP's tables ask for the
+    same ones (pp 32 × vpp 4 × m 256 dense in ``benchmarks/scaling.py``: 95,075 asked for, 48,035
+    distinct, 4.5 CPU s of pricing before). The same values as pricing each batch whole."""
+    K = gc.shape[0]
+    val = np.full(K, np.inf)
+    if K == 0:
+        return val
+    last = int(np.argmax(gc.sum(axis=0)))
+    head = ("keys", u.tobytes(), last)
+    keys = [head + (row.tobytes(), x) for row, x in zip(gc, b.tolist())]
+    got = [fr.values.get(k) for k in keys]
+    todo = np.array([g is None for g in got])
+    for k in np.flatnonzero(~todo):
+        val[k] = got[k]
+    if todo.any():
+        new = _price_keys(fr, u, gc[todo], b[todo], last)
+        val[todo] = new
+        for k, x in zip(np.flatnonzero(todo), new.tolist()):
+            fr.values[keys[k]] = x
+    return val
+
+
+def _price_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray, last: int) -> np.ndarray:
+    """:func:`_min_extra_keys`' values, priced: the front sum of every group but ``last`` (memoised
+    by prefix) against ``last``'s front, by a vectorised binary search."""
     K, G = gc.shape
     val = np.full(K, np.inf)
-    last = int(np.argmax(gc.sum(axis=0))) if K else 0
     rest = [g for g in range(G) if g != last]
     if rest:
         pk, pinv = np.unique(gc[:, rest], axis=0, return_inverse=True)

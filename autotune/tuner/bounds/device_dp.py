@@ -307,7 +307,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, d
     total = sum(len(v) for v in all_vecs)
     fam = one_stay_counts(cs)
     types = LayerTypes(problem, V)
-    tf = TypedFronts(types)
+    tf = TypedFronts(types, problem)
     wf = _WeightedFronts(tf)
     stages = []
     least_work = 0
