@@ -121,7 +121,7 @@ def stage_rows(report: CostReport, margin_mib: float = 0.0) -> list[list[str]]:
     to the full budget (the report's budget + ``margin_mib``)."""
     j = lambda xs: "/".join(str(x) for x in xs)  # noqa: E731
     rows = [["stage", "layers", "full rec.", "select rec.", "comm rec.", "fwd ms", "bwd ms", "recompute ms",
-             "static MiB", "act MiB", "peak MiB", "headroom MiB"]]
+             "static MiB", "act+ws MiB", "peak MiB", "headroom MiB"]]
     for s in report.stages:
         rows.append([str(s.stage), j(s.layers), j(s.recompute), j(s.select_recompute), j(s.select_comm_recompute),
                      _fmt(s.fwd_ms), _fmt(s.bwd_ms), _fmt(s.recompute_ms), _fmt(s.static_mib), _fmt(s.act_peak_mib),

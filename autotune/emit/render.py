@@ -153,9 +153,11 @@ def _fmt_list(xs: list[int]) -> str:
 
 def stage_table(report: CostReport, margin_mib: float = 0.0) -> str:
     """Per-stage table: layers and recompute counts per chunk, time per step, peak MiB, headroom to
-    the full budget (MiB)."""
+    the full budget (MiB). "act+ws MiB" is what the stage holds at its peak besides its static
+    memory: live activations plus the workspace of the backward running then (static + act+ws =
+    peak; :func:`memory_table` splits them)."""
     hdr = ["stage", "layers", "full", "select", "comm", "fwd ms", "bwd ms", "recomp ms",
-           "static MiB", "act MiB", "peak MiB", "headroom MiB"]
+           "static MiB", "act+ws MiB", "peak MiB", "headroom MiB"]
     rows = []
     for s in report.stages:
         rows.append([str(s.stage), _fmt_list(s.layers), _fmt_list(s.recompute), _fmt_list(s.select_recompute),

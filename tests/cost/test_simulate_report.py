@@ -121,3 +121,23 @@ def test_public_api_timeline_by_hand():
 def test_import_cost_does_not_import_optuna():
     code = "import sys, autotune.cost, autotune.cost.public; sys.exit('optuna' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_stage_table_act_ws_column_is_activation_plus_workspace():
+    """The text report's per-stage "act+ws MiB" is the stage's activation and the workspace of the
+    backward running at its peak (the memory table's two columns): on the last stage the tail's
+    16 MiB workspace counts; static + act+ws = peak on every row."""
+    from autotune.emit.render import stage_table
+
+    lay = make_layout(np.full((1, 2), 6), np.zeros((1, 2), dtype=int), np.ones((1, 2), dtype=int))
+    rep = evaluate_layout(toy_profile(12), lay, micro_batch_num=6, hbm_mib=10_000)
+    head, _, *rows = stage_table(rep).splitlines()
+    cols = head.split()
+    assert "act+ws" in cols and "act" not in cols
+    for s, row in zip(rep.stages, rows):
+        cells = row.split()
+        act_ws = float(cells[-3])  # act+ws MiB, peak MiB, headroom MiB are the last three cells
+        assert act_ws == round(s.act_peak_mib)
+        assert act_ws == pytest.approx(s.memory_mib["activation"] + s.memory_mib["workspace"], abs=0.5)
+        assert float(cells[-4]) + act_ws == pytest.approx(float(cells[-2]), abs=1.0)
+    assert rep.stages[-1].memory_mib["workspace"] >= 16
