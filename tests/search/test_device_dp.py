@@ -218,3 +218,25 @@ def test_device_dp_kinds_by_position_raise_the_bound() -> None:
     old = device_dp_bound(relaxed, 2, upper_ms=best.step_ms).bound_ms
     assert old < new <= best.step_ms * (1 + 1e-9)
     assert (old, new, best.step_ms) == pytest.approx((68.5236, 84.8325, 88.0000), abs=1e-4)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**VPP_CASES)
+def test_threshold_pruning_gives_the_same_bound(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
+    """_final_min samples a few thresholds and prices only those that can hold the minimum; with
+    the sampling forced on every problem (from 2 thresholds, 3 samples) the bound is bit for bit
+    the one of pricing every threshold (the pruning forced off)."""
+    from autotune.tuner.bounds import device_dp as D
+
+    problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
+    ub = exact_optimum(problem).best
+    if ub is None:
+        return
+    got = {}
+    for name, lo, k in (("all", 10**9, 64), ("pruned", 2, 3)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(D, "PRUNE_MIN_THRESHOLDS", lo)
+            mp.setattr(D, "PRUNE_SAMPLES", k)
+            got[name] = device_dp_bound(problem, V, upper_ms=ub.step_ms * 1.5)
+    assert got["all"] is not None and got["pruned"] is not None
+    assert got["pruned"].bound_ms == got["all"].bound_ms
