@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -229,3 +230,52 @@ def test_device_dp_typed_fronts_share_the_problems_fronts() -> None:
     assert row_frontiers(problem, other) is not row_frontiers(problem)
     assert row_frontiers(problem, other) is row_frontiers(problem, other)
     assert TypedFronts(LayerTypes(problem, 2)).fr[0] is not row_frontiers(problem)  # no problem: its own
+
+
+def _price_one_prefix_at_a_time(fr, u, gc, b, last):
+    """Reference for _price_keys: each prefix front priced alone, its keys' last fronts padded
+    with +inf to the widest of them (the code before the all-pairs version)."""
+    K, G = gc.shape
+    val = np.full(K, np.inf)
+    rest = [g for g in range(G) if g != last]
+    pk, pinv = (np.unique(gc[:, rest], axis=0, return_inverse=True) if rest
+                else (np.zeros((1, 0), dtype=np.int64), np.zeros(K, dtype=np.int64)))
+    pinv = np.asarray(pinv).reshape(-1)
+    for j, pre in enumerate(pk):
+        ks = np.flatnonzero(pinv == j)
+        nz = [(int(n), float(u[g])) for n, g in zip(pre, rest) if n]
+        acc = fr.prefix(tuple(n for n, _ in nz), tuple(x for _, x in nz))
+        dist = np.unique(gc[ks, last])
+        fronts = [fr.get(int(n), float(u[last])) for n in dist]
+        width = max(f.shape[0] for f in fronts)
+        fm, fx = np.full((dist.size, width), np.inf), np.zeros((dist.size, width))
+        for i, f in enumerate(fronts):
+            fm[i, :f.shape[0]], fx[i, :f.shape[0]] = f[:, 0], f[:, 1]
+        wi = np.searchsorted(dist, gc[ks, last])
+        room = b[ks][:, None] - acc[None, :, 0] + 1e-9
+        i = (fm[wi][:, None, :] <= room[:, :, None]).sum(axis=2) - 1
+        ext = np.take_along_axis(fx[wi], np.maximum(i, 0), axis=1)
+        val[ks] = np.where(i >= 0, acc[None, :, 1] + ext, np.inf).min(axis=1)
+    return val
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), G=st.integers(1, 3), K=st.integers(1, 40))
+def test_all_pairs_pricing_equals_one_prefix_at_a_time(seed, G, K) -> None:
+    """_price_keys prices every (key, prefix-front point) pair in one pass: bit for bit the values
+    of pricing each prefix front alone, budgets below the least memory, in between, and +inf (no
+    budget) included, with the default blocks and with blocks of a few pairs."""
+    problem, _ = small_vpp_problem(seed, 8, 2, 2, ("full", "select", "comm"), 1.0, "1f1b", True)
+    layer = relaxed_layer(problem)
+    rng = np.random.default_rng(seed)
+    u = np.sort(rng.choice([0.5, 1.0, 1.5, 2.0, 3.0], size=G, replace=False))
+    gc = rng.integers(0, 6, size=(K, G))
+    b = rng.uniform(-0.2, 1.0, size=K) * float(6 * G * layer.act_mib.max() * u.max())
+    b[rng.random(K) < 0.15] = np.inf
+    last = int(np.argmax(gc.sum(axis=0)))
+    want = _price_one_prefix_at_a_time(RowFrontiers(layer), u, gc, b, last)
+    np.testing.assert_array_equal(_relax._price_keys(RowFrontiers(layer), u, gc, b, last), want)
+    with pytest.MonkeyPatch.context() as mp:  # keys in blocks of a few pairs each
+        mp.setattr(_relax, "BATCH_CELLS", 5)
+        np.testing.assert_array_equal(_relax._price_keys(RowFrontiers(layer), u, gc, b, last), want)
+

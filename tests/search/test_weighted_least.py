@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from autotune.cost.inputs import ProfileArrays
 from autotune.profile.schema import ModelProfile
+from autotune.tuner.bounds import _kinds
 from autotune.tuner.bounds._kinds import LayerTypes, TypedFronts
 from autotune.tuner.bounds.device_dp import _WeightedFronts
 from autotune.tuner.problem import Problem
@@ -137,6 +138,9 @@ def test_min_extra_batch_is_min_extra_bit_for_bit(seed, same):
     got = tf.min_extra_batch(tn, w, budget)
     want = [tf.min_extra(tuple(tuple(int(x) for x in c) for c in tn[i]), w, float(budget[i])) for i in range(60)]
     assert got.tolist() == want
+    with pytest.MonkeyPatch.context() as mp:  # every (configuration, prefix point) pair in blocks of a few
+        mp.setattr(_kinds, "BATCH_CELLS", 5)
+        assert tf.min_extra_batch(tn, w, budget).tolist() == want
 
 
 @settings(max_examples=30, deadline=None)

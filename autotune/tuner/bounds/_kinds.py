@@ -181,8 +181,10 @@ class TypedFronts:
         """float [K] ms: :meth:`min_extra` of K configurations (type counts int [K, V, T]) against
         one live-count vector ``w`` [V], each with its own budget (MiB [K]); the same values
         (the same float64 operations per configuration), with the configurations that merge
-        to the same (type, weight) groups sharing one prefix front and one vectorised binary
-        search (on pp 32 × vpp 4 × m 256 MoE the device DP priced ~420,000 pairs one by one)."""
+        to the same (type, weight) groups sharing one prefix front (on pp 32 × vpp 4 × m 256 MoE
+        the device DP priced ~420,000 pairs one by one before), and every (configuration,
+        prefix-front point) pair priced in one pass, a binary search per last front (one pass per
+        group composition before)."""
         K = tn.shape[0]
         val = np.full(K, np.inf)
         if K == 0:
@@ -195,22 +197,43 @@ class TypedFronts:
         keys, inv = np.unique(gc, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
         budget = np.asarray(budget, dtype=np.float64)
+        # per distinct group composition: its prefix front (every group but the last) and its
+        # last group's front, then every (configuration, prefix-front point) pair in one pass
+        accs, lasts, lidx, empty = [], {}, np.zeros(keys.shape[0], dtype=np.int64), np.zeros(keys.shape[0], bool)
         for j, key in enumerate(keys):
-            ks = np.flatnonzero(inv == j)
             cols = _canonical((t, int(key[t * G + g]), float(u[g])) for t in range(self.T) for g in range(G)
                               if key[t * G + g])
-            b = budget[ks]
             if not cols:
-                val[ks] = np.where(b >= -1e-9, 0.0, np.inf)
+                empty[j] = True
+                accs.append(np.zeros((1, 2)))
                 continue
-            acc = self._prefix(cols[:-1])
-            last = self.get(*cols[-1])
-            step = max(1, BATCH_CELLS // max(1, acc.shape[0]))
-            for lo in range(0, ks.size, step):
-                bb = b[lo:lo + step]
-                i = np.searchsorted(last[:, 0], bb[:, None] - acc[None, :, 0] + 1e-9, side="right") - 1
-                tot = np.where(i >= 0, acc[None, :, 1] + last[np.maximum(i, 0), 1], np.inf)
-                val[ks[lo:lo + step]] = tot.min(axis=1)
+            accs.append(self._prefix(cols[:-1]))
+            lidx[j] = lasts.setdefault(cols[-1], len(lasts))
+        fronts = [self.get(*c) for c in lasts]
+        sizes = np.array([a.shape[0] for a in accs], dtype=np.int64)
+        off = np.concatenate([[0], np.cumsum(sizes)])
+        acc = np.concatenate(accs)
+        cnt = sizes[inv]
+        ends = np.cumsum(cnt)
+        lo = 0
+        while lo < K:  # configurations in blocks of about BATCH_CELLS pairs (bounds the temporaries)
+            hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + BATCH_CELLS, side="right")))
+            ks = np.arange(lo, hi)
+            kidx = np.repeat(ks, cnt[ks])
+            first = np.concatenate([[0], np.cumsum(cnt[ks])[:-1]])
+            aidx = off[inv][kidx] + np.arange(kidx.size) - first[kidx - lo]
+            room = budget[kidx] - acc[aidx, 0] + 1e-9
+            tot = np.full(kidx.size, np.inf)
+            lk = lidx[inv[kidx]]
+            live = ~empty[inv[kidx]]
+            for d, f in enumerate(fronts):  # per last front: the points within each room
+                at = np.flatnonzero(live & (lk == d))
+                i = np.searchsorted(f[:, 0], room[at], side="right") - 1
+                tot[at] = np.where(i >= 0, acc[aidx[at], 1] + f[np.maximum(i, 0), 1], np.inf)
+            v = np.minimum.reduceat(tot, first)
+            none = empty[inv[ks]]
+            val[lo:hi] = np.where(none, np.where(budget[ks] >= -1e-9, 0.0, np.inf), v)
+            lo = hi
         return val
 
 
