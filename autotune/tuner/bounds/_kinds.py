@@ -26,8 +26,8 @@ import numpy as np
 from autotune.cost.dominance import pareto_mask, pareto_order
 from autotune.cost.schedules import get_schedule
 from autotune.tuner.bounds._relax import (BATCH_CELLS, RelaxedLayer, RowFrontiers, min_extra_ms, pareto_front,
-                                          relaxed_layer, row_bounds, row_frontiers, row_maximum, typed_layers,
-                                          worst_row_extra)
+                                          pair_blocks, relaxed_layer, row_bounds, row_frontiers, row_maximum,
+                                          typed_layers, worst_row_extra)
 from autotune.tuner.problem import Problem
 
 
@@ -213,15 +213,7 @@ class TypedFronts:
         sizes = np.array([a.shape[0] for a in accs], dtype=np.int64)
         off = np.concatenate([[0], np.cumsum(sizes)])
         acc = np.concatenate(accs)
-        cnt = sizes[inv]
-        ends = np.cumsum(cnt)
-        lo = 0
-        while lo < K:  # configurations in blocks of about BATCH_CELLS pairs (bounds the temporaries)
-            hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + BATCH_CELLS, side="right")))
-            ks = np.arange(lo, hi)
-            kidx = np.repeat(ks, cnt[ks])
-            first = np.concatenate([[0], np.cumsum(cnt[ks])[:-1]])
-            aidx = off[inv][kidx] + np.arange(kidx.size) - first[kidx - lo]
+        for lo, hi, kidx, aidx, first in pair_blocks(sizes[inv], off[inv], BATCH_CELLS):
             room = budget[kidx] - acc[aidx, 0] + 1e-9
             tot = np.full(kidx.size, np.inf)
             lk = lidx[inv[kidx]]
@@ -231,9 +223,8 @@ class TypedFronts:
                 i = np.searchsorted(f[:, 0], room[at], side="right") - 1
                 tot[at] = np.where(i >= 0, acc[aidx[at], 1] + f[np.maximum(i, 0), 1], np.inf)
             v = np.minimum.reduceat(tot, first)
-            none = empty[inv[ks]]
-            val[lo:hi] = np.where(none, np.where(budget[ks] >= -1e-9, 0.0, np.inf), v)
-            lo = hi
+            none = empty[inv[lo:hi]]
+            val[lo:hi] = np.where(none, np.where(budget[lo:hi] >= -1e-9, 0.0, np.inf), v)
         return val
 
 

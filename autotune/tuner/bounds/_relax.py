@@ -508,16 +508,8 @@ def _price_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray, 
         fm[i, :f.shape[0]], fx[i, :f.shape[0]] = f[:, 0], f[:, 1]
     wide = np.zeros(pk.shape[0], dtype=np.int64)  # per prefix front: its keys' widest last front
     np.maximum.at(wide, pinv, lens[which])
-    cnt = sizes[pinv]  # pairs per key (>= 1: a front has a point)
-    ends = np.cumsum(cnt)
     val = np.empty(K)
-    lo = 0
-    while lo < K:  # keys in blocks of about BATCH_CELLS pairs (bounds the temporaries)
-        hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + BATCH_CELLS, side="right")))
-        ks = np.arange(lo, hi)
-        kidx = np.repeat(ks, cnt[ks])
-        first = np.concatenate([[0], np.cumsum(cnt[ks])[:-1]])
-        aidx = off[pinv][kidx] + np.arange(kidx.size) - first[kidx - lo]
+    for lo, hi, kidx, aidx, first in pair_blocks(sizes[pinv], off[pinv], BATCH_CELLS):
         room = b[kidx] - acc[aidx, 0] + 1e-9
         dk = which[kidx]
         i = np.empty(kidx.size, dtype=np.int64)
@@ -527,8 +519,25 @@ def _price_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarray, 
         i = np.where(np.isnan(room), 0, np.minimum(i, wide[pinv[kidx]])) - 1
         v = np.where(i >= 0, acc[aidx, 1] + fx[dk, np.maximum(i, 0)], np.inf)
         val[lo:hi] = np.minimum.reduceat(v, first)
-        lo = hi
     return val
+
+
+def pair_blocks(cnt: np.ndarray, start: np.ndarray, cells: int):
+    """The (key, point) pairs of keys that own ``cnt[k]`` >= 1 consecutive points from ``start[k]``
+    (int [K] each) of a concatenated table, in blocks of whole keys holding about ``cells`` pairs
+    (at least one key): yields (lo, hi, kidx, aidx, first): the block's keys lo..hi-1, each pair's
+    key and point (int [n]), and where each key's pairs begin in the block (int [hi - lo], the
+    ``np.minimum.reduceat`` offsets)."""
+    ends = np.cumsum(cnt)
+    K = cnt.size
+    lo = 0
+    while lo < K:
+        hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + cells, side="right")))
+        ks = np.arange(lo, hi)
+        kidx = np.repeat(ks, cnt[ks])
+        first = np.concatenate([[0], np.cumsum(cnt[ks])[:-1]])
+        yield lo, hi, kidx, start[kidx] + np.arange(kidx.size) - first[kidx - lo], first
+        lo = hi
 
 
 def undominated(rows: np.ndarray) -> np.ndarray:
