@@ -28,7 +28,7 @@ import numpy as np
 
 from autotune.tuner.fit import GREEDY, RecomputeFit, edge_weighted_fit, fit_cache
 from autotune.tuner.heuristic import local_search, polish_recompute
-from autotune.tuner.moves import GivenSplits, scan
+from autotune.tuner.moves import GivenSplits, lazy_scan
 from autotune.tuner.problem import Candidate, Problem, better, rank_order
 
 #: Most rounds of one kick search (a work cap, not a clock: deterministic).
@@ -112,7 +112,8 @@ def kick_search(problem: Problem, start: Candidate, *, target_ms: float | None =
         if idle >= KICK_PATIENCE or done():
             break
         splits = np.concatenate([shear_splits(problem, best), random_kicks(problem, best, KICK_RANDOM, rng)])
-        sc = scan(problem, best, GivenSplits(np.unique(splits, axis=0)), fit=fit, memo=memo) if len(splits) else None
+        sc = (lazy_scan(problem, best, GivenSplits(np.unique(splits, axis=0)), 1, fit=fit, memo=memo)
+              if len(splits) else None)
         if sc is None:
             break
         i = int(rank_order(sc.step_ms, sc.excess_mib(problem))[0])

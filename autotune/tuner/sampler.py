@@ -49,9 +49,9 @@ from autotune.cost.budget import fits
 from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
 from autotune.tuner.heuristic import COMPOUND_POOL, _pair_top, compound_moves
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.moves import OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
+from autotune.tuner.moves import LazyScan, OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
 from autotune.tuner.params import encode, representable
-from autotune.tuner.problem import Candidate, Problem, better, rank_order, ranked
+from autotune.tuner.problem import REL_TOL, Candidate, Problem, better, rank_order, ranked
 
 #: User attribute holding a trial's memory excess (MiB, peak - budget; <= 0 fits).
 EXCESS_ATTR = "hbm_excess_mib"
@@ -185,7 +185,8 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         fit = GREEDY if inc.V == 1 else edge_weighted_fit(inc.V)
         memo = fit_cache(p)
         out: list[Candidate] = []
-        single = self._scan(p, inc, SingleLayerMoves(), fit=fit, memo=memo)
+        lazy = self._lazy_single(inc, fit, memo)
+        single = None if lazy is None else lazy.scan()
         out = self._improving(inc, single)
         if not out:
             # a move over the budget never beats a fitting incumbent: price memory first
@@ -194,6 +195,8 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         if not out and single is not None:
             top = _pair_top(p, inc.V, None)
             if top >= 2:
+                if lazy is not None:
+                    single = lazy.settle(top).scan()
                 order = rank_order(single.step_ms, single.excess_mib(p))
                 pairs = PairMoves(singles=single.layouts.layers, order=order, top=top)
                 out = self._improving(inc, self._scan(p, inc, pairs, fit=fit, memo=memo))
@@ -222,6 +225,25 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         self._spend(len(combos), inc.V)
         wins = [c for c in p.score(combos) if fits(c.peak_mib, p.hbm_mib) and better(c, out[0])]
         return ranked(wins) + out if wins else out
+
+    def _lazy_single(self, inc: Candidate, fit, memo: dict) -> LazyScan | None:
+        """The single-layer moves of ``inc`` as a :class:`~autotune.tuner.moves.LazyScan` with
+        every neighbour that can beat a fitting ``inc`` simulated: those whose step floor is below
+        inc's step × (1 − REL_TOL) × (1 + 2·REL_TOL). Its :meth:`_improving` list is the full
+        scan's: a neighbour left out is slower than every better one by more than the tie unit
+        (REL_TOL × the least step), so it ranks after them, and the row that ends the list in the
+        full scan is not better either way. The pair-move order settles later, only when needed.
+        None for an incumbent over the budget (then every neighbour is simulated, as a
+        :class:`~autotune.tuner.moves.Scan` would; returned as a settled LazyScan) or without
+        neighbours. Counts every neighbour in ``spent_ops``, as before."""
+        p = self.problem
+        lz = LazyScan(p, inc, SingleLayerMoves(), fit=fit, memo=memo)
+        if lz.empty:
+            return None
+        self._spend(len(lz.step_ms), inc.V)
+        if not fits(inc.peak_mib, p.hbm_mib):
+            return lz.settle(len(lz.step_ms))
+        return lz.settle_below(inc.step_ms * (1.0 - REL_TOL) * (1.0 + 2.0 * REL_TOL))
 
     def _scan(self, p: Problem, inc: Candidate, nbhd, **kw) -> Scan | None:
         """:func:`~autotune.tuner.moves.scan`, its simulated ops (neighbours × the schedule's
