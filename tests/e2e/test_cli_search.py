@@ -176,7 +176,10 @@ def test_none_found_is_not_called_proven_infeasible() -> None:
     d = json.loads(r.stdout)
     assert d["best"] is None and d["no_fit_proven"] is False
     assert d["closest"]["peak_mib"] == pytest.approx(9280.625)
-    assert d["lower_bound_ms"] == pytest.approx(920.5836, abs=1e-3)
+    # vpp 3's bound is the integer program's node-capped dual bound (HiGHS): its branch and bound
+    # path, so the last digits, depend on the machine (920.5836 ms on an earlier CI machine,
+    # 920.5632 on another with the same code and package versions); the message rounds it to 920.6
+    assert d["lower_bound_ms"] == pytest.approx(920.57, abs=0.03)
     assert ("[R_HBM_INFEASIBLE] --hbm: the search found no configuration that fits the HBM budget of 9250 MiB "
             "(not proven that none exists: the bounds leave room for a fitting layout of at least 920.6 ms)"
             ) in r.stderr
