@@ -23,7 +23,7 @@ from autotune.cost.budget import fits
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
 from autotune.tuner.moves import (GivenSplits, LayoutBatch, LazyScan, PairMoves, RecomputeTrades, Scan,
-                                   SingleLayerMoves, base_path, lazy_scan, never_faster, one_opt_moves, scan,
+                                   SingleLayerMoves, floor_paths, lazy_scan, never_faster, one_opt_moves, scan,
                                    step_floor)
 from autotune.tuner.params import representable
 from autotune.tuner.problem import (REL_TOL, Candidate, Problem, best_of, better, improves, rank_order,
@@ -221,7 +221,7 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
     under ``cand``'s step time) are simulated."""
     moves = one_opt_moves(problem, cand)
     V = cand.V
-    path = base_path(problem, cand)
+    path = floor_paths(problem, cand)
     keep_l, keep_t = [], []
     for lo in range(0, len(moves.layers), 20_000):
         b = LayoutBatch(*(a[lo:lo + 20_000] for a in moves))

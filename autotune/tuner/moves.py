@@ -27,7 +27,7 @@ import numpy as np
 from autotune.cost.budget import excess_mib, fits
 from autotune.cost.inputs import StageCosts
 from autotune.cost.simulate import bwd_w_ms, compile_schedule
-from autotune.tuner.bounds._paths import CriticalPath, critical_path
+from autotune.tuner.bounds._paths import CriticalPath, critical_path, one_stay_counts
 from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, refit_touched
 from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min, rank_order, tie_key
 
@@ -307,6 +307,52 @@ def base_path(problem: Problem, base: Candidate) -> CriticalPath:
     return memo[key]
 
 
+def _one_stay_arrays(problem: Problem, V: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every one-stay path of V's schedule as arrays: forward / backward counts float [Q, V, P],
+    hops float [Q], stage int [Q] (:func:`~autotune.tuner.bounds._paths.one_stay_counts`).
+    Memoised per problem."""
+    memo = fit_cache(problem)
+    key = ("one_stay_arrays", V)
+    if key not in memo:
+        cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
+        rows = [(cf, cb, h, p) for p, per in enumerate(one_stay_counts(cs)) for cf, cb, h in per]
+        memo[key] = (np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]),
+                     np.array([float(r[2]) for r in rows]), np.array([r[3] for r in rows]))
+    return memo[key]
+
+
+def floor_paths(problem: Problem, base: Candidate) -> CriticalPath:
+    """The paths :func:`step_floor` prices for ``base``'s neighbours, stacked (cf, cb, cw float
+    [K, V, P], hops and length float [K], the lengths under ``base``'s durations): ``base``'s
+    longest path (:func:`base_path`) and, for a schedule that runs the backward as one op, each
+    stage's longest one-stay path under ``base``'s durations
+    (:func:`~autotune.tuner.bounds._paths.one_stay_counts`). Every one is a chain of the
+    dependency graph, so each gives a floor. A move that loads a stage other than ``base``'s
+    critical one past its step time is caught by that stage's path, which counts the pipeline's
+    fill and drain beside the stage's work: on P32 V4 m256 L256 dense ... Memoised per layout."""
+    memo = fit_cache(problem)
+    key = ("floor_paths",) + base.key()
+    if key in memo:
+        return memo[key]
+    cp = base_path(problem, base)
+    V, P = base.V, problem.P
+    parts = [(cp.cf, cp.cb, cp.cw, float(cp.hops), cp.length)]
+    cs = compile_schedule(problem.schedule, P, V, problem.m, problem.seq_split_num)
+    if not cs.split_bw:
+        CF, CB, H, stage = _one_stay_arrays(problem, V)
+        one = problem.costs(V, base.layers[None], base.rec[None], base.sel[None], base.com[None])
+        L = ((CF * one.fwd_ms[0]).sum(axis=(1, 2)) + (CB * one.bwd_ms[0]).sum(axis=(1, 2))
+             + H * problem.pa.p2p_ms)
+        for p in range(P):
+            rows = np.flatnonzero(stage == p)
+            if rows.size:
+                i = int(rows[np.argmax(L[rows])])
+                parts.append((CF[i], CB[i], np.zeros((V, P)), float(H[i]), float(L[i])))
+    cf, cb, cw, hops, length = (np.array([q[j] for q in parts]) for j in range(5))
+    memo[key] = CriticalPath(length, cf, cb, hops, cw)
+    return memo[key]
+
+
 def step_floor(problem: Problem, V: int, costs: StageCosts, path: CriticalPath) -> np.ndarray:
     """float [B] ms: a lower bound on the simulated step time of each layout of ``costs``
     ([B, V, P] arrays), less :data:`FLOOR_MARGIN` of it: the larger of
@@ -319,6 +365,13 @@ def step_floor(problem: Problem, V: int, costs: StageCosts, path: CriticalPath) 
       reference §6.1, :func:`~autotune.tuner.bounds.critical_path`)."""
     f, b = costs.fwd_ms, costs.bwd_ms
     busy = ((f + b).sum(axis=1) * problem.m).max(axis=1)
+    if path.cf.ndim == 3:  # several paths (:func:`floor_paths`): the longest of them
+        B, K = f.shape[0], path.cf.shape[0]
+        length = (f.reshape(B, -1) @ path.cf.reshape(K, -1).T + b.reshape(B, -1) @ path.cb.reshape(K, -1).T
+                  + path.hops[None] * problem.pa.p2p_ms)
+        if compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num).split_bw:
+            length += bwd_w_ms(costs).reshape(B, -1) @ (path.cw - path.cb).reshape(K, -1).T
+        return np.maximum(busy, length.max(axis=1)) * (1.0 - FLOOR_MARGIN)
     length = (path.cf[None] * f).sum(axis=(1, 2)) + (path.cb[None] * b).sum(axis=(1, 2)) + path.hops * problem.pa.p2p_ms
     if compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num).split_bw:
         w = bwd_w_ms(costs)  # B ops run bwd − w, W ops w
@@ -346,7 +399,7 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
     trades add replay only."""
     parts = []
     screen = beat and np.isfinite(base.step_ms) and bool(fits(base.peak_mib, problem.hbm_mib))
-    path = base_path(problem, base) if screen else None
+    path = floor_paths(problem, base) if screen else None
     for b in nbhd.batches(problem, base, fit, memo):
         if not screen:
             s = problem.evaluate(base.V, b.layers, b.rec, b.sel, b.com)
@@ -398,7 +451,7 @@ class LazyScan:
     def __init__(self, problem: Problem, base: Candidate, nbhd: "Neighbourhood", *, fit: RecomputeFit = GREEDY,
                  memo: dict | None = None) -> None:
         self.problem, self.V = problem, base.V
-        path = base_path(problem, base)
+        path = floor_paths(problem, base)
         parts = []
         for b in nbhd.batches(problem, base, fit, memo):
             costs = problem.costs(base.V, b.layers, b.rec, b.sel, b.com)

@@ -7,13 +7,16 @@ whose floor is at the base's step time, and must find the same better neighbours
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from autotune.cost.inputs import ProfileArrays
 from autotune.profile.schema import ModelProfile
 from autotune.tuner.fit import fitted
-from autotune.tuner.moves import SingleLayerMoves, base_path, scan, single_moves, step_floor
+from autotune.cost.simulate import compile_schedule
+from autotune.tuner.bounds._paths import one_stay_counts
+from autotune.tuner.moves import SingleLayerMoves, base_path, floor_paths, scan, single_moves, step_floor
 from autotune.tuner.problem import REL_TOL, Candidate, Problem, better, even_layers
 from tests.search.test_exact_bounds import _random_problem
 
@@ -109,3 +112,56 @@ def test_the_floor_skips_most_single_moves_on_a_long_schedule() -> None:
     skipped = ~np.isfinite(fast.step_ms)
     assert skipped.sum() > len(skipped) // 2
     assert _better(pr, base, full) == _better(pr, base, fast) != []
+
+
+def test_floor_paths_by_hand() -> None:
+    """The problem of :func:`test_step_floor_by_hand`. Besides the even split's critical path (2 + 2
+    ops on stage 0, 3 + 3 on stage 1), ``floor_paths`` holds each stage's longest one-stay path
+    under its durations (each 30 ms there): stage 0 runs 3 forwards and 2 backwards of its own,
+    stage 1 all 4 + 4 of its own and one forward and one backward of stage 0. Priced with [1, 3]'s
+    durations, stage 1's path is 1 + 2 + 4·3 + 4·6 = 39 ms, [1, 3]'s simulated step time, where
+    the critical path and the busiest stage gave 36."""
+    prof = ModelProfile(kinds={"L": {"fwd_ms": 1, "bwd_ms": 2, "act_mib": 1, "static_mib": 1}},
+                        layer_kinds=[("L", 4)], head={"static_mib": 1}, tail={"static_mib": 1})
+    pr = Problem(ProfileArrays.from_profile(prof), P=2, m=4, hbm_mib=1e6)
+    z = np.zeros((1, 2), dtype=np.int64)
+    even = pr.score([Candidate(1, np.array([[2, 2]]), z, z, z)])[0]
+    skew = pr.score([Candidate(1, np.array([[1, 3]]), z, z, z)])[0]
+    fp = floor_paths(pr, even)
+    assert fp.length.tolist() == [30.0, 30.0, 30.0]
+    assert fp.cf.tolist() == [[[2.0, 3.0]], [[3.0, 2.0]], [[1.0, 4.0]]]
+    assert fp.cb.tolist() == [[[2.0, 3.0]], [[3.0, 2.0]], [[1.0, 4.0]]]
+    costs = _costs(pr, 1, [skew])
+    assert step_floor(pr, 1, costs, fp)[0] == 39.0 * (1 - 1e-10) == skew.step_ms * (1 - 1e-10)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 10), P=st.integers(2, 3), V=st.integers(1, 2),
+       sched=st.sampled_from(["1f1b", "zero_bubble_v", "gpipe", "seqpipe"]))
+def test_floor_paths_floor_is_below_every_step_and_above_the_single_paths(seed, N, P, V, sched) -> None:
+    """Random problems and schedules (split backward: only the critical path), p2p > 0: every
+    single move of the even split (fitted, and with no recompute) simulates to at least the floor
+    of the stacked paths, which is at least the floor of the critical path alone."""
+    assume(P * V <= N and (sched != "zero_bubble_v" or V == 2) and (sched != "seqpipe" or V == 1))
+    split = 2 if sched == "seqpipe" else 1
+    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), 1.0, schedule=sched, split=split, m=2 * P)
+    base = fitted(pr, V, even_layers(N, P, V)[None], "even")[0]
+    splits = single_moves(pr, base)
+    assume(len(splits))
+    z = np.zeros_like(splits)
+    for rec in (z, np.minimum(splits, 1)):
+        costs = pr.costs(V, splits, rec, z, z)
+        step = pr.score_costs(V, costs).step_ms
+        many = step_floor(pr, V, costs, floor_paths(pr, base))
+        assert (many <= step).all()
+        assert (many >= step_floor(pr, V, costs, base_path(pr, base)) * (1 - 1e-12)).all()
+
+
+def test_one_stay_counts_are_memoised_read_only() -> None:
+    """The one-stay counts of a compiled schedule are computed once and cannot be changed."""
+    cs = compile_schedule("1f1b", 3, 2, 6)
+    a = one_stay_counts(cs)
+    assert one_stay_counts(cs) is a
+    cf = a[0][0][0]
+    with pytest.raises(ValueError):
+        cf[0, 0] = 1.0
