@@ -15,7 +15,7 @@ from autotune.config.layout import Layout, make_layout
 from autotune.config.limits import MAX_SCHEDULE_UNITS, MAX_STAGE_UNITS
 from autotune.cost.budget import excess_mib, fits
 from autotune.cost.dominance import pareto_order
-from autotune.cost.inputs import ProfileArrays, StageCosts, first_layers, stage_costs
+from autotune.cost.inputs import ProfileArrays, StageCosts, first_layers, stage_costs, stage_costs_distinct
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import (compile_schedule, duration_table, peak_activation, simulate,
                                     stage_peak_activation)
@@ -63,6 +63,11 @@ class BatchScore:
     peak_mib: np.ndarray
     static_mib: np.ndarray
     busy_ms: np.ndarray
+
+
+#: :meth:`Problem.costs` prices each distinct stage column once from this many layouts on (the
+#: hashing costs more than it saves on small batches).
+DISTINCT_MIN_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,12 @@ class Problem:
     def costs(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
               com: np.ndarray) -> StageCosts:
         """Per-mini-stage costs of a batch (arrays int [B, V, P]); ``static_mib`` [B, P] needs no
-        simulation, so a caller can reject a layout on static memory before :meth:`score_costs`."""
+        simulation, so a caller can reject a layout on static memory before :meth:`score_costs`.
+        From :data:`DISTINCT_MIN_BATCH` layouts on, each distinct stage column is priced once
+        (:func:`~autotune.cost.inputs.stage_costs_distinct`, the same numbers): the search's
+        neighbourhoods repeat most of them."""
+        if layers.ndim == 3 and layers.shape[0] >= DISTINCT_MIN_BATCH:
+            return stage_costs_distinct(self.pa, layers, rec, sel, com, pos=self.positions(V))
         return stage_costs(self.pa, layers, rec, sel, com, pos=self.positions(V))
 
     def positions(self, V: int) -> np.ndarray:
