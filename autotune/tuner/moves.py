@@ -329,7 +329,8 @@ def floor_paths(problem: Problem, base: Candidate) -> CriticalPath:
     (:func:`~autotune.tuner.bounds._paths.one_stay_counts`). Every one is a chain of the
     dependency graph, so each gives a floor. A move that loads a stage other than ``base``'s
     critical one past its step time is caught by that stage's path, which counts the pipeline's
-    fill and drain beside the stage's work: on P32 V4 m256 L256 dense ... Memoised per layout."""
+    fill and drain beside the stage's work (by hand: tests/search/test_step_floor.py). Memoised
+    per layout."""
     memo = fit_cache(problem)
     key = ("floor_paths",) + base.key()
     if key in memo:
