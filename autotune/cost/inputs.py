@@ -12,7 +12,7 @@ contiguous position ranges: full [0, r), both [r, lo), select-only or comm-only 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -171,6 +171,21 @@ class StageCosts:
     static_mib: np.ndarray
     recompute_ms: np.ndarray
     bwd_w_ms: np.ndarray | None = None
+
+    def take(self, rows: np.ndarray) -> "StageCosts":
+        """The layouts ``rows`` (an index or bool array over B) of the batch, every array alike."""
+        return StageCosts(*(None if x is None else x[rows] for x in _arrays(self)))
+
+    @staticmethod
+    def concat(parts: "list[StageCosts]") -> "StageCosts":
+        """The batches of ``parts`` one after another (their optional arrays all given or all None)."""
+        cols = zip(*(_arrays(c) for c in parts))
+        return StageCosts(*(None if col[0] is None else np.concatenate(col) for col in cols))
+
+
+def _arrays(c: StageCosts) -> tuple:
+    """A :class:`StageCosts`'s arrays in field order (no copies, unlike ``dataclasses.astuple``)."""
+    return tuple(getattr(c, f.name) for f in fields(c))
 
 
 def first_layers(layers: np.ndarray, pos: np.ndarray | None) -> np.ndarray:
@@ -360,4 +375,4 @@ def stage_costs_distinct(pa: ProfileArrays, layers: np.ndarray, rec: np.ndarray,
             out[:, v, :] = x[:, v, 0][inv]
         return out
 
-    return StageCosts(*(spread(getattr(c, f)) for f in StageCosts.__dataclass_fields__))
+    return StageCosts(*(spread(x) for x in _arrays(c)))

@@ -19,7 +19,7 @@ The split moves re-fit the recompute of the stages they touch with a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Protocol
 
 import numpy as np
@@ -412,8 +412,7 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
         step = np.full(len(b.layers), np.inf)
         peak = np.full((len(b.layers), problem.P), np.inf)
         if run.any():
-            sub = {f.name: None if (x := getattr(costs, f.name)) is None else x[run] for f in fields(StageCosts)}
-            s = problem.score_costs(base.V, StageCosts(**sub))
+            s = problem.score_costs(base.V, costs.take(run))
             step[run], peak[run] = s.step_ms, s.peak_mib
         parts.append((b, step, peak))
     if not parts:
@@ -431,8 +430,8 @@ LAZY_BLOCK = 64
 
 class LazyScan:
     """The neighbours of ``base`` in ``nbhd`` with their memory priced at once and their step times
-    simulated lazily, in increasing :func:`step_floor` (``base``'s longest path priced with each
-    neighbour's durations): :meth:`settle` ``(k)`` simulates until the first k neighbours by
+    simulated lazily, in increasing :func:`step_floor` (the paths of :func:`floor_paths` priced
+    with each neighbour's durations): :meth:`settle` ``(k)`` simulates until the first k neighbours by
     :func:`~autotune.tuner.problem.rank_order` are known, and :meth:`scan` is then a
     :class:`Scan` whose first k in rank order, and so its :meth:`Scan.best`, are those of the full
     :func:`scan` (the same rows, values and order; the other rows may hold step +inf).
@@ -462,8 +461,7 @@ class LazyScan:
         if self.empty:
             return
         self.layouts = LayoutBatch(*(np.concatenate([p[0][k] for p in parts]) for k in range(4)))
-        self.costs = StageCosts(**{f.name: None if getattr(parts[0][1], f.name) is None else
-                                   np.concatenate([getattr(p[1], f.name) for p in parts]) for f in fields(StageCosts)})
+        self.costs = StageCosts.concat([p[1] for p in parts])
         self.peak_mib = np.concatenate([p[2] for p in parts])
         floor = np.concatenate([p[3] for p in parts])
         self.order = np.argsort(floor, kind="stable")
@@ -477,9 +475,7 @@ class LazyScan:
         rows = self.order[self.done:self.done + n]
         if not len(rows):
             return
-        sub = StageCosts(**{f.name: None if (x := getattr(self.costs, f.name)) is None else x[rows]
-                            for f in fields(StageCosts)})
-        self.step_ms[rows] = self.problem.score_costs(self.V, sub).step_ms
+        self.step_ms[rows] = self.problem.score_costs(self.V, self.costs.take(rows)).step_ms
         self.done += len(rows)
 
     def _settled(self, k: int) -> bool:

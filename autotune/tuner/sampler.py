@@ -233,9 +233,8 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         scan's: a neighbour left out is slower than every better one by more than the tie unit
         (REL_TOL × the least step), so it ranks after them, and the row that ends the list in the
         full scan is not better either way. The pair-move order settles later, only when needed.
-        None for an incumbent over the budget (then every neighbour is simulated, as a
-        :class:`~autotune.tuner.moves.Scan` would; returned as a settled LazyScan) or without
-        neighbours. Counts every neighbour in ``spent_ops``, as before."""
+        For an incumbent over the budget every neighbour is simulated (as the full scan did).
+        None when ``inc`` has no neighbour. Counts every neighbour in ``spent_ops``, as before."""
         p = self.problem
         lz = LazyScan(p, inc, SingleLayerMoves(), fit=fit, memo=memo)
         if lz.empty:

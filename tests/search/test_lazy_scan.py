@@ -23,6 +23,7 @@ from autotune.tuner.fit import fitted
 from autotune.tuner.moves import GivenSplits, LazyScan, SingleLayerMoves, scan, single_moves
 from autotune.tuner.problem import Problem, even_layers, rank_order
 from tests.search.test_exact_bounds import _random_problem
+from tests.search.test_step_floor import long_schedule_base
 
 
 @pytest.fixture(autouse=True)
@@ -48,6 +49,14 @@ def _uniform_problem(P: int, V: int, N: int, m: int, hbm: float) -> Problem:
                                      "select": {"act_mib": 3, "extra_ms": 0.5}}},
                         layer_kinds=[("L", N)], head={"static_mib": 1}, tail={"static_mib": 1})
     return Problem(ProfileArrays.from_profile(prof), P=P, m=m, hbm_mib=hbm, vpp_candidates=[V])
+
+
+def _skewed(N: int, P: int, V: int) -> np.ndarray:
+    """The even split with one layer moved from the last mini-stage to the first, int [V, P]."""
+    lay = even_layers(N, P, V)
+    lay[0, 0] += 1
+    lay[-1, -1] -= 1
+    return lay
 
 
 def _check_prefix(pr: Problem, base, nbhd, ks) -> None:
@@ -98,20 +107,13 @@ def test_exact_ties_keep_the_full_scans_order(P, V, N, m) -> None:
     full scan's, under a loose and a tight budget."""
     for hbm in (1e6, 60.0 * N / P):
         pr = _uniform_problem(P, V, N, m, hbm)
-        lay = even_layers(N, P, V)
-        lay[0, 0] += 1
-        lay[-1, -1] -= 1
-        base = fitted(pr, V, lay[None], "skew")[0]
+        base = fitted(pr, V, _skewed(N, P, V)[None], "skew")[0]
         _check_prefix(pr, base, SingleLayerMoves(), (1, 2, 3, 6, 10))
 
 
 def test_settle_below_simulates_every_neighbour_faster_than_it() -> None:
     """Every neighbour whose full-scan step is below the threshold is simulated, with its value."""
-    pr = _random_problem(7, 16, 4, 2, ("full", "select", "comm"), 1.3, m=32)
-    lay = even_layers(16, 4, 2)
-    lay[0, 0] += 1
-    lay[1, 3] -= 1
-    base = fitted(pr, 2, lay[None], "skewed")[0]
+    pr, base = long_schedule_base()
     full = scan(pr, base, SingleLayerMoves())
     lz = LazyScan(pr, base, SingleLayerMoves()).settle_below(base.step_ms)
     fast = full.step_ms < base.step_ms
@@ -123,11 +125,7 @@ def test_the_best_neighbour_needs_few_simulations_on_a_long_schedule() -> None:
     """pp 4 × vpp 2, 32 micro-batches, from the even split with one layer moved from the last
     mini-stage to the first: moving it back is the best move, its floor is about its step, and
     most other moves' floors are above it, so settle(1) simulates under a quarter of them."""
-    pr = _random_problem(7, 16, 4, 2, ("full", "select", "comm"), 1.3, m=32)
-    lay = even_layers(16, 4, 2)
-    lay[0, 0] += 1
-    lay[1, 3] -= 1
-    base = fitted(pr, 2, lay[None], "skewed")[0]
+    pr, base = long_schedule_base()
     lz = LazyScan(pr, base, SingleLayerMoves()).settle(1)
     full = scan(pr, base, SingleLayerMoves())
     assert lz.scan().best(pr).step_ms == full.best(pr).step_ms < base.step_ms
@@ -142,9 +140,7 @@ def test_searches_take_the_same_steps_as_with_full_scans(seed, N, P, V, tight) -
     ranked neighbours give the same layouts and step times with lazy scans as with scans that
     simulate every neighbour."""
     assume(P * V <= N)
-    lay = even_layers(N, P, V)
-    lay[0, 0] += 1
-    lay[-1, -1] -= 1
+    lay = _skewed(N, P, V)
     assume(lay[-1, -1] >= 1)
 
     def run(lazy_cls):
@@ -179,9 +175,7 @@ def test_a_descent_stops_with_the_full_scans_first_top(seed, N, P, V, tight, top
     scan does, with the same step times."""
     assume(P * V <= N)
     pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, m=2 * P)
-    lay = even_layers(N, P, V)
-    lay[0, 0] += 1
-    lay[-1, -1] -= 1
+    lay = _skewed(N, P, V)
     assume(lay[-1, -1] >= 1)
     start = fitted(pr, V, lay[None], "skew")[0]
     end, _, stall = heuristic._descend(pr, start, {}, 50, None, heuristic.GREEDY, top)

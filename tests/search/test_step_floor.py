@@ -46,6 +46,28 @@ def test_step_floor_by_hand() -> None:
     assert step_floor(pr, 1, costs, base_path(pr, skew))[0] == 39.0 * (1 - 1e-10)
 
 
+def _even_split_moves(seed: int, N: int, P: int, V: int, sched: str) -> tuple[Problem, Candidate, np.ndarray]:
+    """A random problem on ``sched`` (seqpipe with seq_split_num 2), its even split fitted, and
+    that layout's single moves (hypothesis drops draws where the schedule or the moves do not fit)."""
+    assume(P * V <= N and (sched != "zero_bubble_v" or V == 2) and (sched != "seqpipe" or V == 1))
+    split = 2 if sched == "seqpipe" else 1
+    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), 1.0, schedule=sched, split=split, m=2 * P)
+    base = fitted(pr, V, even_layers(N, P, V)[None], "even")[0]
+    splits = single_moves(pr, base)
+    assume(len(splits))
+    return pr, base, splits
+
+
+def long_schedule_base() -> tuple[Problem, Candidate]:
+    """pp 4 × vpp 2, 32 micro-batches, 16 layers of two kinds, the even split with one layer moved
+    from the last mini-stage to the first, fitted (it fits the budget)."""
+    pr = _random_problem(7, 16, 4, 2, ("full", "select", "comm"), 1.3, m=32)
+    lay = even_layers(16, 4, 2)
+    lay[0, 0] += 1
+    lay[1, 3] -= 1
+    return pr, fitted(pr, 2, lay[None], "skewed")[0]
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(seed=st.integers(0, 10_000), N=st.integers(4, 10), P=st.integers(2, 3), V=st.integers(1, 2),
        sched=st.sampled_from(["1f1b", "zero_bubble_v", "gpipe", "seqpipe"]))
@@ -53,12 +75,7 @@ def test_step_floor_is_below_every_simulated_step(seed, N, P, V, sched) -> None:
     """Random problems, schedules (split backward included; seqpipe with seq_split_num 2), p2p > 0:
     every single move of the even split simulates to at least its floor, whichever layout's path
     prices it."""
-    assume(P * V <= N and (sched != "zero_bubble_v" or V == 2) and (sched != "seqpipe" or V == 1))
-    split = 2 if sched == "seqpipe" else 1
-    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), 1.0, schedule=sched, split=split, m=2 * P)
-    base = fitted(pr, V, even_layers(N, P, V)[None], "even")[0]
-    splits = single_moves(pr, base)
-    assume(len(splits))
+    pr, base, splits = _even_split_moves(seed, N, P, V, sched)
     z = np.zeros_like(splits)
     costs = pr.costs(V, splits, z, z, z)
     step = pr.score_costs(V, costs).step_ms
@@ -102,11 +119,7 @@ def test_the_floor_skips_most_single_moves_on_a_long_schedule() -> None:
     moved from the last mini-stage to the first (fitted): moving it back is better; most moves load
     a stage past the base's step time (none of them only adds time, so :func:`never_faster` keeps
     them all) and are not simulated."""
-    pr = _random_problem(7, 16, 4, 2, ("full", "select", "comm"), 1.3, m=32)
-    lay = even_layers(16, 4, 2)
-    lay[0, 0] += 1
-    lay[1, 3] -= 1
-    base = fitted(pr, 2, lay[None], "skewed")[0]
+    pr, base = long_schedule_base()
     assert base.excess_mib <= 0
     full, fast = scan(pr, base, SingleLayerMoves()), scan(pr, base, SingleLayerMoves(), beat=True)
     skipped = ~np.isfinite(fast.step_ms)
@@ -142,12 +155,7 @@ def test_floor_paths_floor_is_below_every_step_and_above_the_single_paths(seed, 
     """Random problems and schedules (split backward: only the critical path), p2p > 0: every
     single move of the even split (fitted, and with no recompute) simulates to at least the floor
     of the stacked paths, which is at least the floor of the critical path alone."""
-    assume(P * V <= N and (sched != "zero_bubble_v" or V == 2) and (sched != "seqpipe" or V == 1))
-    split = 2 if sched == "seqpipe" else 1
-    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), 1.0, schedule=sched, split=split, m=2 * P)
-    base = fitted(pr, V, even_layers(N, P, V)[None], "even")[0]
-    splits = single_moves(pr, base)
-    assume(len(splits))
+    pr, base, splits = _even_split_moves(seed, N, P, V, sched)
     z = np.zeros_like(splits)
     for rec in (z, np.minimum(splits, 1)):
         costs = pr.costs(V, splits, rec, z, z)
