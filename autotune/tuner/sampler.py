@@ -49,7 +49,8 @@ from autotune.cost.budget import fits
 from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
 from autotune.tuner.heuristic import COMPOUND_POOL, _pair_top, compound_moves
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.moves import LazyScan, OneOptMoves, PairMoves, RecomputeTrades, Scan, SingleLayerMoves, scan
+from autotune.tuner.moves import (LayoutBatch, LazyScan, OneOptMoves, PairMoves, Scan, SingleLayerMoves, StageTrades,
+                                  scan)
 from autotune.tuner.params import encode, representable
 from autotune.tuner.problem import REL_TOL, Candidate, Problem, better, rank_order, ranked
 
@@ -202,9 +203,12 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
                 out = self._improving(inc, self._scan(p, inc, pairs, fit=fit, memo=memo))
         if not out:
             opts = stage_options(p, inc, TRADE_TOP)
-            for s in range(p.P):
-                if opts[s] is not None:
-                    out += self._improving(inc, self._scan(p, inc, RecomputeTrades(((s, opts[s]),)), beat=True))
+            trades = StageTrades(tuple((s, opts[s]) for s in range(p.P) if opts[s] is not None))
+            sc = self._scan(p, inc, trades, beat=True)
+            if sc is not None:  # each stage's improving trades in its own rank order, as a scan each
+                for seg in trades.segments():
+                    out += self._improving(inc, Scan(sc.V, LayoutBatch(*(a[seg] for a in sc.layouts)),
+                                                     sc.step_ms[seg], sc.peak_mib[seg]))
             out = ranked(out)
         out = self._with_compound(inc, out)
         if len(self._scans) >= SCAN_MEMO:

@@ -5,12 +5,15 @@ skips those and must find exactly the neighbours better than the base that the f
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from autotune.tuner.fit import stage_options
-from autotune.tuner.moves import OneOptMoves, RecomputeTrades, never_faster, scan
+from autotune.tuner import moves
+from autotune.tuner.moves import OneOptMoves, RecomputeTrades, StageTrades, _simulate_pruned, never_faster, scan
 from autotune.tuner.problem import REL_TOL, Candidate, better, even_layers
 from tests.search.test_exact_bounds import _random_problem
 from tests.search.test_one_opt import _two_stage
@@ -31,6 +34,19 @@ def test_more_recompute_is_never_faster_by_hand() -> None:
     assert more.step_ms > base.step_ms
     assert (costs.bwd_ms[0, 0, 1] - pr.costs(1, *(getattr(base, a)[None] for a in ("layers", "rec", "sel", "com")))
             .bwd_ms[0, 0, 1]) == 1.0
+
+
+@contextmanager
+def _one_row_blocks():
+    """Recompute-trade scans simulate one row at a time, so every slow row prunes the rest
+    (:func:`~autotune.tuner.moves._simulate_pruned`; with the default blocks a small problem's
+    rows are all simulated in the first)."""
+    old = moves.PRUNE_BLOCK
+    moves.PRUNE_BLOCK = 1
+    try:
+        yield
+    finally:
+        moves.PRUNE_BLOCK = old
 
 
 def _improving(problem, base, sc) -> list[tuple]:
@@ -61,11 +77,68 @@ def test_screened_scans_find_the_same_improving_neighbours(seed, N, P, V, tight,
     nbhds = [OneOptMoves(fitting_only=True)]
     opts = stage_options(pr, base, 50)
     nbhds += [RecomputeTrades(((s, opts[s]),)) for s in range(P) if opts[s] is not None]
+    live = [s for s in range(P) if opts[s] is not None]
+    nbhds += [RecomputeTrades(((s, opts[s][:6]), (t, opts[t][:6]))) for s, t in zip(live, live[1:])]
     for nb in nbhds:
-        full, fast = scan(pr, base, nb), scan(pr, base, nb, beat=True)
+        with _one_row_blocks():
+            full, fast = scan(pr, base, nb), scan(pr, base, nb, beat=True)
         if full is None:
             assert fast is None
             continue
         assert _improving(pr, base, full) == _improving(pr, base, fast)
         skipped = ~np.isfinite(fast.step_ms)
         assert (full.step_ms[skipped] >= base.step_ms * (1.0 - REL_TOL)).all()
+
+
+def test_pruned_simulation_leaves_out_rows_above_a_slow_one_by_hand() -> None:
+    """Two stages, layers [2, 2], m 4; three recompute choices for stage 1: none, full on one
+    layer, full on both (each adds 1 ms of replay per layer to stage 1's backward, nothing else).
+    Simulated one at a time in increasing floor with every row counted slow (``thr`` 0 ms), the
+    first (none) is simulated and the two others, whose stage-1 durations are >= it, are not; with
+    ``thr`` +inf nothing is slow and all three are simulated, each to its own step time."""
+    pr = _two_stage()
+    lay = np.array([[[2, 2]]] * 3)
+    rec = np.array([[[0, 0]], [[0, 1]], [[0, 2]]])
+    z = np.zeros_like(lay)
+    costs = pr.costs(1, lay, rec, z, z)
+    full = pr.score_costs(1, costs)
+    assert list(full.step_ms) == sorted(full.step_ms) and full.step_ms[0] < full.step_ms[2]
+    floor = np.array([1.0, 2.0, 3.0])
+    with _one_row_blocks():
+        for thr, simulated in ((0.0, [0]), (np.inf, [0, 1, 2])):
+            step, peak = np.full(3, np.inf), np.full((3, 2), np.inf)
+            _simulate_pruned(pr, 1, costs, np.arange(3), floor, thr, [(slice(0, 3), (1,))], step, peak)
+            assert np.flatnonzero(np.isfinite(step)).tolist() == simulated
+            assert step[simulated].tolist() == full.step_ms[simulated].tolist()
+            assert (peak[simulated] == full.peak_mib[simulated]).all()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 10), P=st.integers(2, 3), V=st.integers(1, 2),
+       tight=st.floats(0.7, 1.3), sched=st.sampled_from(["1f1b", "zero_bubble_v"]))
+def test_stage_trades_are_the_stages_trades_in_one_batch(seed, N, P, V, tight, sched) -> None:
+    """:class:`StageTrades` holds each stage's :class:`RecomputeTrades` rows in turn (the same
+    layouts, step times and peaks unscreened), and screened with ``beat`` each stage's rows give
+    the same better neighbours as that stage's own screened scan."""
+    assume(P * V <= N and (sched != "zero_bubble_v" or V == 2))
+    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=sched, m=2 * P)
+    L = even_layers(N, P, V)
+    base = pr.score([Candidate(V, L, L.copy(), np.zeros_like(L), np.zeros_like(L))])[0]
+    assume(base.peak_mib <= pr.hbm_mib)
+    opts = stage_options(pr, base, 50)
+    trades = tuple((s, opts[s]) for s in range(P) if opts[s] is not None)
+    assume(trades)
+    nb = StageTrades(trades)
+    for beat in (False, True):
+        with _one_row_blocks():
+            whole = scan(pr, base, nb, beat=beat)
+        for sl, t in zip(nb.segments(), trades):
+            one = scan(pr, base, RecomputeTrades((t,)), beat=beat)
+            part = moves.Scan(V, moves.LayoutBatch(*(a[sl] for a in whole.layouts)), whole.step_ms[sl],
+                              whole.peak_mib[sl])
+            if beat:
+                assert _improving(pr, base, part) == _improving(pr, base, one)
+            else:
+                assert all((a == b).all() for a, b in zip(part.layouts, one.layouts))
+                assert part.step_ms.tolist() == one.step_ms.tolist()
+                assert (part.peak_mib == one.peak_mib).all()
