@@ -200,9 +200,17 @@ class TypedFronts:
         # per distinct group composition: its prefix front (every group but the last) and its
         # last group's front, then every (configuration, prefix-front point) pair in one pass
         accs, lasts, lidx, empty = [], {}, np.zeros(keys.shape[0], dtype=np.int64), np.zeros(keys.shape[0], bool)
-        for j, key in enumerate(keys):
-            cols = _canonical((t, int(key[t * G + g]), float(u[g])) for t in range(self.T) for g in range(G)
-                              if key[t * G + g])
+        # every key's (type, layers, weight) groups in :func:`_canonical` order at once: column
+        # c = t·G + g, u ascending, so (layers, c) orders as (layers, type, weight)
+        r, c = np.nonzero(keys)
+        n = keys[r, c]
+        o = np.lexsort((c, n, r))
+        ends = np.cumsum(np.bincount(r, minlength=keys.shape[0])).tolist()
+        groups = list(zip((c[o] // G).tolist(), n[o].tolist(), u[c[o] % G].tolist()))
+        a = 0
+        for j, b in enumerate(ends):
+            cols = tuple(groups[a:b])
+            a = b
             if not cols:
                 empty[j] = True
                 accs.append(np.zeros((1, 2)))
