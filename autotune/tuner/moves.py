@@ -230,21 +230,25 @@ class RecomputeTrades:
         return [(slice(0, int(np.prod([len(c) for _, c in self.trades]))), tuple(p for p, _ in self.trades))]
 
 
+#: Most rows of a :class:`StageTrades` batch (whole stages; bounds the cost arrays' memory).
+TRADE_BATCH = 2048
+
+
 @dataclass(frozen=True)
 class StageTrades:
     """The union of the single-stage :class:`RecomputeTrades` ``((p, c),)`` of every (stage p,
     columns c int [S_p, V, 3]) in ``trades``: the neighbours of each stage in turn, in the order
-    given, as one batch (:meth:`segments` gives each stage's rows). One :func:`scan` of it prices
-    the memory of all of them at once (each distinct stage column once,
+    given, in batches of whole stages (:meth:`segments` gives each stage's rows). One :func:`scan`
+    of it prices the memory of a batch at once (each distinct stage column once,
     :func:`~autotune.cost.inputs.stage_costs_distinct`) and simulates the ones its screen keeps
-    in one batch, where a scan per stage priced each stage's batch whole and simulated it apart:
+    together, where a scan per stage priced each stage's batch and simulated it apart:
     the same rows and values (a neighbour's cost and step do not depend on the batch it is in)."""
 
     trades: tuple[tuple[int, np.ndarray], ...]
     name: str = "stage-trades"
 
     def segments(self) -> list[slice]:
-        """Each trade's rows of the batch, in order."""
+        """Each trade's rows among the scan's (all batches one after another), in order."""
         ends = np.cumsum([0] + [len(c) for _, c in self.trades])
         return [slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])]
 
@@ -254,9 +258,16 @@ class StageTrades:
 
     def batches(self, problem: Problem, base: Candidate, fit: RecomputeFit,
                 memo: dict | None) -> Iterator[LayoutBatch]:
-        parts = [b for t in self.trades for b in RecomputeTrades((t,)).batches(problem, base, fit, memo)]
+        """Whole stages' trades, at most :data:`TRADE_BATCH` rows a batch (or one stage's)."""
+        parts: list[LayoutBatch] = []
+        for t in self.trades:
+            b = next(RecomputeTrades((t,)).batches(problem, base, fit, memo))
+            if parts and sum(len(x.layers) for x in parts) + len(b.layers) > TRADE_BATCH:
+                yield LayoutBatch(*(np.concatenate([np.asarray(x[k]) for x in parts]) for k in range(4)))
+                parts = []
+            parts.append(b)
         if parts:
-            yield LayoutBatch(*(np.concatenate([np.asarray(b[k]) for b in parts]) for k in range(4)))
+            yield LayoutBatch(*(np.concatenate([np.asarray(x[k]) for x in parts]) for k in range(4)))
 
 
 @dataclass(frozen=True)
@@ -440,7 +451,11 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
     screen = beat and np.isfinite(base.step_ms) and bool(fits(base.peak_mib, problem.hbm_mib))
     path = floor_paths(problem, base) if screen else None
     thr = base.step_ms * (1.0 - REL_TOL)  # a neighbour at or above it is not better than base
+    groups = nbhd.groups() if screen and hasattr(nbhd, "groups") else None
+    lo = 0  # the batch's first row among all of nbhd's
     for b in nbhd.batches(problem, base, fit, memo):
+        n = len(b.layers)
+        lo += n
         if not screen:
             s = problem.evaluate(base.V, b.layers, b.rec, b.sel, b.com)
             parts.append((b, s.step_ms, s.peak_mib))
@@ -448,11 +463,13 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
         costs = problem.costs(base.V, b.layers, b.rec, b.sel, b.com)
         floor = step_floor(problem, base.V, costs, path)
         run = ~never_faster(problem, base.V, costs, base) & (floor < thr)
-        step = np.full(len(b.layers), np.inf)
-        peak = np.full((len(b.layers), problem.P), np.inf)
-        groups = getattr(nbhd, "groups", None)
-        if run.any() and groups is not None:
-            _simulate_pruned(problem, base.V, costs, np.flatnonzero(run), floor, thr, groups(), step, peak)
+        step = np.full(n, np.inf)
+        peak = np.full((n, problem.P), np.inf)
+        if run.any() and groups is not None:  # each group's rows within this batch
+            a = lo - n
+            mine = [(slice(max(sl.start, a) - a, min(sl.stop, lo) - a), st) for sl, st in groups
+                    if sl.start < lo and sl.stop > a]
+            _simulate_pruned(problem, base.V, costs, np.flatnonzero(run), floor, thr, mine, step, peak)
         elif run.any():
             s = problem.score_costs(base.V, costs.take(run))
             step[run], peak[run] = s.step_ms, s.peak_mib

@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -119,7 +120,8 @@ def test_pruned_simulation_leaves_out_rows_above_a_slow_one_by_hand() -> None:
 def test_stage_trades_are_the_stages_trades_in_one_batch(seed, N, P, V, tight, sched) -> None:
     """:class:`StageTrades` holds each stage's :class:`RecomputeTrades` rows in turn (the same
     layouts, step times and peaks unscreened), and screened with ``beat`` each stage's rows give
-    the same better neighbours as that stage's own screened scan."""
+    the same better neighbours as that stage's own screened scan, in one batch or in a batch per
+    stage (the pruning's groups then cut at the batches' edges)."""
     assume(P * V <= N and (sched != "zero_bubble_v" or V == 2))
     pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=sched, m=2 * P)
     L = even_layers(N, P, V)
@@ -129,8 +131,9 @@ def test_stage_trades_are_the_stages_trades_in_one_batch(seed, N, P, V, tight, s
     trades = tuple((s, opts[s]) for s in range(P) if opts[s] is not None)
     assume(trades)
     nb = StageTrades(trades)
-    for beat in (False, True):
-        with _one_row_blocks():
+    for beat, per_batch in ((False, moves.TRADE_BATCH), (True, moves.TRADE_BATCH), (True, 1)):
+        with _one_row_blocks(), pytest.MonkeyPatch.context() as mp:
+            mp.setattr(moves, "TRADE_BATCH", per_batch)  # 1: a batch per stage
             whole = scan(pr, base, nb, beat=beat)
         for sl, t in zip(nb.segments(), trades):
             one = scan(pr, base, RecomputeTrades((t,)), beat=beat)
@@ -142,3 +145,24 @@ def test_stage_trades_are_the_stages_trades_in_one_batch(seed, N, P, V, tight, s
                 assert all((a == b).all() for a, b in zip(part.layouts, one.layouts))
                 assert part.step_ms.tolist() == one.step_ms.tolist()
                 assert (part.peak_mib == one.peak_mib).all()
+
+
+def test_stage_trades_batches_give_each_batch_its_own_groups() -> None:
+    """With a batch per stage (``TRADE_BATCH`` 1) the pruned simulation of each batch gets that
+    batch's stage and rows only, counted from the batch's first row."""
+    pr = _random_problem(11, 8, 2, 2, ("full", "select", "comm"), 1.0, m=4)
+    L = even_layers(8, 2, 2)
+    base = pr.score([Candidate(2, L, L.copy(), np.zeros_like(L), np.zeros_like(L))])[0]
+    opts = stage_options(pr, base, 50)
+    trades = tuple((s, opts[s]) for s in range(2) if opts[s] is not None)
+    assert len(trades) == 2 and base.peak_mib <= pr.hbm_mib
+    seen = []
+
+    def record(problem, V, costs, rows, floor, thr, groups, step, peak):
+        seen.append([(g.start, g.stop, st) for g, st in groups])
+        _simulate_pruned(problem, V, costs, rows, floor, thr, groups, step, peak)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(moves, "TRADE_BATCH", 1)
+        mp.setattr(moves, "_simulate_pruned", record)
+        scan(pr, base, StageTrades(trades), beat=True)
+    assert seen == [[(0, len(c), (s,))] for s, c in trades]
