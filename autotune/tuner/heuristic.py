@@ -234,7 +234,7 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
         if not ok.any():
             continue
         sub = LayoutBatch(*(a[ok] for a in b))
-        s = problem.evaluate(V, *sub)
+        s = problem.score_costs(V, costs.take(ok))  # priced above (the same arrays)
         good = fits(s.peak_mib.max(axis=1), problem.hbm_mib) & improves(s.step_ms, cand.step_ms)
         keep_l.append(LayoutBatch(*(a[good] for a in sub)))
         keep_t.append(s.step_ms[good])
