@@ -154,7 +154,7 @@ def apply(best: str, config: str, output: str | None, output_alias: str | None, 
         tuned = read_yaml(best)
         path = Path(config)
         if not path.is_file():
-            raise ConfigError(f"file not found: {config!r}", field=config, value=config, rule="file")
+            raise ConfigError("file not found", field=config, value=config, rule="file")
         read_yaml_file(path, mapping=True)       # the limits, and a mapping to splice into
         text = path.read_text(encoding="utf-8")
         new_text, changed = splice(text, leaves(tuned))

@@ -141,7 +141,7 @@ def read_yaml_file(path: str | Path, *, mapping: bool = True) -> Any:
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
+        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
     try:
         size = p.stat().st_size
         if size > MAX_YAML_BYTES:

@@ -62,7 +62,7 @@ def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
+        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

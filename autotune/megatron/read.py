@@ -28,7 +28,7 @@ def read_args(source: str | Path | dict | list | MegatronArgs) -> MegatronArgs:
         return from_argv(list(source))
     p = Path(source)
     if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
+        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -81,7 +81,7 @@ def parse_peak_log(path: str | Path, *, which: str = "actual") -> float:
                           rule="dryrun_peak_kind")
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field=str(p), value=str(p), rule="file")
+        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
     text = p.read_text(encoding="utf-8", errors="replace")
     vals = [float(m.group(1)) * _UNIT_MIB[m.group(2).upper()] for m in PEAK_PATTERNS[which].finditer(text)]
     if not vals:

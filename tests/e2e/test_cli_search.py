@@ -83,6 +83,8 @@ def test_bad_input(args, needle, tmp_path):
     assert r.returncode == 2
     assert needle in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+    if needle == "file not found":  # the field names the path; the message does not repeat it
+        assert r.stderr.strip() == "error: [file] missing.yaml: file not found"
 
 
 def test_wrong_offset_is_one_line_error(tmp_path):
