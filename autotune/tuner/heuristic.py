@@ -241,8 +241,7 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
     if not keep_l:
         z = np.zeros((0, V, problem.P), dtype=np.int64)
         return LayoutBatch(z, z, z, z), np.zeros(0)
-    return (LayoutBatch(*(np.concatenate([b[i] for b in keep_l]) for i in range(4))),
-            np.concatenate(keep_t))
+    return LayoutBatch.concat(keep_l), np.concatenate(keep_t)
 
 
 def finish_one_opt(problem: Problem, cand: Candidate, *, deadline: float | None = None,

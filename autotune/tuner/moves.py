@@ -45,6 +45,11 @@ class LayoutBatch(NamedTuple):
     sel: np.ndarray
     com: np.ndarray
 
+    @staticmethod
+    def concat(parts: "list[LayoutBatch]") -> "LayoutBatch":
+        """The batches of ``parts`` one after another."""
+        return LayoutBatch(*(np.concatenate([b[k] for b in parts]) for k in range(4)))
+
 
 class Neighbourhood(Protocol):
     """The layouts one move away from a layout (module docstring)."""
@@ -263,14 +268,16 @@ class StageTrades:
                 memo: dict | None) -> Iterator[LayoutBatch]:
         """Whole stages' trades, at most :data:`TRADE_BATCH` rows a batch (or one stage's)."""
         parts: list[LayoutBatch] = []
+        rows = 0
         for t in self.trades:
             b = next(RecomputeTrades((t,)).batches(problem, base, fit, memo))
-            if parts and sum(len(x.layers) for x in parts) + len(b.layers) > TRADE_BATCH:
-                yield LayoutBatch(*(np.concatenate([np.asarray(x[k]) for x in parts]) for k in range(4)))
-                parts = []
+            if parts and rows + len(b.layers) > TRADE_BATCH:
+                yield LayoutBatch.concat(parts)
+                parts, rows = [], 0
             parts.append(b)
+            rows += len(b.layers)
         if parts:
-            yield LayoutBatch(*(np.concatenate([np.asarray(x[k]) for x in parts]) for k in range(4)))
+            yield LayoutBatch.concat(parts)
 
 
 @dataclass(frozen=True)
@@ -309,6 +316,10 @@ class Scan:
     layouts: LayoutBatch
     step_ms: np.ndarray
     peak_mib: np.ndarray
+
+    def part(self, rows: slice) -> "Scan":
+        """The neighbours ``rows`` of the scan (views)."""
+        return Scan(self.V, LayoutBatch(*(a[rows] for a in self.layouts)), self.step_ms[rows], self.peak_mib[rows])
 
     def excess_mib(self, problem: Problem) -> np.ndarray:
         """[B] MiB over the budget of the worst stage, clipped at 0."""
@@ -482,7 +493,7 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
     if len(parts) == 1:
         b, step, peak = parts[0]
         return Scan(base.V, b, step, peak)
-    lay = LayoutBatch(*(np.concatenate([p[0][k] for p in parts]) for k in range(4)))
+    lay = LayoutBatch.concat([p[0] for p in parts])
     return Scan(base.V, lay, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
 
 
@@ -567,7 +578,7 @@ class LazyScan:
         self.empty = not parts
         if self.empty:
             return
-        self.layouts = LayoutBatch(*(np.concatenate([p[0][k] for p in parts]) for k in range(4)))
+        self.layouts = LayoutBatch.concat([p[0] for p in parts])
         self.costs = StageCosts.concat([p[1] for p in parts])
         self.peak_mib = np.concatenate([p[2] for p in parts])
         floor = np.concatenate([p[3] for p in parts])

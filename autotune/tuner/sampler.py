@@ -49,8 +49,7 @@ from autotune.cost.budget import fits
 from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
 from autotune.tuner.heuristic import COMPOUND_POOL, _pair_top, compound_moves
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.moves import (LayoutBatch, LazyScan, OneOptMoves, PairMoves, Scan, SingleLayerMoves, StageTrades,
-                                  scan)
+from autotune.tuner.moves import LazyScan, OneOptMoves, PairMoves, Scan, SingleLayerMoves, StageTrades, scan
 from autotune.tuner.params import encode, representable
 from autotune.tuner.problem import REL_TOL, Candidate, Problem, better, rank_order, ranked
 
@@ -207,8 +206,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
             sc = self._scan(p, inc, trades, beat=True)
             if sc is not None:  # each stage's improving trades in its own rank order, as a scan each
                 for seg in trades.segments():
-                    out += self._improving(inc, Scan(sc.V, LayoutBatch(*(a[seg] for a in sc.layouts)),
-                                                     sc.step_ms[seg], sc.peak_mib[seg]))
+                    out += self._improving(inc, sc.part(seg))
             out = ranked(out)
         out = self._with_compound(inc, out)
         if len(self._scans) >= SCAN_MEMO:

@@ -23,7 +23,7 @@ from autotune.tuner.fit import fitted
 from autotune.tuner.moves import GivenSplits, LazyScan, SingleLayerMoves, scan, single_moves
 from autotune.tuner.problem import Problem, even_layers, rank_order
 from tests.search.test_exact_bounds import _random_problem
-from tests.search.test_step_floor import long_schedule_base
+from tests.search.test_step_floor import long_schedule_base, random_base
 
 
 @pytest.fixture(autouse=True)
@@ -88,12 +88,7 @@ def test_settled_prefix_is_the_full_scans(seed, N, P, V, tight, sched, skew) -> 
     neighbours in rank order are the full scan's (same rows, order and step times), every
     simulated value and every peak is the full scan's; likewise for given splits."""
     assume(P * V <= N and (sched != "zero_bubble_v" or V == 2))
-    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=sched, m=2 * P)
-    lay = even_layers(N, P, V)
-    if skew and lay[-1, -1] > 1:
-        lay[0, 0] += 1
-        lay[-1, -1] -= 1
-    base = fitted(pr, V, lay[None], "base")[0]
+    pr, base = random_base(seed, N, P, V, tight, sched, skew)
     _check_prefix(pr, base, SingleLayerMoves(), (1, 2, 3, 5, 8))
     splits = single_moves(pr, base)
     if len(splits):

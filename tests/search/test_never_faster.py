@@ -137,8 +137,7 @@ def test_stage_trades_are_the_stages_trades_in_one_batch(seed, N, P, V, tight, s
             whole = scan(pr, base, nb, beat=beat)
         for sl, t in zip(nb.segments(), trades):
             one = scan(pr, base, RecomputeTrades((t,)), beat=beat)
-            part = moves.Scan(V, moves.LayoutBatch(*(a[sl] for a in whole.layouts)), whole.step_ms[sl],
-                              whole.peak_mib[sl])
+            part = whole.part(sl)
             if beat:
                 assert _improving(pr, base, part) == _improving(pr, base, one)
             else:

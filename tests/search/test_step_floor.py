@@ -25,6 +25,29 @@ def _costs(pr: Problem, V: int, cands: list[Candidate]):
     return pr.costs(V, *(np.stack([getattr(c, a) for c in cands]) for a in ("layers", "rec", "sel", "com")))
 
 
+def _toy_even_skew() -> tuple[Problem, Candidate, Candidate]:
+    """pp 2, m 4, four 1 ms / 2 ms layers (no recompute, no memory limit): the problem and its
+    scored layouts [2, 2] and [1, 3] (:func:`test_step_floor_by_hand`)."""
+    prof = ModelProfile(kinds={"L": {"fwd_ms": 1, "bwd_ms": 2, "act_mib": 1, "static_mib": 1}},
+                        layer_kinds=[("L", 4)], head={"static_mib": 1}, tail={"static_mib": 1})
+    pr = Problem(ProfileArrays.from_profile(prof), P=2, m=4, hbm_mib=1e6)
+    z = np.zeros((1, 2), dtype=np.int64)
+    return (pr, pr.score([Candidate(1, np.array([[2, 2]]), z, z, z)])[0],
+            pr.score([Candidate(1, np.array([[1, 3]]), z, z, z)])[0])
+
+
+def random_base(seed: int, N: int, P: int, V: int, tight: float, sched: str,
+                skew: bool) -> tuple[Problem, Candidate]:
+    """A random problem (:func:`_random_problem`, m = 2P) and its even split's fitted layout, with
+    one layer moved from the last mini-stage to the first when ``skew``."""
+    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=sched, m=2 * P)
+    lay = even_layers(N, P, V)
+    if skew and lay[-1, -1] > 1:
+        lay[0, 0] += 1
+        lay[-1, -1] -= 1
+    return pr, fitted(pr, V, lay[None], "base")[0]
+
+
 def test_step_floor_by_hand() -> None:
     """pp 2, m 4, 1F1B, one layer kind (forward 1 ms, backward 2 ms), no head / tail time, p2p 0.
     The even split [2, 2] simulates to 30 ms; its critical path holds 2 forwards and 2 backwards
@@ -32,12 +55,7 @@ def test_step_floor_by_hand() -> None:
     39 ms: stage 1's work is 4 × 3 × (1 + 2) = 36 ms (the busiest stage's floor); the even split's
     path priced with [1, 3]'s durations is 2·1 + 3·3 + 2·2 + 3·6 = 33 ms, so the floor is 36; its
     own path (one forward and one backward on stage 0, 4 + 4 on stage 1) is 1 + 2 + 4·3 + 4·6 = 39."""
-    prof = ModelProfile(kinds={"L": {"fwd_ms": 1, "bwd_ms": 2, "act_mib": 1, "static_mib": 1}},
-                        layer_kinds=[("L", 4)], head={"static_mib": 1}, tail={"static_mib": 1})
-    pr = Problem(ProfileArrays.from_profile(prof), P=2, m=4, hbm_mib=1e6)
-    z = np.zeros((1, 2), dtype=np.int64)
-    even = pr.score([Candidate(1, np.array([[2, 2]]), z, z, z)])[0]
-    skew = pr.score([Candidate(1, np.array([[1, 3]]), z, z, z)])[0]
+    pr, even, skew = _toy_even_skew()
     assert even.step_ms == 30.0 and skew.step_ms == 39.0
     path = base_path(pr, even)
     assert path.cf.tolist() == [[2.0, 3.0]] and path.cb.tolist() == [[2.0, 3.0]]
@@ -98,12 +116,7 @@ def test_screened_single_moves_find_the_same_better_neighbours(seed, N, P, V, ti
     better neighbours, with the same step times, as without; every neighbour it does not simulate
     simulates to a step the base's at least (within the tie tolerance)."""
     assume(P * V <= N and (sched != "zero_bubble_v" or V == 2))
-    pr = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=sched, m=2 * P)
-    lay = even_layers(N, P, V)
-    if skew and lay[-1, -1] > 1:
-        lay[0, 0] += 1
-        lay[-1, -1] -= 1
-    base = fitted(pr, V, lay[None], "base")[0]
+    pr, base = random_base(seed, N, P, V, tight, sched, skew)
     assume(base.excess_mib <= 0)
     full, fast = scan(pr, base, SingleLayerMoves()), scan(pr, base, SingleLayerMoves(), beat=True)
     if full is None:
@@ -134,12 +147,7 @@ def test_floor_paths_by_hand() -> None:
     stage 1 all 4 + 4 of its own and one forward and one backward of stage 0. Priced with [1, 3]'s
     durations, stage 1's path is 1 + 2 + 4·3 + 4·6 = 39 ms, [1, 3]'s simulated step time, where
     the critical path and the busiest stage gave 36."""
-    prof = ModelProfile(kinds={"L": {"fwd_ms": 1, "bwd_ms": 2, "act_mib": 1, "static_mib": 1}},
-                        layer_kinds=[("L", 4)], head={"static_mib": 1}, tail={"static_mib": 1})
-    pr = Problem(ProfileArrays.from_profile(prof), P=2, m=4, hbm_mib=1e6)
-    z = np.zeros((1, 2), dtype=np.int64)
-    even = pr.score([Candidate(1, np.array([[2, 2]]), z, z, z)])[0]
-    skew = pr.score([Candidate(1, np.array([[1, 3]]), z, z, z)])[0]
+    pr, even, skew = _toy_even_skew()
     fp = floor_paths(pr, even)
     assert fp.length.tolist() == [30.0, 30.0, 30.0]
     assert fp.cf.tolist() == [[[2.0, 3.0]], [[3.0, 2.0]], [[1.0, 4.0]]]
