@@ -274,13 +274,7 @@ def worst_row_extra(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: 
     out = np.zeros(M)
     if M == 0 or R == 0:
         return out
-    layer = fr.layer
-
-    def groups(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        u = np.unique(w)  # chunks with one weight are one group (min_extra_ms)
-        mem = u[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]
-        return mem, np.broadcast_to(layer.extra_ms, mem.shape), nv @ (w[:, None] == u[None, :]).astype(np.int64)
-    lp, ub, near = row_bounds(rows, budget, groups)
+    lp, ub, near = row_bounds(rows, budget, _weight_groups(fr, nv))
 
     def price(i: np.ndarray, r: np.ndarray) -> np.ndarray:
         val = np.empty(i.size)
@@ -289,6 +283,37 @@ def worst_row_extra(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: 
             val[k] = min_extra_rows(fr, nv[i[k]], rows[q:q + 1], budget[i[k], q:q + 1])[:, 0]
         return val
     return row_maximum(lp, ub, near, nv.sum(axis=1) < LP_MIN_LAYERS, price, rounds=1)
+
+
+def _weight_groups(fr: RowFrontiers, nv: np.ndarray
+                   ) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`row_bounds`' ``groups`` for configurations nv int [M, V] of ``fr``'s relaxed layer:
+    the chunks with one weight are one group (as :func:`min_extra_ms`)."""
+    layer = fr.layer
+
+    def groups(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        u = np.unique(w)
+        mem = u[:, None] * layer.act_mib[None, :] + layer.sdelta_mib[None, :]
+        return mem, np.broadcast_to(layer.extra_ms, mem.shape), nv @ (w[:, None] == u[None, :]).astype(np.int64)
+    return groups
+
+
+def worst_row_floor(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """float [M] ms: a lower bound on :func:`worst_row_extra` of the same arguments, from the
+    linear relaxation alone (:func:`row_bounds`' lp, no Pareto front built): max(0, the largest
+    finite lp over the rows), +inf where a row is over the budget for sure (as
+    :func:`row_maximum`). Each pair's lp is <= its exact value and :func:`worst_row_extra` is the
+    max over the rows of the exact values (or of lp itself), so this is <= it; the caller keeps a
+    float margin."""
+    nv = np.asarray(nv, dtype=np.int64)
+    M, R = nv.shape[0], rows.shape[0]
+    if M == 0 or R == 0:
+        return np.zeros(M)
+    lp, _ub, near = row_bounds(rows, budget, _weight_groups(fr, nv))
+    fin = np.isfinite(lp)
+    out = np.maximum(0.0, np.where(fin, lp, -np.inf).max(axis=1, initial=0.0))
+    out[(~fin & ~near).any(axis=1)] = np.inf
+    return out
 
 
 def min_extra_lp(layer: RelaxedLayer, u: np.ndarray, gc: np.ndarray, b: np.ndarray) -> np.ndarray:
