@@ -135,11 +135,10 @@ def test_tighten_skips_a_v_that_cannot_change_the_minimum() -> None:
 def test_registry_passes_are_named_and_ordered() -> None:
     """The first pass bounds every V (path DP for V = 1, the split LP where a V has few splits, the
     Lagrangian for V > 1: no skip; the split LP first so that its split is the pass's seed); the
-    later ones run against the incumbent, the stage DP last (after the integer program, so that its
-    split does not join the program's starting layouts; not in the first pass, where its cutoff is
-    the even split's step and its pricing costs the most)."""
+    later ones run against the incumbent, the stage DP again last (after the integer program, so
+    that its split does not join the program's starting layouts)."""
     assert isinstance(REGISTRY[0], Pass) and REGISTRY[0].skip == "none"
     names = [b.name for b in REGISTRY[0].proofs]
-    assert names == ["path DP", "split LP", "Lagrangian"]
+    assert names == ["path DP", "split LP", "Lagrangian", "stage DP"]
     assert [p.skip for p in REGISTRY[1:]] == ["upper", "dominated", "upper"]
     assert [p.name for p in REGISTRY[1:]] == ["device DP", "integer program", "stage DP"]

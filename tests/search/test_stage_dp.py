@@ -259,10 +259,9 @@ def test_other_stages_replay_never_lowers_the_bound(seed, N, P, V, kinds, tight,
 
 
 def test_least_replay_is_memoised_per_count_vector(monkeypatch) -> None:
-    """The stage DP can run twice on one problem (``lower_bound`` and the search's last bound pass;
-    the second time against a lower incumbent, on a subset of the first's count vectors): the
-    second run prices no vector again and gives the same bound as on a fresh problem (the
-    benchmark's 48-layer pp5 vpp2 problem, 5,976.4 ms)."""
+    """The bound passes run the stage DP twice (the second time against a lower incumbent, on a
+    subset of the first's count vectors): the second run prices no vector again and gives the
+    same bound as on a fresh problem (the benchmark's 48-layer pp5 vpp2 problem, 5,976.4 ms)."""
     priced = []
     real = stage_dp.worst_row_extra
 

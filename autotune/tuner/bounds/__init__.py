@@ -64,23 +64,18 @@ class Pass:
 
 #: The bound passes of :func:`autotune.tuner.solve.bound_and_seeds`, in order. The first sets
 #: every V's bound before the local search (its splits seed it, and the split LP's best layout,
-#: which on the few-split rows it applies to is the answer or within 0.5 % of it); the later ones
-#: run after it and raise the V's that can still hold the optimum, against the best layout found:
-#: the device DP first (about a second; the integer program then starts from its value and skips
-#: a V it settles) and the wrap-pair DP (its tables plus the last / first stage pair; a few
-#: seconds, stopping early when it cannot pass the device DP), then the integer program, or the
-#: long Lagrangian pass where it does not apply, and last the stage DP: against the incumbent its
-#: tables drop more configurations, so the other stages' least replay rises (scaling.py's P32 V2
-#: m64 L128 dense 19,102 -> 19,151 ms). It runs after the integer program so that its split, a
-#: seed, does not join the layouts whose critical paths start the program's family (a node-capped
-#: program's bound moves with its family). The stage DP is not in the first pass: there its
-#: cutoff is the even split's step, not the local search's, and its least-replay pricing (memoised
-#: per count vector, so the last pass reused it) cost 8.9 CPU s on scaling.py's P32 V4 m256 L256
-#: MoE against 5.5 s in the last pass alone; without it that row went 42.7 -> 37.8 s with the same
-#: answer and bound, and the 31 grid rows, search_quality.py's 16 and the corpus's 82 layouts kept
-#: their answers (two grid bounds rose by < 1 ms, one of search_quality's by 0.3 ms).
+#: which on the few-split rows it applies to is the answer or within 0.5 % of it); the later ones run after it and
+#: raise the V's that can still hold the optimum, against the best layout found: the device DP
+#: first (about a second; the integer program then starts from its value and skips a V it
+#: settles) and the wrap-pair DP (its tables plus the last / first stage pair; a few seconds,
+#: stopping early when it cannot pass the device DP), then the integer program, or the long
+#: Lagrangian pass where it does not apply, and last the stage DP again (under a second): against
+#: the incumbent its tables drop more configurations, so the other stages' least replay rises
+#: (scaling.py's P32 V2 m64 L128 dense 19,102 -> 19,151 ms). It runs after the integer program
+#: so that its split, a seed, does not join the layouts whose critical paths start the program's
+#: family (a node-capped program's bound moves with its family).
 REGISTRY: tuple[Pass, ...] = (
-    Pass("relaxations", (PathDP(), SplitLP(), Lagrangian())),
+    Pass("relaxations", (PathDP(), SplitLP(), Lagrangian(), StageDP())),
     Pass("device DP", (DeviceDP(), WrapDP()), skip="upper"),
     Pass("integer program", (Fallback(IntegerProgram(), Lagrangian(REFINE_ITERS, patience=REFINE_PATIENCE,
                                                                      propose=False)),),

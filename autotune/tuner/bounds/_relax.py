@@ -472,7 +472,7 @@ def _min_extra_keys(fr: RowFrontiers, u: np.ndarray, gc: np.ndarray, b: np.ndarr
 
     Each value is a function of (u, its layers per group, its budget, and the group matched by
     binary search: the one with the most layers over the batch), so it is memoised under those in
-    ``fr.values`` and priced once: the stage DP and the device DP's tables ask for the
+    ``fr.values`` and priced once: the stage DP's first pass and the device DP's tables ask for the
     same ones (pp 32 × vpp 4 × m 256 dense in ``benchmarks/scaling.py``: 95,075 asked for, 48,035
     distinct, 4.5 CPU s of pricing before). The same values as pricing each batch whole."""
     K = gc.shape[0]

@@ -162,11 +162,9 @@ def _least_replay(problem: Problem, p: int, fr: RowFrontiers, nv: np.ndarray, ro
                   room: np.ndarray) -> np.ndarray:
     """:func:`~autotune.tuner.bounds._relax.worst_row_extra` of stage p's configurations nv int
     [M, V] (room [M, R] MiB), memoised on the problem's ``fit_cache`` per (V, p) by count vector:
-    the value depends on the problem and the vector only, and the stage DP can run twice on one
-    problem (:func:`~autotune.tuner.bounds.lower_bound` and the search's last bound pass; until
-    the first bound pass dropped it, the search itself ran it twice), the second time on a subset
-    of the first's vectors (on scaling.py's P32 V4 m256 L256 MoE problem the pricing was 20 of the
-    second run's 22 CPU s)."""
+    the value depends on the problem and the vector only, and the bound passes run the stage DP
+    twice, the second time on a subset of the first's vectors (on scaling.py's P32 V4 m256 L256
+    MoE problem the pricing was 20 of the second run's 22 CPU s)."""
     M, V = nv.shape
     code = nv @ ((problem.N + 1) ** np.arange(V, dtype=np.int64))  # one integer per vector
     key = ("stage_dp.least_replay", V, p)
