@@ -83,7 +83,10 @@ def run_one(path: Path, args: list[str]) -> dict:
         argv = [sys.executable, "-c", "from autotune.cli import main; main()", "search", str(path),
                 "--format", "json", "--quiet", "--out", str(Path(tmp) / "best.yaml"), *args]
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp)
+        # the autotune of this checkout, not whichever one the interpreter has installed (an
+        # editable install points at one checkout: a second worktree's run would time that one)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp, env=env)
         out = proc.stdout.read()
         err = proc.stderr.read()
         _, status, ru = os.wait4(proc.pid, 0)
