@@ -149,7 +149,8 @@ def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, f
     room = hbm_cap(problem.hbm_mib) - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
     if floor:
         E = worst_row_floor(fr, nv, rows, room)
-        E = np.maximum(0.0, E - 1e-9 * (1.0 + E))  # a float margin under the exact values
+        fin = np.isfinite(E)  # +inf: over the budget for sure (dropped below)
+        E[fin] = np.maximum(0.0, E[fin] - 1e-9 * (1.0 + E[fin]))  # a float margin under the exact values
     else:
         E = _least_replay(problem, p, fr, nv, rows, room)
     fits = np.isfinite(E)
