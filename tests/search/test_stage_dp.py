@@ -258,17 +258,24 @@ def test_other_stages_replay_never_lowers_the_bound(seed, N, P, V, kinds, tight,
     assert new.bound_ms >= old.bound_ms * (1 - 2e-4)
 
 
-def test_least_replay_is_memoised_per_count_vector(monkeypatch) -> None:
-    """The bound passes run the stage DP twice (the second time against a lower incumbent, on a
-    subset of the first's count vectors): the second run prices no vector again and gives the
-    same bound as on a fresh problem (the benchmark's 48-layer pp5 vpp2 problem, 5,976.4 ms)."""
-    priced = []
+def _count_priced(monkeypatch) -> list[int]:
+    """The number of count vectors of each exact least-replay pricing (``worst_row_extra``
+    call) of the stage DP, appended as they run."""
+    priced: list[int] = []
     real = stage_dp.worst_row_extra
 
     def counting(fr, nv, rows, room):
         priced.append(len(nv))
         return real(fr, nv, rows, room)
     monkeypatch.setattr(stage_dp, "worst_row_extra", counting)
+    return priced
+
+
+def test_least_replay_is_memoised_per_count_vector(monkeypatch) -> None:
+    """The bound passes run the stage DP twice (the second time against a lower incumbent, on a
+    subset of the first's count vectors): the second run prices no vector again and gives the
+    same bound as on a fresh problem (the benchmark's 48-layer pp5 vpp2 problem, 5,976.4 ms)."""
+    priced = _count_priced(monkeypatch)
     problem = _telechat_48l()
     first = stage_dp_bound(problem, 2, upper_ms=6500.0)
     n_first = sum(priced)
@@ -314,13 +321,7 @@ def test_screen_prices_fewer_vectors_on_scaling_p32_vpp2(monkeypatch) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scaling import build
 
-    priced = []
-    real = stage_dp.worst_row_extra
-
-    def counting(fr, nv, rows, room):
-        priced.append(len(nv))
-        return real(fr, nv, rows, room)
-    monkeypatch.setattr(stage_dp, "worst_row_extra", counting)
+    priced = _count_priced(monkeypatch)
     new = stage_dp_bound(build(32, 2, 64, 128, "dense", "tight"), 2, upper_ms=20052.8)
     n_new = sum(priced)
     old = _unscreened(build(32, 2, 64, 128, "dense", "tight"), 2, upper_ms=20052.8)

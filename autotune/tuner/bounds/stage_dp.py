@@ -208,6 +208,15 @@ def other_replay(configs: list[_StageConfigs], N: int) -> np.ndarray:
     return np.stack([conv(pre[p], suf[P - 1 - p]) for p in range(P)])
 
 
+def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ok bool [M], lengths float [ok.sum(), Q] ms): each configuration's path lengths with the
+    replay counted (:func:`_stage_table`'s rule, its docstring), for the configurations whose
+    other stages can hold the remaining layers (``ok``: H finite there)."""
+    h = H[H.size - 1 - cf.nv.sum(axis=1)]  # [M]: H is indexed by the N − n layers elsewhere
+    ok = np.isfinite(h)
+    return ok, cf.base[ok] + cf.E[ok, None] * sp.cB.min(axis=1)[None, :] + h[ok, None] * sp.a_b[None, :]
+
+
 def _stage_table(su: IntegerSetup, sp: StagePaths, cf: _StageConfigs, H: np.ndarray,
                  cap_ms: float | None = None) -> _StageTable | None:
     """The :class:`_StageTable` of one stage from its fitting configurations ``cf``: every path's
@@ -218,11 +227,8 @@ def _stage_table(su: IntegerSetup, sp: StagePaths, cf: _StageConfigs, H: np.ndar
     left (the others cannot hold the remaining layers, or the path passes ``cap_ms``)."""
     lay = su.layer
     V = su.end_fwd_ms.shape[0]
-    nv, E = cf.nv, cf.E
-    h = H[H.size - 1 - nv.sum(axis=1)]  # [M]: H is indexed by the N − n layers elsewhere
-    ok = np.isfinite(h)
-    nv, E, h = nv[ok], E[ok], h[ok]
-    base = cf.base[ok] + E[:, None] * sp.cB.min(axis=1)[None, :] + h[:, None] * sp.a_b[None, :]  # [M, Q]
+    ok, base = _with_replay(sp, cf, H)
+    nv = cf.nv[ok]
     if cap_ms is not None:
         under = _under_cap(base, cap_ms)
         nv, base = nv[under], base[under]
@@ -368,14 +374,11 @@ def _screen(problem: Problem, su: IntegerSetup, paths: list[StagePaths], fr: Row
     H = other_replay(pre, N)
     out = []
     for p, cf in enumerate(pre):
-        sp = paths[p]
-        h = H[p][N - cf.nv.sum(axis=1)]
-        ok = np.isfinite(h)
-        base = cf.base + cf.E[:, None] * sp.cB.min(axis=1)[None, :] + np.where(ok, h, 0.0)[:, None] * sp.a_b[None, :]
-        keep = ok & _under_cap(base, cap)
-        if not keep.any():
+        ok, lengths = _with_replay(paths[p], cf, H[p])
+        keep = cf.nv[ok][_under_cap(lengths, cap)]
+        if keep.shape[0] == 0:
             return None
-        out.append(cf.nv[keep])
+        out.append(keep)
     return out
 
 
