@@ -168,9 +168,12 @@ lass:`~autotune.megatron.search.MegatronResult`.
     # optuna (heavy) loads with the search policies, only when a search runs: import autotune stays light
     from autotune.megatron.search import search_megatron  # noqa: PLC0415
     from autotune.tuner.search import run_search  # noqa: PLC0415
+    from autotune.tuner.heap import search_heap  # noqa: PLC0415
     from autotune.tuner.threads import one_blas_thread  # noqa: PLC0415
 
-    with one_blas_thread():  # OpenBLAS's spinning threads cost CPU and save no time (its docstring)
+    # OpenBLAS's spinning threads cost CPU and save no time; mmapped temporaries cost page faults
+    # (their modules' docstrings)
+    with one_blas_thread(), search_heap():
         if megatron_args is not None or isinstance(config, MegatronRun):
             run = load_megatron(megatron_args if megatron_args is not None else config)
             return search_megatron(run, space=megatron_space, device="h100" if device == DEFAULT_DEVICE else device,

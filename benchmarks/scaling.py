@@ -18,7 +18,8 @@ stage's peak of the even split with full / no recompute,
 
 Each problem runs in a fresh child process (so its peak RSS is its own) the way
 ``autotune search`` runs one sub-problem by default, with one BLAS thread
-(:func:`autotune.tuner.threads.one_blas_thread`): :func:`bound_and_seeds` (its deadline the
+(:func:`autotune.tuner.threads.one_blas_thread`) and large temporaries kept in the heap
+(:func:`autotune.tuner.heap.search_heap`), as :func:`autotune.api.search`: :func:`bound_and_seeds` (its deadline the
 first half of the 300 s safety net) then the Optuna study (200 trials, stop at the 0.5 % certified
 gap, the rest of the safety net); "(timed out)" marks a row the net cut. CPU s = user + sys of the
 search (``time.process_time`` around it, imports and problem building excluded); wall s likewise;
@@ -97,6 +98,7 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
     from autotune.tuner.outcome import SAFETY_TIMEOUT_S
     from autotune.tuner.runner import run_study
     from autotune.tuner.solve import bound_and_seeds
+    from autotune.tuner.heap import search_heap
     from autotune.tuner.threads import one_blas_thread
 
     problem = build(*spec)
@@ -108,7 +110,7 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
     def note(step: str, best: float | None, bound: float | None) -> None:
         steps.append([step, time.process_time() - c0, best])
 
-    with one_blas_thread():  # as api.search
+    with one_blas_thread(), search_heap():  # as api.search
         bs = bound_and_seeds(problem, [], deadline=deadline, report=note)
         c_bound = time.process_time() - c0
         feas = [c.step_ms for c in bs.seeds if c.excess_mib <= 0]

@@ -31,6 +31,7 @@ from autotune.tuner.outcome import SAFETY_TIMEOUT_S  # noqa: E402
 from autotune.tuner.problem import Problem, runnable_vpp  # noqa: E402
 from autotune.tuner.runner import run_study  # noqa: E402
 from autotune.tuner.solve import bound_and_seeds  # noqa: E402
+from autotune.tuner.heap import search_heap  # noqa: E402
 from autotune.tuner.threads import one_blas_thread  # noqa: E402
 
 
@@ -131,7 +132,7 @@ def run(problem: Problem, seed: int, gap: float = 0.005) -> tuple[float, float, 
     """(found ms, bound ms, trials, wall s, exact, CPU s) for one search as api.search runs it by default
     (no clock budget: 200 trials, fixed local-search work, stop at the certified gap)."""
     t0, c0 = time.monotonic(), time.process_time()
-    with one_blas_thread():  # as api.search
+    with one_blas_thread(), search_heap():  # as api.search
         bs = bound_and_seeds(problem, [])
         stop = bs.bound_ms * (1 + gap) if np.isfinite(bs.bound_ms) else None
         out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=SAFETY_TIMEOUT_S, seed=seed,
