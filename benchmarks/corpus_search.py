@@ -122,12 +122,17 @@ def main() -> None:
         print(f"{fid[-70:]:70s} {r['cpu_s']:7.1f} {r['wall_s']:7.1f} {step:>10s} {gap:>7s}  {end}", flush=True)
     gaps = [r["gap"] for r in rows if r.get("gap") is not None]
     cpu = np.array([r["cpu_s"] for r in rows])
-    print(f"\n{len(rows)} distinct layouts; {len(gaps)} answered with a gap; CPU s median {np.median(cpu):.1f}, "
-          f"max {cpu.max():.1f}, {int((cpu <= 30).sum())} within 30 s; gap median "
-          f"{100 * np.median(gaps):.2f} %, max {100 * max(gaps):.2f} %, {sum(g <= 0.02 for g in gaps)} within 2 %; "
-          f"timed out: {sum(bool(r.get('timed_out')) for r in rows)}")
+    # the JSON first: a selection may hold no layout, or none with a gap (Llama-2-13B finetune alone)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    if not rows:
+        print("\nno layout selected")
+        return
+    gap_line = (f"gap median {100 * np.median(gaps):.2f} %, max {100 * max(gaps):.2f} %, "
+                f"{sum(g <= 0.02 for g in gaps)} within 2 %; ") if gaps else ""
+    print(f"\n{len(rows)} distinct layouts; {len(gaps)} answered with a gap; CPU s median {np.median(cpu):.1f}, "
+          f"max {cpu.max():.1f}, {int((cpu <= 30).sum())} within 30 s; {gap_line}"
+          f"timed out: {sum(bool(r.get('timed_out')) for r in rows)}")
 
 
 if __name__ == "__main__":
