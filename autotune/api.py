@@ -24,6 +24,7 @@ from autotune.errors import ConfigError
 from autotune.extras import require
 from autotune.megatron.run import MegatronRun, build_run
 from autotune.profile.schema import ModelProfile, load_profile
+from autotune.tuner.heap import search_heap
 from autotune.tuner.inputs import DEFAULT_DEVICE, as_config, check_runnable, config_schedule, resolve_profile
 from autotune.tuner.outcome import SAFETY_TIMEOUT_S, SearchOutcome
 from autotune.tuner.space import SearchSpace
@@ -168,7 +169,6 @@ lass:`~autotune.megatron.search.MegatronResult`.
     # optuna (heavy) loads with the search policies, only when a search runs: import autotune stays light
     from autotune.megatron.search import search_megatron  # noqa: PLC0415
     from autotune.tuner.search import run_search  # noqa: PLC0415
-    from autotune.tuner.heap import search_heap  # noqa: PLC0415
     from autotune.tuner.threads import one_blas_thread  # noqa: PLC0415
 
     # OpenBLAS's spinning threads cost CPU and save no time; mmapped temporaries cost page faults
