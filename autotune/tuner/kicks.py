@@ -15,7 +15,8 @@ A round scores every shear of the incumbent (:func:`shear_splits`) and :data:`KI
 kicks (2-5 single-layer moves from a seeded generator, so the same problem gets the same kicks),
 touched stages re-fitted; the local search runs from the best of them, and the incumbent moves to
 its end point when that is faster. The search stops after :data:`KICK_PATIENCE` rounds without a
-faster layout, :data:`KICK_ROUNDS` rounds, at the target step time or at the deadline; an
+faster layout (or the patience the caller gives: :func:`kick_patience`), :data:`KICK_ROUNDS`
+rounds, at the target step time or at the deadline; an
 interleaved answer then gets the recompute polish (:func:`~autotune.tuner.heuristic.
 polish_recompute`).
 """
@@ -31,10 +32,20 @@ from autotune.tuner.heuristic import local_search, polish_recompute
 from autotune.tuner.moves import GivenSplits, lazy_scan
 from autotune.tuner.problem import Candidate, Problem, better, rank_order
 
-#: Most rounds of one kick search (a work cap, not a clock: deterministic).
+#: Most rounds of one kick search (a work cap, not a clock: deterministic); a longer patience
+#: gets up to twice its rounds.
 KICK_ROUNDS = 8
-#: Rounds in a row without a faster layout before the kick search stops.
+#: Rounds in a row without a faster layout before the kick search stops (its default).
 KICK_PATIENCE = 1
+#: :func:`kick_patience`, the patience a caller can give a search whose certified gap is far from
+#: its target: KICK_PATIENCE_OPS / ops rounds for a schedule of ops = 2·V·P·m (forwards and
+#: backwards of every micro-batch on every mini-stage), between KICK_PATIENCE and
+#: KICK_MAX_PATIENCE (a work cap by the problem's size, not a clock: deterministic). A round on a
+#: short schedule is cheap (~0.1 CPU s on pp 4 × vpp 4 × m 8) and the better layouts can sit
+#: several failed rounds away: YiZhao-12B 8k's vpp 4 layout 13,371.6 ms stays put with patience
+#: 1-8 and reaches 13,020.2 ms with 16 (3.5 CPU s).
+KICK_PATIENCE_OPS = 4096
+KICK_MAX_PATIENCE = 16
 #: Random kicks scored per round, besides the shears.
 KICK_RANDOM = 32
 #: Moves per local search from a kick (:func:`~autotune.tuner.heuristic.local_search`'s
@@ -85,8 +96,15 @@ def random_kicks(problem: Problem, cand: Candidate, n: int, rng: np.random.Gener
     return np.asarray(out, dtype=np.int64).reshape(-1, V, P)
 
 
+def kick_patience(problem: Problem, V: int) -> int:
+    """A longer patience for :func:`kick_search` on a layout of ``V`` (:data:`KICK_PATIENCE_OPS`):
+    :data:`KICK_PATIENCE` on long schedules, up to :data:`KICK_MAX_PATIENCE` on short ones."""
+    ops = 2 * V * problem.P * problem.m
+    return int(min(KICK_MAX_PATIENCE, max(KICK_PATIENCE, KICK_PATIENCE_OPS // ops)))
+
+
 def kick_search(problem: Problem, start: Candidate, *, target_ms: float | None = None,
-                deadline: float | None = None, seed: int = 0) -> Candidate:
+                deadline: float | None = None, seed: int = 0, patience: int | None = None) -> Candidate:
     """The iterated local search of the module docstring from ``start`` (scored, fitting the
     budget). Returns the fastest fitting layout found (``start`` itself when none is faster; its
     origin ends in ``+kick``). Interleaved layouts are re-fitted with the edge-weighted exact fit
@@ -98,18 +116,21 @@ def kick_search(problem: Problem, start: Candidate, *, target_ms: float | None =
             target: bound × (1 + gap)).
         deadline: time.monotonic() limit, checked before every round and local search.
         seed: the kicks' generator seed (same seed, same kicks).
+        patience: rounds in a row without a faster layout before it stops (default
+            :data:`KICK_PATIENCE`); it runs at most max(KICK_ROUNDS, 2 × patience) rounds.
     """
     fit: RecomputeFit = edge_weighted_fit(start.V) if start.V > 1 else GREEDY
     memo = fit_cache(problem)
     rng = np.random.default_rng(seed)
     best, idle = start, 0
+    patience = KICK_PATIENCE if patience is None else max(1, int(patience))
 
     def done() -> bool:
         return ((target_ms is not None and best.step_ms <= target_ms)
                 or (deadline is not None and time.monotonic() > deadline))
 
-    for _ in range(KICK_ROUNDS):
-        if idle >= KICK_PATIENCE or done():
+    for _ in range(max(KICK_ROUNDS, 2 * patience)):
+        if idle >= patience or done():
             break
         splits = np.concatenate([shear_splits(problem, best), random_kicks(problem, best, KICK_RANDOM, rng)])
         sc = (lazy_scan(problem, best, GivenSplits(np.unique(splits, axis=0)), 1, fit=fit, memo=memo)

@@ -92,3 +92,68 @@ def test_kick_search_leaves_the_local_optimum() -> None:
     assert np.array_equal(again.layers, k.layers) and again.step_ms == k.step_ms
     # a target at the start's own step time stops it at once
     assert kick_search(problem, ls, target_ms=ls.step_ms) is ls
+
+
+def test_kick_patience_by_schedule_size() -> None:
+    """KICK_PATIENCE_OPS / (2·V·P·m) rounds, between KICK_PATIENCE and KICK_MAX_PATIENCE: pp 4 ×
+    vpp 4 × m 8 (256 ops) 16; pp 4 × vpp 2 × m 64 (1,024) 4; pp 4 × vpp 3 × m 16 (384) 10;
+    pp 16 × vpp 2 × m 64 (4,096) 1; pp 32 × vpp 4 × m 256 1; pp 2 × vpp 1 × m 4 (16) 16."""
+    from autotune.tuner.kicks import kick_patience
+    from autotune.tuner.problem import Problem
+
+    pa = _random_problem(1, 16, 4, 2, ("full",), 10.0).pa
+    for P, V, m, want in ((4, 4, 8, 16), (4, 2, 64, 4), (4, 3, 16, 10), (16, 2, 64, 1), (32, 4, 256, 1),
+                          (2, 1, 4, 16)):
+        assert kick_patience(Problem(pa, P=P, m=m, vpp_candidates=(V,)), V) == want
+
+
+def test_kicks_start_from_every_v_that_can_win(monkeypatch) -> None:
+    """solve.kick with a certified gap over KICK_WIDE_GAP (2 %): the incumbent's V first, then each
+    other V whose bound is below the incumbent and whose fastest layout is within KICK_WITHIN (3 %)
+    of it, the fastest first, each with kick_patience (here 16: pp 4 × m 8); a V whose bound is at
+    or above the incumbent, or that is too far behind, is skipped; a faster kick answer becomes
+    the incumbent the next V is compared with, and the kicks stop once the gap target is met.
+    Within 2 %: the incumbent alone, with the default patience."""
+    import autotune.tuner.solve as solve
+
+    problem = _random_problem(1, 16, 4, 2, ("full",), 10.0)
+
+    def cand(V: int, step: float) -> Candidate:
+        c = _cand(even_layers(16, 4, V))
+        c.step_ms, c.peak_mib, c.excess_mib = step, 0.0, -1.0
+        return c
+
+    started: list[tuple[int, float]] = []
+    patiences: list[int | None] = []
+    answers: dict[float, float] = {}
+
+    def fake_kick(problem, start, *, target_ms=None, deadline=None, patience=None):
+        started.append((start.V, start.step_ms))
+        patiences.append(patience)
+        if start.step_ms in answers:
+            return cand(start.V, answers[start.step_ms])
+        return start
+
+    monkeypatch.setattr(solve, "kick_search", fake_kick)
+    inc, v2, v3, v4 = cand(1, 100.0), cand(2, 102.0), cand(3, 101.0), cand(4, 104.0)
+    per_v = {1: 90.0, 2: 95.0, 3: 100.0, 4: 95.0}
+    # V 3's bound (100) is not below the incumbent, V 4 is 4 % behind: only V 1, then V 2
+    assert solve.kick(problem, [v2, inc, v3, v4], per_v, target_gap=0.005) == []
+    assert started == [(1, 100.0), (2, 102.0)]
+    # V 2's kick finds 99: returned; with it as the incumbent V 4 (104) is over 3 % behind
+    started.clear()
+    answers[102.0] = 99.0
+    out = solve.kick(problem, [v2, inc, v3, v4], {**per_v, 3: 95.0}, target_gap=0.005)
+    assert started == [(1, 100.0), (3, 101.0), (2, 102.0)] and [c.step_ms for c in out] == [99.0]
+    # the incumbent's own kick meets the gap target (bound 90 × 1.005): nothing else runs
+    started.clear()
+    answers[100.0] = 90.4
+    out = solve.kick(problem, [v2, inc, v3, v4], per_v, target_gap=0.005)
+    assert started == [(1, 100.0)] and [c.step_ms for c in out] == [90.4]
+    assert set(patiences) == {16}
+    # a gap of 1.5 % (bound 98.5): the incumbent alone, default patience
+    started.clear()
+    patiences.clear()
+    answers.clear()
+    assert solve.kick(problem, [v2, inc, v3, v4], {1: 98.5, 2: 98.5, 3: 98.5, 4: 98.5}, target_gap=0.005) == []
+    assert started == [(1, 100.0)] and patiences == [None]
