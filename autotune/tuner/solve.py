@@ -257,10 +257,13 @@ def kick(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float], *
 
     Why every V: the answer's V is the one whose layouts the earlier steps happened to improve
     most, and another V's local optimum can be a few kicks from a faster layout. YiZhao-12B 8k
-    (pp 4, m 8, vpp 1-4, certified gap 6.07 % here): the steps before leave vpp 3 at 13,174.7 ms
-    and vpp 4 at 13,371.6; with patience 16 the kicks from vpp 3 find 13,165.1, those from vpp 4
-    13,009.4 ms. Only past KICK_WIDE_GAP: on the corpus's configs within it the longer searches
-    found nothing and cost up to 2.4 CPU s each (TeleChat2 115B)."""
+    (pp 4, m 8, vpp 1-4): the steps before leave vpp 3 at 13,174.7 ms (certified gap 6.07 % as
+    the kicks start) and vpp 4 at 13,371.6; with patience 16 the kicks from vpp 3 find 13,165.1,
+    those from vpp 4 13,020.2 ms (13,009.4 after the 1-opt finish and the study: the final gap
+    4.74 %, 5.87 % before). Only past KICK_WIDE_GAP, decided once from the incumbent as the kicks
+    start: on the corpus's configs within it the longer searches found nothing and cost up to
+    2.4 CPU s each (TeleChat2 115B). A V missing from ``per_v_ms`` counts as bound 0 (never
+    skipped for its bound)."""
     problem.score([c for c in cands if not np.isfinite(c.step_ms)])
     feas = [c for c in cands if fits(c.peak_mib, problem.hbm_mib)]
     gap = KICK_TARGET_GAP if target_gap is None else target_gap
