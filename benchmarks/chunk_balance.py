@@ -8,8 +8,9 @@ On ``benchmarks/scaling.py``'s P32 V4 m256 L256 dense loose problem (no recomput
 every stage is busy for the same time. Per layout it prints the simulated step time (ms), the
 busiest stage's time, the longest one-stay path (a path that walks one stage's program and reaches
 and leaves it through one micro-batch's dependency chains: the family of the stage DP, the device
-DP and the local search's step floors, :func:`autotune.tuner.moves.floor_paths`) and the stages
-the critical path stays on (more than two ops of one mini-stage). The one-stay maximum barely
+DP and the local search's step floors: :func:`autotune.tuner.moves.floor_paths`, which also
+gives the critical path) and the stages the critical path stays on (more than two ops of one
+mini-stage). The one-stay maximum barely
 moves while the step time rises by up to ~20 %: an interleaved step depends on each chunk's time
 across the stages, which those bound families do not price. docs/search.md ("What the one-stay
 bounds cannot see") quotes the output. Pure numpy; a few seconds.
@@ -50,26 +51,21 @@ def layouts() -> dict[str, np.ndarray]:
 
 def main() -> None:
     from benchmarks.scaling import build
-    from autotune.cost.simulate import compile_schedule
-    from autotune.tuner.bounds._paths import critical_path
-    from autotune.tuner.moves import _one_stay_arrays
+    from autotune.tuner.moves import floor_paths
+    from autotune.tuner.problem import Candidate
 
     problem = build(P, V, M, L, "dense", "loose")
-    cs = compile_schedule(problem.schedule, P, V, M, problem.seq_split_num)
-    CF, CB, H, _stage = _one_stay_arrays(problem, V)
     print(f"{'layout (layers in chunks 0-3)':55s} {'step ms':>11s} {'busiest ms':>11s} {'one-stay ms':>11s}  stays on")
     for name, lay in layouts().items():
         assert (lay.sum(axis=0) == L // P).all()
         z = np.zeros_like(lay)
         score = problem.evaluate(V, lay[None], z[None], z[None], z[None])
-        one = problem.costs(V, lay[None], z[None], z[None], z[None])
-        f, b = one.fwd_ms[0], one.bwd_ms[0]
-        stay = ((CF * f).sum(axis=(1, 2)) + (CB * b).sum(axis=(1, 2)) + H * problem.pa.p2p_ms).max()
-        cp = critical_path(cs, f, b, problem.pa.p2p_ms)
-        stages = np.unique(np.nonzero((cp.cf + cp.cb) > 2)[1]).tolist()
+        # the critical path first, then each stage's longest one-stay path (the step floors' family)
+        fp = floor_paths(problem, Candidate(V, lay, z, z.copy(), z.copy()))
+        stages = np.unique(np.nonzero((fp.cf[0] + fp.cb[0]) > 2)[1]).tolist()
         where = ", ".join(map(str, stages)) if len(stages) <= 8 else f"{len(stages)} stages, {stages[0]}-{stages[-1]}"
-        print(f"{name:55s} {score.step_ms[0]:11,.1f} {score.busy_ms[0].max():11,.1f} {stay:11,.1f}  {where}")
-
+        print(f"{name:55s} {score.step_ms[0]:11,.1f} {score.busy_ms[0].max():11,.1f} {fp.length[1:].max():11,.1f}  "
+              f"{where}")
 
 if __name__ == "__main__":
     main()
