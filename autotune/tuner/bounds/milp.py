@@ -343,6 +343,14 @@ class _Model:
         if key in self.seen:
             return False
         self.seen.add(key)
+        r, hi = self.path_row(cf, cb, hops)
+        self.path_rows.append(r)
+        self.path_hi.append(hi)
+        return True
+
+    def path_row(self, cf: np.ndarray, cb: np.ndarray, hops: float) -> tuple[np.ndarray, float]:
+        """The row "path length <= T" of op counts cf, cb [V, P] and hops: (coefficients over the
+        variables, float [nvar], with -1 on T; upper value, ms)."""
         su, nn, C = self.su, self.nn, self.C
         r = np.zeros(self.nvar)
         cfj, cbj = cf.reshape(-1), cb.reshape(-1)
@@ -355,9 +363,7 @@ class _Model:
             for t in range(len(self.slots[j])):
                 r[self.y_index(j, t, 0):self.y_index(j, t, C)] = cbj[j] * self.slot_layer(j, t).extra_ms
         r[self.iT] = -1.0
-        self.path_rows.append(r)
-        self.path_hi.append(-float((cf * su.end_fwd_ms).sum() + (cb * su.end_bwd_ms).sum() + hops * su.p2p_ms))
-        return True
+        return r, -float((cf * su.end_fwd_ms).sum() + (cb * su.end_bwd_ms).sum() + hops * su.p2p_ms)
 
     def durations(self, n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Relaxed forward / backward ms [V, P] of layer counts n [V, P] and classes y [V, P, C]
