@@ -204,7 +204,10 @@ class _LP:
 def _row_stage(model: _Model, row: np.ndarray) -> int:
     """The pipeline stage of one of the program's memory rows (from its first variable with a
     coefficient: a layer count, a class count or a kind count of a mini-stage j = v·P + p)."""
-    i = int(np.flatnonzero(row)[0])
+    nz = np.flatnonzero(row)
+    if not nz.size:
+        return -1  # a constant row (a profile with no static or activation MiB): its own group
+    i = int(nz[0])
     nn = model.nn
     if i < nn:
         j = i
