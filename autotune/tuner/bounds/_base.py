@@ -26,8 +26,8 @@ import numpy as np
 from autotune.tuner.problem import Candidate, Problem
 
 
-#: Relative margin taken off a value HiGHS proves (its MIP feasibility tolerance is 1e-6), by the
-#: integer program and the split LP.
+#: Relative margin taken off a value HiGHS proves (its MIP feasibility tolerance is 1e-6; an LP's
+#: primal and dual tolerances are 1e-7), by the integer program, the split LP and the path LP.
 DUAL_SAFETY = 1e-6
 
 

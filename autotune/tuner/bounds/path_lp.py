@@ -23,7 +23,7 @@ large it is the strongest bound (P8 V4 m128 L256 MoE: 170,530 against 167,595; P
 MoE loose: 18,326 against 18,035; pp 32 × vpp 4 × m 256 MoE: 90,166 against 84,946; pp 64 ×
 vpp 2 × m 512 MoE: 112,730 against 102,159, the last two after ~60 CPU s, past its work cap).
 
-Generation. Per round: solve the LP (HiGHS dual simplex, warm-started from the last basis: rows
+Generation. Per round: solve the LP (HiGHS's default LP solver, its simplex, warm-started from the last basis: rows
 are only appended; the path rows hold op counts only, over one forward and one backward ms column
 per mini-stage), then price the minimiser: the memory rows it breaks join first (the most
 violated one per stage; a row left out only lowers the value), else the :data:`ONE_STAY_PER_ROUND`
@@ -55,9 +55,11 @@ from autotune.tuner.problem import Candidate, Problem
 #: Rounds of path generation at most (one LP solve and one longest-path walk each).
 MAX_ROUNDS = 300
 #: Work cap over all rounds: Σ (the LP's nonzeros + the ops the longest path walks) per round,
-#: deterministic; ~0.25 µs a unit on scaling.py's rows (300 rounds: pp 8 × vpp 4 × m 128 MoE
-#: 6.2e6 units in 1.5 CPU s, pp 32 × vpp 4 × m 256 MoE 4.1e7 in 12.2 s, pp 64 × vpp 2 × m 512
-#: MoE 6.2e7 in 14.3 s): larger problems stop on it, short of MAX_ROUNDS.
+#: deterministic; ~0.25 µs a unit on scaling.py's rows alone on the machine (300 rounds: pp 8 ×
+#: vpp 4 × m 128 MoE 6.2e6 units in 1.5 CPU s, pp 32 × vpp 4 × m 256 MoE 4.1e7 in 12.2 s, pp 64 ×
+#: vpp 2 × m 512 MoE 6.2e7 in 14.3 s; about twice as long beside another busy process). Every row
+#: of the grid stops on MAX_ROUNDS first; this cap stops larger problems (pp 64 × vpp 4 × m 512
+#: walks twice the ops of pp 64 × vpp 2) short of it.
 WORK = 6.5e7
 #: The bound runs only where the V's certified gap (incumbent − its bound) / its bound is over
 #: this (the issue's 2 % target, as the kicks' wide mode): on rows with a few layers a mini-stage
