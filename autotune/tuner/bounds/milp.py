@@ -177,6 +177,11 @@ def milp_recompute(problem: Problem, cand, *, max_solves: int = MAX_SOLVES,
     return res
 
 
+def path_key(cf: np.ndarray, cb: np.ndarray, hops: float) -> bytes:
+    """A path's identity in a program's family: its op counts [V, P] and hops, rounded to 1e-9."""
+    return np.concatenate([cf.reshape(-1), cb.reshape(-1), [hops]]).round(9).tobytes()
+
+
 class _Model:
     """The integer program of one (problem, V) (module docstring). Variables, in order: n [V·P]
     (layers per mini-stage j = v·P + p), y [V·P·C] (layers of each allowed class), with a pinned
@@ -339,7 +344,7 @@ class _Model:
 
     def add_path(self, cf: np.ndarray, cb: np.ndarray, hops: float) -> bool:
         """Add the row "path length <= T" (op counts [V, P], hops); False when already there."""
-        key = np.concatenate([cf.reshape(-1), cb.reshape(-1), [hops]]).round(9).tobytes()
+        key = path_key(cf, cb, hops)
         if key in self.seen:
             return False
         self.seen.add(key)
@@ -364,6 +369,15 @@ class _Model:
                 r[self.y_index(j, t, 0):self.y_index(j, t, C)] = cbj[j] * self.slot_layer(j, t).extra_ms
         r[self.iT] = -1.0
         return r, -float((cf * su.end_fwd_ms).sum() + (cb * su.end_bwd_ms).sum() + hops * su.p2p_ms)
+
+    def layout_path(self, layers: np.ndarray):
+        """The longest path (:class:`~autotune.tuner.bounds._paths.CriticalPath`) of a layer
+        split int [V, P] under the program's durations without replay (the path is what matters,
+        not its length here)."""
+        n = np.asarray(layers, dtype=np.float64)
+        y = np.zeros(n.shape + (self.C,))
+        y[..., 0] = n
+        return critical_path(self.su.cs, *self.durations(n, y), self.su.p2p_ms)
 
     def durations(self, n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Relaxed forward / backward ms [V, P] of layer counts n [V, P] and classes y [V, P, C]
@@ -493,16 +507,13 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     if su is None:
         return None
     model = _Model(problem, V, su, fixed)
-    P, C, cs, p2p = problem.P, model.C, su.cs, su.p2p_ms
+    C, cs, p2p = model.C, su.cs, su.p2p_ms
     for stage_rows in one_stay_counts(cs):
         for cf, cb, hops in stage_rows:
             model.add_path(cf, cb, hops)
     for c in layouts or []:
         if c.V == V:
-            n = np.asarray(c.layers, dtype=np.float64)
-            y = np.zeros((V, P, C))
-            y[:, :, 0] = n  # no replay: the path is what matters, not its length here
-            cp = critical_path(cs, *model.durations(n, y), p2p)
+            cp = model.layout_path(c.layers)
             model.add_path(cp.cf, cp.cb, cp.hops)
     # the cap counts the program without its kind variables and rows (one class slot per
     # mini-stage), as measured when it was set; the node limit counts them (Model.solve)

@@ -49,7 +49,7 @@ from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
 from autotune.tuner.bounds._quiet import quiet_native_stdout
 from autotune.tuner.bounds._relax import integer_setup
-from autotune.tuner.bounds.milp import _Model
+from autotune.tuner.bounds.milp import _Model, path_key
 from autotune.tuner.problem import Candidate, Problem
 
 #: Rounds of path generation at most (one LP solve and one longest-path walk each).
@@ -101,7 +101,6 @@ class _LP:
 
     def __init__(self, hs, model: _Model) -> None:
         self.hs, self.model = hs, model
-        self.inf = hs.kHighsInf
         nv, nn = model.nvar, model.nn
         self.nv, self.ncol = nv, nv + 2 * nn
         h = hs.Highs()
@@ -112,8 +111,8 @@ class _LP:
         hi = np.concatenate([vhi, np.full(2 * nn, np.inf)])
         cost = np.zeros(self.ncol)
         cost[model.iT] = 1.0
-        h.addCols(self.ncol, cost, self._fin(lo), self._fin(hi), 0, np.zeros(0, np.int32), np.zeros(0, np.int32),
-                  np.zeros(0))
+        none = np.zeros(0, np.int32)
+        h.addCols(self.ncol, cost, lo, hi, 0, none, none, np.zeros(0))  # highspy's infinity is inf
         self.h = h
         self.nnz = 0
         rlo = np.asarray(model.rlo, dtype=np.float64)
@@ -142,9 +141,6 @@ class _LP:
         self.seen: set[bytes] = set()
         self.paths = 0
 
-    def _fin(self, v: np.ndarray) -> np.ndarray:
-        return np.where(np.isfinite(v), v, np.where(v > 0, self.inf, -self.inf)).astype(np.float64)
-
     def _add(self, A: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         if not len(A):
             return
@@ -154,12 +150,13 @@ class _LP:
         nz = A != 0
         starts = np.concatenate([[0], np.cumsum(nz.sum(axis=1))[:-1]]).astype(np.int32)
         idx = np.nonzero(nz)[1].astype(np.int32)
-        self.h.addRows(len(A), self._fin(lo), self._fin(hi), int(idx.size), starts, idx, A[nz])
+        self.h.addRows(len(A), np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64), int(idx.size),
+                       starts, idx, A[nz])
         self.nnz += int(idx.size)
 
     def add_path(self, cf: np.ndarray, cb: np.ndarray, hops: float) -> bool:
         """Append "path length <= T" for op counts cf, cb [V, P] and hops; False when it is there."""
-        key = np.concatenate([cf.reshape(-1), cb.reshape(-1), [hops]]).round(9).tobytes()
+        key = path_key(cf, cb, hops)
         if key in self.seen:
             return False
         self.seen.add(key)
@@ -223,14 +220,10 @@ def _row_stage(model: _Model, row: np.ndarray) -> int:
 def _start_paths(model: _Model, lp: _LP, V: int, layouts: tuple[Candidate, ...] | list) -> None:
     """Add the longest paths of the fastest fitting known layouts with this V (no replay: the path
     is what matters, not its length here)."""
-    su = model.su
     fits = sorted((c for c in layouts if c.V == V and c.excess_mib <= 0 and np.isfinite(c.step_ms)),
                   key=lambda c: c.step_ms)
     for c in fits[:START_LAYOUTS]:
-        n = np.asarray(c.layers, dtype=np.float64)
-        y = np.zeros(n.shape + (model.C,))
-        y[..., 0] = n
-        cp = critical_path(su.cs, *model.durations(n, y), su.p2p_ms)
+        cp = model.layout_path(c.layers)
         lp.add_path(cp.cf, cp.cb, cp.hops)
 
 
