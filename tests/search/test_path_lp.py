@@ -2,7 +2,8 @@
 enumerated optimum (random two-kind problems, both interleaved schedules, negative static deltas,
 with and without known layouts and the incumbent's stop), below the integer program's converged
 optimum of the same rows, above every DP bound on scaling.py's dense + MoE loose row (the value
-measured when it was built), reproducible, gated at a 2 % gap, and silent on stdout."""
+measured when it was built), reproducible, converging within its caps on the P8 V4 MoE row thanks
+to the in-out separation, gated at a 2 % gap, and silent on stdout."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from autotune.tuner.bounds import BoundContext
 from autotune.tuner.bounds.device_dp import device_dp_bound
+from autotune.tuner.bounds import path_lp
 from autotune.tuner.bounds.milp import milp_bound
 from autotune.tuner.bounds.path_lp import MIN_GAP, PathLP, path_lp_bound
 from autotune.tuner.bounds.stage_dp import stage_dp_bound
@@ -66,7 +68,7 @@ def _scaling_problem(*spec):
 
 def test_beats_the_dp_bounds_on_scaling_moe_loose() -> None:
     """scaling.py's P16 V2 m64 L128 dense + MoE loose row: the path LP converges at 18,326.4 ms
-    (about 150 rounds), over the device DP's 17,580.7 and the stage DP's 17,538.5 against
+    (135 rounds; 153 without the in-out separation), over the device DP's 17,580.7 and the stage DP's 17,538.5 against
     the search's answer 18,776.2 (certified gap 4.11 % -> 2.45 %); the same value twice."""
     problem = _scaling_problem(16, 2, 64, 128, "moe", "loose")
     a = path_lp_bound(problem, 2)
@@ -85,15 +87,31 @@ def test_beats_the_dp_bounds_on_scaling_moe_loose() -> None:
 
 
 def test_stops_once_it_cannot_pass_the_bound_so_far() -> None:
-    """scaling.py's P16 V2 m64 L64 dense row: the relaxation converges at 15,961.9 ms (169 rounds),
-    below the DP bounds' 18,294.8; given that as ``lower_ms`` it stops as soon as a minimiser's
-    longest path is at or below it (33 rounds, 1/20 of the work), with a smaller valid value."""
+    """scaling.py's P16 V2 m64 L64 dense row: the relaxation converges at 15,961.9 ms (118 rounds;
+    169 without the in-out separation), below the DP bounds' 18,294.8; given that as ``lower_ms``
+    it stops as soon as a feasible point's longest path is at or below it (33 rounds, 1/13 of the
+    work), with a smaller valid value."""
     problem = _scaling_problem(16, 2, 64, 64, "dense", "tight")
     full = path_lp_bound(problem, 2)
     assert full.converged and full.bound_ms == pytest.approx(15961.9, abs=0.1)
     cut = path_lp_bound(problem, 2, lower_ms=18294.8)
     assert not cut.converged and cut.rounds < full.rounds / 3 and cut.work < full.work / 10
     assert cut.bound_ms <= full.bound_ms
+
+
+def test_in_out_separation_converges_within_the_caps(monkeypatch) -> None:
+    """scaling.py's P8 V4 m128 L256 dense + MoE row against its answer (180,298.7 ms): with the
+    in-out separation the relaxation converges at 170,529.7 ms in 251 rounds; the minimisers' own
+    longest paths alone (IN_OUT_ALPHA = 1: the separation point is the minimiser) stop at
+    MAX_ROUNDS, unconverged, at 170,510.8."""
+    problem = _scaling_problem(8, 4, 128, 256, "moe", "tight")
+    a = path_lp_bound(problem, 4, upper_ms=180298.7)
+    assert a.converged and a.rounds == 251
+    assert a.bound_ms == pytest.approx(170529.7, abs=0.1)
+    monkeypatch.setattr(path_lp, "IN_OUT_ALPHA", 1.0)
+    b = path_lp_bound(problem, 4, upper_ms=180298.7)
+    assert not b.converged and b.rounds == path_lp.MAX_ROUNDS
+    assert b.bound_ms == pytest.approx(170510.8, abs=0.1)
 
 
 def test_gate_and_not_applicable_cases() -> None:

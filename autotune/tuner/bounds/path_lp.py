@@ -23,17 +23,20 @@ large it is the strongest bound (P8 V4 m128 L256 MoE: 170,530 against 167,595; P
 MoE loose: 18,326 against 18,035; pp 32 × vpp 4 × m 256 MoE: 90,166 against 84,946; pp 64 ×
 vpp 2 × m 512 MoE: 112,730 against 102,159, the last two after ~60 CPU s, past its work cap).
 
-Generation. Per round: solve the LP (HiGHS's default LP solver, its simplex, warm-started from the last basis: rows
-are only appended; the path rows hold op counts only, over one forward and one backward ms column
-per mini-stage), then price the minimiser: the memory rows it breaks join first (the most
-violated one per stage; a row left out only lowers the value), else the :data:`ONE_STAY_PER_ROUND`
-most violated one-stay paths (:func:`~autotune.tuner.bounds._paths.one_stay_counts`, one matrix
-product), else its longest path (:func:`~autotune.tuner.bounds._paths.critical_path`, a walk over
-every op). The family starts with the longest paths of the :data:`START_LAYOUTS` fastest known
-layouts. It stops when the longest path is priced (converged: the exact optimum of the relaxation
-over every path), when the value reaches ``upper_ms`` (this V cannot beat the incumbent), when a
-minimiser's longest path is at or below ``lower_ms`` (the relaxation's optimum is then below the
-V's bound: nothing to gain, e.g. on the dense rows), after :data:`MAX_ROUNDS` rounds or
+Generation. Per round: solve the LP (HiGHS's default LP solver, its simplex, warm-started from
+the last basis: rows are only appended; the path rows hold op counts only, over one forward and
+one backward ms column per mini-stage), then price the minimiser: the memory rows it breaks join
+first (the most violated one per stage; a row left out only lowers the value), else the
+:data:`ONE_STAY_PER_ROUND` most violated one-stay paths
+(:func:`~autotune.tuner.bounds._paths.one_stay_counts`, one matrix product), else a longest path
+(:func:`~autotune.tuner.bounds._paths.critical_path`, a walk over every op): first at a point
+between the minimiser and the best feasible point so far (in-out separation,
+:data:`IN_OUT_ALPHA`), joining when it cuts the minimiser off, else the minimiser's own. The
+family starts with the longest paths of the :data:`START_LAYOUTS` fastest known layouts. It stops
+when the minimiser's longest path is priced (converged: the exact optimum of the relaxation over
+every path), when the value reaches ``upper_ms`` (this V cannot beat the incumbent), when a
+feasible point's longest path is at or below ``lower_ms`` (the relaxation's optimum is then below
+the V's bound: nothing to gain, e.g. on the dense rows), after :data:`MAX_ROUNDS` rounds or
 :data:`WORK` units (deterministic), or past the deadline (a safety net); every stop returns the
 best value so far, a proof.
 """
@@ -69,6 +72,18 @@ MIN_GAP = 0.02
 ONE_STAY_PER_ROUND = 16
 #: Known layouts whose longest paths start the family (the fastest fitting ones).
 START_LAYOUTS = 8
+#: In-out separation (Ben-Ameur & Neto, "Acceleration of cutting-plane and column generation
+#: algorithms", Networks 49(1), 2007): the longest path is first taken at IN_OUT_ALPHA × the
+#: minimiser + (1 − IN_OUT_ALPHA) × the core (the feasible point with the shortest longest path so
+#: far); it joins when it cuts the minimiser off, else the core moves there and the minimiser's own
+#: longest path is taken as before. Plain generation chases minimisers that jump from one
+#: unbalanced layout to another; paths near the core close the gap in fewer rounds. Measured, one
+#: bound at the default caps (upper_ms = the grid's answer, no lower_ms; scaling.py): pp 32 × vpp 4
+#: × m 256 MoE 88,325.7 → 89,801.1 ms (α 0.5: 89,506.3; 0.1: 89,963.9), pp 64 × vpp 2 × m 512 MoE
+#: 110,255.3 → 112,631.4 (0.5: 112,375.1; 0.1: 112,605.8), both still stopped by MAX_ROUNDS;
+#: pp 8 × vpp 4 × m 128 MoE converges (170,529.7) in 251 rounds instead of 300 unconverged
+#: (170,510.8), pp 16 × vpp 2 × m 64 MoE loose in 135 rounds instead of 153 (the same 18,326.4).
+IN_OUT_ALPHA = 0.2
 
 
 @dataclass(frozen=True)
@@ -262,6 +277,9 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
     rounds = 0
     spent = 0.0
     converged = False
+    # the in-out core: forward / backward ms [V, P] of the feasible point with the shortest longest
+    # path seen so far, and that length (ms)
+    core: tuple[np.ndarray, np.ndarray, float] | None = None
     with quiet_native_stdout():
         lp = _LP(hs, model)
         _start_paths(model, lp, V, layouts)
@@ -289,8 +307,23 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
                 added |= lp.add_path(*stays[q])
             if added:
                 continue
+            if core is not None:
+                # in-out separation: the longest path at a point between the minimiser and the core
+                a = IN_OUT_ALPHA
+                sf, sb = a * fx + (1 - a) * core[0], a * bx + (1 - a) * core[1]
+                cps = critical_path(cs, sf, sb, p2p)
+                spent += cs.num_ops
+                if cps.length <= core[2]:
+                    core = (sf, sb, cps.length)
+                if lower_ms is not None and cps.length <= lower_ms:
+                    break  # a feasible point's longest path: the LP's optimum is <= it
+                at_min = float((cps.cf * fx).sum() + (cps.cb * bx).sum() + cps.hops * p2p)
+                if at_min > value * (1 + 1e-7) + 1e-9 and lp.add_path(cps.cf, cps.cb, cps.hops):
+                    continue  # it cuts the minimiser off
             cp = critical_path(cs, fx, bx, p2p)
             spent += cs.num_ops
+            if core is None or cp.length < core[2]:
+                core = (fx, bx, cp.length)
             if cp.length <= value * (1 + 1e-7) + 1e-9:
                 converged = True
                 break
