@@ -16,12 +16,13 @@ layer counts on a stage's chunks and simulate far slower than they claim (docs/s
 integer program prices any path, lazily, but its branch and bound stops at a node cap long before
 its family is complete. Here the family is grown until the minimiser's own longest path is priced
 (or a work cap): the value is then the exact optimum of the linear relaxation over *every* path.
-Fractional layer counts are its weakness. Measured on scaling.py's grid (converged values): on
-every dense row but one the DP bounds stay higher (P16 V2 m64 L64: 15,962 ms here against
-18,294.8; P8 V4 m128 L256: 240,330 against 240,165), while on the dense + MoE rows whose gap is
-large it is the strongest bound (P8 V4 m128 L256 MoE: 170,530 against 167,595; P16 V2 m64 L128
-MoE loose: 18,326 against 18,035; pp 32 × vpp 4 × m 256 MoE: 90,166 against 84,946; pp 64 ×
-vpp 2 × m 512 MoE: 112,730 against 102,159, the last two after ~60 CPU s, past its work cap).
+Fractional layer counts are its weakness. Measured on scaling.py's grid, run to convergence
+without the caps (values in ms): on every dense row but P8 V4 m128 L256 the DP bounds stay higher
+(P16 V2 m64 L64: 15,962 here against their 18,294.8); on that row it is 240,330 against 240,165.
+On the dense + MoE rows whose gap is large it is the strongest bound: P8 V4 m128 L256 MoE 170,530
+against 167,595, P16 V2 m64 L128 MoE loose 18,326 against 18,035, P32 V4 m256 L256 MoE 90,166
+against 84,946 and P64 V2 m512 L256 MoE 112,730 against 102,159 (the last two after ~60 CPU s;
+at the default caps, MAX_ROUNDS stops them at 89,801 and 112,631: see :data:`IN_OUT_ALPHA`).
 
 Generation. Per round: solve the LP (HiGHS's default LP solver, its simplex, warm-started from
 the last basis: rows are only appended; the path rows hold op counts only, over one forward and
@@ -75,14 +76,16 @@ START_LAYOUTS = 8
 #: In-out separation (Ben-Ameur & Neto, "Acceleration of cutting-plane and column generation
 #: algorithms", Networks 49(1), 2007): the longest path is first taken at IN_OUT_ALPHA × the
 #: minimiser + (1 − IN_OUT_ALPHA) × the core (the feasible point with the shortest longest path so
-#: far); it joins when it cuts the minimiser off, else the core moves there and the minimiser's own
-#: longest path is taken as before. Plain generation chases minimisers that jump from one
-#: unbalanced layout to another; paths near the core close the gap in fewer rounds. Measured, one
-#: bound at the default caps (upper_ms = the grid's answer, no lower_ms; scaling.py): pp 32 × vpp 4
-#: × m 256 MoE 88,325.7 → 89,801.1 ms (α 0.5: 89,506.3; 0.1: 89,963.9), pp 64 × vpp 2 × m 512 MoE
-#: 110,255.3 → 112,631.4 (0.5: 112,375.1; 0.1: 112,605.8), both still stopped by MAX_ROUNDS;
-#: pp 8 × vpp 4 × m 128 MoE converges (170,529.7) in 251 rounds instead of 300 unconverged
-#: (170,510.8), pp 16 × vpp 2 × m 64 MoE loose in 135 rounds instead of 153 (the same 18,326.4).
+#: far). That path joins when it cuts the minimiser off (its length there is over the LP value);
+#: either way the point becomes the core when its longest path is no longer than the core's; when
+#: the path did not cut, the minimiser's own longest path is taken as before. Plain generation
+#: chases minimisers that jump from one unbalanced layout to another; paths near the core close the
+#: gap in fewer rounds. Measured, one bound at the default caps (upper_ms = the grid's answer, no
+#: lower_ms; scaling.py; α = 1 is plain generation): P32 V4 m256 L256 MoE 88,325.7 → 89,801.1 ms
+#: (α 0.5: 89,506.3; 0.1: 89,963.9), P64 V2 m512 L256 MoE 110,255.3 → 112,631.4 (0.5: 112,375.1;
+#: 0.1: 112,605.8), both still stopped by MAX_ROUNDS; P8 V4 m128 L256 MoE converges (170,529.7)
+#: in 251 rounds instead of 300 unconverged (170,510.8), P16 V2 m64 L128 MoE loose in 135 rounds
+#: instead of 153 (the same 18,326.4).
 IN_OUT_ALPHA = 0.2
 
 
@@ -253,8 +256,9 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
         layouts: known layouts; the longest paths of the :data:`START_LAYOUTS` fastest fitting
             ones with this V start the family.
         lower_ms: a bound already proven: the generation stops once the LP's optimum is known
-            to be at or below it (a minimiser, memory rows met, whose longest path is <= it: the
-            optimum over every path is <= that path's length), the value returned then is below
+            to be at or below it (a feasible point — a minimiser with every memory row met, or
+            the in-out point between one and the core — whose longest path is <= it: the optimum
+            over every path is <= that path's length); the value returned is then at or below
             it.
         upper_ms: a feasible step time: the generation stops once the value reaches it.
         max_rounds, work: work caps (rounds; Σ ops walked + LP nonzeros over the rounds).
@@ -328,7 +332,7 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
                 converged = True
                 break
             if lower_ms is not None and cp.length <= lower_ms:
-                break  # the LP's optimum is <= this minimiser's step: it cannot pass lower_ms
+                break  # the LP's optimum is <= this minimiser's longest path: it cannot pass lower_ms
             if not lp.add_path(cp.cf, cp.cb, cp.hops):
                 break  # nothing new to price (numerically converged)
     if best is None:
