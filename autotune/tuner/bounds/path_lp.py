@@ -311,6 +311,7 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
                 added |= lp.add_path(*stays[q])
             if added:
                 continue
+            priced = value * (1 + 1e-7) + 1e-9  # a path no longer than this at the minimiser is priced
             if core is not None:
                 # in-out separation: the longest path at a point between the minimiser and the core
                 a = IN_OUT_ALPHA
@@ -322,13 +323,13 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
                 if lower_ms is not None and cps.length <= lower_ms:
                     break  # a feasible point's longest path: the LP's optimum is <= it
                 at_min = float((cps.cf * fx).sum() + (cps.cb * bx).sum() + cps.hops * p2p)
-                if at_min > value * (1 + 1e-7) + 1e-9 and lp.add_path(cps.cf, cps.cb, cps.hops):
+                if at_min > priced and lp.add_path(cps.cf, cps.cb, cps.hops):
                     continue  # it cuts the minimiser off
             cp = critical_path(cs, fx, bx, p2p)
             spent += cs.num_ops
             if core is None or cp.length < core[2]:
                 core = (fx, bx, cp.length)
-            if cp.length <= value * (1 + 1e-7) + 1e-9:
+            if cp.length <= priced:
                 converged = True
                 break
             if lower_ms is not None and cp.length <= lower_ms:
