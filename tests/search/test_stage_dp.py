@@ -216,9 +216,19 @@ def test_other_replay_by_hand() -> None:
 
 
 def _without_other_replay(problem, V, **kw):
-    """:func:`stage_dp_bound` with the other stages' replay term off (the bound before it)."""
+    """:func:`stage_dp_bound` with the other stages' replay term off (the bound before it) and,
+    like :func:`_unweighted`, the own stage's replay weighted by the fewest backward ops of a chunk."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stage_dp, "other_replay", lambda configs, N: np.zeros((len(configs), N + 1)))
+        mp.setattr(stage_dp, "MAX_WEIGHTINGS", 0)
+        return stage_dp_bound(problem, V, **kw)
+
+
+def _unweighted(problem, V, **kw):
+    """:func:`stage_dp_bound` with every path's replay on its own stage charged as E × its fewest
+    backward ops of a chunk (the term before the chunk weighting, ``MAX_WEIGHTINGS`` = 0)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stage_dp, "MAX_WEIGHTINGS", 0)
         return stage_dp_bound(problem, V, **kw)
 
 
@@ -230,10 +240,11 @@ def test_other_stages_replay_raises_the_bound() -> None:
     scaling.py's P32 V2 m64 L128 dense tight problem (its answer 20,052.8 ms as the incumbent):
     18,826.4 → 19,152.0 ms (certified gap 6.51 → 4.70 %); 19,156.9 ms since the screen
     (``_screen``) takes each other stage's least replay over only its configurations that can
-    still hold a layout faster than the incumbent."""
+    still hold a layout faster than the incumbent. (Both without the chunk-weighted own replay,
+    which came later: tests/search/test_chunk_weighted_replay.py.)"""
     problem, V = small_vpp_problem(7, 8, 3, 2, ("full",), 0.7, "1f1b", False)
     opt = exact_optimum(problem).best.step_ms
-    old, new = _without_other_replay(problem, V).bound_ms, stage_dp_bound(problem, V).bound_ms
+    old, new = _without_other_replay(problem, V).bound_ms, _unweighted(problem, V).bound_ms
     assert old == pytest.approx(57.10, abs=0.01)
     assert new == pytest.approx(58.72, abs=0.01)
     assert opt == pytest.approx(61.84, abs=0.01)
@@ -242,7 +253,7 @@ def test_other_stages_replay_raises_the_bound() -> None:
     from scaling import build
     big = build(32, 2, 64, 128, "dense", "tight")
     assert _without_other_replay(big, 2, upper_ms=20052.8).bound_ms == pytest.approx(18826.4, abs=1.0)
-    assert stage_dp_bound(big, 2, upper_ms=20052.8).bound_ms == pytest.approx(19156.9, abs=1.0)
+    assert _unweighted(big, 2, upper_ms=20052.8).bound_ms == pytest.approx(19156.9, abs=1.0)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -316,7 +327,8 @@ def test_screen_prices_fewer_vectors_on_scaling_p32_vpp2(monkeypatch) -> None:
     """scaling.py's P32 V2 m64 L128 dense tight problem, its answer 20,052.8 ms as the cap: the
     screen leaves 271 of the 304 count vectors that the stage tables priced exactly before, and
     the bound rises from 19,152.0 to 19,156.9 ms (the other stages' least replay over fewer
-    configurations)."""
+    configurations; both without the chunk-weighted own replay, ``MAX_WEIGHTINGS`` = 0)."""
+    monkeypatch.setattr(stage_dp, "MAX_WEIGHTINGS", 0)
     import sys
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scaling import build

@@ -70,6 +70,7 @@ from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
 from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, live_rows,
                                           row_frontiers, worst_row_extra, worst_row_floor)
+from autotune.tuner.bounds._weighted import chunk_weights, worst_row_weighted
 from autotune.tuner.problem import Problem
 
 
@@ -110,6 +111,14 @@ class _StageConfigs(NamedTuple):
     base: np.ndarray
 
 
+#: Work cap of the weighted own-stage replay (:func:`_own_replay`): a stage with more distinct
+#: chunk weightings over its paths keeps the weaker term (E × the fewest backward ops of a chunk).
+#: vpp 2 has 5-6, vpp 3 11-15, vpp 4 27-28. Measured on scaling.py (the answers as ``upper_ms``,
+#: every configuration priced): at vpp 4 the stage DP alone went from 0.6 to 10.6 CPU s (P16 V4
+#: m64 L128 dense) and from 4.6 to 42.7 s (P32 V4 m256 L256 dense), for no higher bound.
+MAX_WEIGHTINGS = 8
+
+
 def _under_cap(base: np.ndarray, cap_ms: float) -> np.ndarray:
     """bool [M]: configurations whose every path length (base [M, Q], ms) is at most ``cap_ms``,
     to a relative 1e-6 (the incumbent's own configurations stay)."""
@@ -126,7 +135,6 @@ def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, f
     means that none is left. With ``floor`` E is only a lower bound of the least replay (the
     linear relaxation's, :func:`~autotune.tuner.bounds._relax.worst_row_floor`, no Pareto front
     built): :func:`stage_dp_bound`'s screen."""
-    cs = su.cs
     V, P, N = su.end_fwd_ms.shape[0], problem.P, problem.N
     pa = problem.pa
     hf, hb = pa.head.fwd_ms, pa.head.bwd_ms
@@ -144,9 +152,7 @@ def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, f
     if cap_ms is not None:
         under = _under_cap(base, cap_ms)
         nv, base = nv[under], base[under]
-    rows, ws = live_rows(cs, p, su.end_ws_mib[:, p])
-    static = su.const_static_mib[p] + mix.static(nv.sum(axis=1))  # [M] MiB
-    room = hbm_cap(problem.hbm_mib) - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]  # [M, R]
+    rows, room = _rooms(problem, su, p, nv)
     if floor:
         E = worst_row_floor(fr, nv, rows, room)
         fin = np.isfinite(E)  # +inf: over the budget for sure (dropped below)
@@ -159,16 +165,68 @@ def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, f
     return _StageConfigs(nv[fits], E[fits], base[fits])
 
 
+def _rooms(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stage p's undominated memory rows (live counts [R, V], :func:`~autotune.tuner.bounds._relax.live_rows`)
+    and, for configurations nv int [M, V], the MiB left to the layers' activations under each
+    (room [M, R]: the budget less the static MiB and the head / tail terms)."""
+    rows, ws = live_rows(su.cs, p, su.end_ws_mib[:, p])
+    static = su.const_static_mib[p] + su.mix.static(nv.sum(axis=1))  # [M] MiB
+    return rows, hbm_cap(problem.hbm_mib) - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]
+
+
+def _own_replay(problem: Problem, su: IntegerSetup, p: int, fr: RowFrontiers, sp: StagePaths, nv: np.ndarray,
+                E: np.ndarray, lengths: np.ndarray, grp: np.ndarray) -> np.ndarray:
+    """float [M, Q] ms: each path's replay on stage p for configurations nv int [M, V] of least
+    replay E [M]: at least E × the path's fewest backward ops of a chunk (the term in
+    ``lengths`` [M, Q], the paths' lengths so far), and, where the stage has at most
+    :data:`MAX_WEIGHTINGS` distinct weightings, the least replay weighted by the path's backward
+    ops per chunk (:func:`~autotune.tuner.bounds._weighted.worst_row_weighted`, once per weighting
+    of :func:`~autotune.tuner.bounds._weighted.chunk_weights`, memoised as :func:`_least_replay`).
+    A path with 49 backward ops of chunk 0 and 64 of chunk 1 was charged 49 × (x_0 + x_1); now
+    49·x_0 + 64·x_1 at its least over the recompute choices that fit. On scaling.py (the answers
+    as ``upper_ms``) the stage DP of P32 V2 m64 L128 dense rises from 19,156.9 to 19,383.3 ms
+    and P16 V2 m32 L128's from 17,455.7 to 17,555.8.
+
+    The weighted value is at most E × the path's most backward ops of a chunk (the least
+    unweighted choice of each row pays at most that), so a (configuration, weighting) pair is
+    priced only where that much could lift some path of the weighting above the longest path of
+    its group ``grp`` [Q] (the paths the stage table keeps one maximum of): elsewhere the table
+    is the same either way."""
+    base_own = E[:, None] * sp.cB.min(axis=1)[None, :]
+    out = base_own.copy()
+    cw, scale, which = chunk_weights(sp.cB)
+    if cw.shape[0] == 0 or cw.shape[0] > MAX_WEIGHTINGS or nv.shape[0] == 0:
+        return out
+    gmax = np.full((nv.shape[0], int(grp.max()) + 1), -np.inf)
+    for g in range(gmax.shape[1]):
+        gmax[:, g] = lengths[:, grp == g].max(axis=1)
+    most = lengths + E[:, None] * (sp.cB.max(axis=1) - sp.cB.min(axis=1))[None, :]  # [M, Q] at most
+    tol = 1e-9 * (1.0 + np.abs(gmax[:, grp]))
+    lifts = np.isfinite(E)[:, None] & (which >= 0)[None, :] & (most > gmax[:, grp] + tol)  # [M, Q]
+    rows, room = _rooms(problem, su, p, nv)
+    for d in range(cw.shape[0]):
+        q = np.flatnonzero(which == d)
+        i = np.flatnonzero(lifts[:, q].any(axis=1))
+        if i.size == 0:
+            continue
+        Wd = _least_replay(problem, p, fr, nv[i], rows, room[i], cw[d])
+        Wd = np.where(np.isfinite(Wd), Wd, 0.0)  # E's own test decides what fits (float edges)
+        out[np.ix_(i, q)] = np.maximum(out[np.ix_(i, q)], Wd[:, None] * scale[None, q])
+    return out
+
+
 def _least_replay(problem: Problem, p: int, fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray,
-                  room: np.ndarray) -> np.ndarray:
+                  room: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """:func:`~autotune.tuner.bounds._relax.worst_row_extra` of stage p's configurations nv int
-    [M, V] (room [M, R] MiB), memoised on the problem's ``fit_cache`` per (V, p) by count vector:
+    [M, V] (room [M, R] MiB), or with chunk ``weights`` [V] its weighted form
+    (:func:`~autotune.tuner.bounds._weighted.worst_row_weighted`), memoised on the problem's
+    ``fit_cache`` per (V, p, weights) by count vector:
     the value depends on the problem and the vector only, and the bound passes run the stage DP
     twice, the second time on a subset of the first's vectors (on scaling.py's P32 V4 m256 L256
     MoE problem the pricing was 20 of the second run's 22 CPU s)."""
     M, V = nv.shape
     code = nv @ ((problem.N + 1) ** np.arange(V, dtype=np.int64))  # one integer per vector
-    key = ("stage_dp.least_replay", V, p)
+    key = ("stage_dp.least_replay", V, p) + (() if weights is None else (weights.tobytes(),))
     known, val = problem.fit_cache.get(key, (np.zeros(0, np.int64), np.zeros(0)))
     at = np.minimum(np.searchsorted(known, code), max(known.size - 1, 0))
     hit = (known[at] == code) if known.size else np.zeros(M, dtype=bool)
@@ -176,7 +234,8 @@ def _least_replay(problem: Problem, p: int, fr: RowFrontiers, nv: np.ndarray, ro
     E[hit] = val[at[hit]]
     miss = ~hit
     if miss.any():
-        E[miss] = worst_row_extra(fr, nv[miss], rows, room[miss])
+        E[miss] = (worst_row_extra(fr, nv[miss], rows, room[miss]) if weights is None
+                   else worst_row_weighted(fr, nv[miss], rows, room[miss], weights))
         allc = np.concatenate([known, code[miss]])
         allv = np.concatenate([val, E[miss]])
         order = np.argsort(allc, kind="stable")
@@ -208,37 +267,47 @@ def other_replay(configs: list[_StageConfigs], N: int) -> np.ndarray:
     return np.stack([conv(pre[p], suf[P - 1 - p]) for p in range(P)])
 
 
-def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray, own: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(ok bool [M], lengths float [ok.sum(), Q] ms): each configuration's path lengths with the
     replay counted (:func:`_stage_table`'s rule, its docstring), for the configurations whose
     other stages can hold the remaining layers (``ok``: H finite there)."""
     h = H[H.size - 1 - cf.nv.sum(axis=1)]  # [M]: H is indexed by the N − n layers elsewhere
     ok = np.isfinite(h)
-    return ok, cf.base[ok] + cf.E[ok, None] * sp.cB.min(axis=1)[None, :] + h[ok, None] * sp.a_b[None, :]
+    own = cf.E[:, None] * sp.cB.min(axis=1)[None, :] if own is None else own
+    return ok, cf.base[ok] + own[ok] + h[ok, None] * sp.a_b[None, :]
 
 
-def _stage_table(su: IntegerSetup, sp: StagePaths, cf: _StageConfigs, H: np.ndarray,
-                 cap_ms: float | None = None) -> _StageTable | None:
-    """The :class:`_StageTable` of one stage from its fitting configurations ``cf``: every path's
-    length is its length without replay, plus the stage's own least replay E weighted by the
-    path's fewest backward ops of a chunk on it, plus ``a_b`` times the least replay the other
-    stages need for the N − n layers they hold (``H`` [N + 1], :func:`other_replay`: each backward
-    of another stage the path counts runs that stage's replay). None when no configuration is
-    left (the others cannot hold the remaining layers, or the path passes ``cap_ms``)."""
+def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: _StageConfigs,
+                 H: np.ndarray, cap_ms: float | None = None) -> _StageTable | None:
+    """The :class:`_StageTable` of stage p from its fitting configurations ``cf``: every path's
+    length is its length without replay, plus its replay on the stage (:func:`_own_replay`: the
+    least replay weighted by the path's backward ops per chunk, or E × its fewest backward ops of
+    a chunk), plus ``a_b`` times the least replay the other stages need for the N − n layers they
+    hold (``H`` [N + 1], :func:`other_replay`: each backward of another stage the path counts runs
+    that stage's replay). The weighted term (never below the other) is priced only for the
+    configurations still under ``cap_ms`` with the other. None when no configuration is left
+    (the others cannot hold the remaining layers, or the path passes ``cap_ms``)."""
     lay = su.layer
     V = su.end_fwd_ms.shape[0]
     ok, base = _with_replay(sp, cf, H)
-    nv = cf.nv[ok]
+    keep = np.flatnonzero(ok)
     if cap_ms is not None:
-        under = _under_cap(base, cap_ms)
-        nv, base = nv[under], base[under]
-    if nv.shape[0] == 0:
-        return None
+        keep = keep[_under_cap(base, cap_ms)]
+    cf = _StageConfigs(cf.nv[keep], cf.E[keep], cf.base[keep])
     alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
     alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
     # paths with the same (alpha0, alphaR) differ only in their constant: keep the largest
     coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
     grp = grp.reshape(-1)
+    _, base = _with_replay(sp, cf, H)
+    _, base = _with_replay(sp, cf, H, _own_replay(problem, su, p, fr, sp, cf.nv, cf.E, base, grp))
+    nv = cf.nv
+    if cap_ms is not None:
+        under = _under_cap(base, cap_ms)
+        nv, base = nv[under], base[under]
+    if nv.shape[0] == 0:
+        return None
     gbase = np.full((nv.shape[0], coef.shape[0]), -np.inf)
     for g in range(coef.shape[0]):
         gbase[:, g] = base[:, grp == g].max(axis=1)
@@ -436,7 +505,7 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     H = other_replay(configs, N)
     tabs = []
     for p, cf in enumerate(configs):
-        tab = _stage_table(su, paths[p], cf, H[p], cap)
+        tab = _stage_table(problem, su, p, paths[p], fr, cf, H[p], cap)
         if tab is None:
             return StageDPBound(float("inf") if cap is None else cap, 0, total)
         tabs.append(tab)
