@@ -26,8 +26,10 @@ charged the least static MiB, forward and backward ms any n of the model's layer
 least sums, :class:`~autotune.tuner.bounds._relax.KindMix`: the cheapest kinds first, each at most
 as often as the model has it), and their recompute is the cheapest layer kind's (componentwise
 minimum per recompute class, so homogeneous models lose nothing); each
-layer picks its recompute class freely (not the "first r layers" rule); on stage p the replay ms E
-is weighted by the path's smallest backward count over chunks; of the workspace term of the memory
+layer picks its recompute class freely (not the "first r layers" rule); on stage p a path's replay
+is its least Σ_v cb_v·x_v over the recompute choices that fit each memory row (x_v: chunk v's
+replay ms; :func:`_own_replay`), or, past :data:`MAX_WEIGHTINGS`, the least Σ_v x_v weighted by
+the path's smallest backward count over chunks; of the workspace term of the memory
 peak only the head's / tail's is kept (on backward rows of their chunk), and the fit test uses each
 undominated (live-count vector, workspace) row of the schedule separately.
 
