@@ -10,7 +10,8 @@ memory rows pays at least
 term the stage DP charged before (:mod:`autotune.tuner.bounds.stage_dp`): c_v >= min c. The
 relaxation is :mod:`autotune.tuner.bounds._relax`'s (a free recompute class per layer, the
 relaxed layer); the exact value uses its Pareto fronts with the replay coordinate of chunk v
-scaled by c_v (a positive scale keeps a front a front), configurations of at least
+scaled by c_v (a scale >= 0 keeps the memory coordinate and its order; each Minkowski sum is
+Pareto-pruned again, so a zero weight is fine), configurations of at least
 :data:`~autotune.tuner.bounds._relax.LP_MIN_LAYERS` layers the linear relaxation (lower).
 """
 

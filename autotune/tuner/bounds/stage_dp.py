@@ -27,9 +27,10 @@ least sums, :class:`~autotune.tuner.bounds._relax.KindMix`: the cheapest kinds f
 as often as the model has it), and their recompute is the cheapest layer kind's (componentwise
 minimum per recompute class, so homogeneous models lose nothing); each
 layer picks its recompute class freely (not the "first r layers" rule); on stage p a path's replay
-is its least Σ_v cb_v·x_v over the recompute choices that fit each memory row (x_v: chunk v's
-replay ms; :func:`_own_replay`), or, past :data:`MAX_WEIGHTINGS`, the least Σ_v x_v weighted by
-the path's smallest backward count over chunks; of the workspace term of the memory
+is the largest over the memory rows of each row's least Σ_v cb_v·x_v over the recompute choices
+that fit that row (x_v: chunk v's replay ms; :func:`_own_replay`), or, past
+:data:`MAX_WEIGHTINGS`, the least Σ_v x_v weighted by the path's smallest backward count over
+chunks; of the workspace term of the memory
 peak only the head's / tail's is kept (on backward rows of their chunk), and the fit test uses each
 undominated (live-count vector, workspace) row of the schedule separately.
 
@@ -53,7 +54,8 @@ cannot reach (N, 0) are dropped first). With a feasible step time ``upper_ms`` t
 tries a T above it, so configurations whose paths without replay already pass it are dropped
 before their replay is priced. A configuration's least replay is the exact Pareto-front value
 (:func:`~autotune.tuner.bounds._relax.worst_row_extra`: its fronts built only for the memory rows
-that can hold the maximum).
+that can hold the maximum), or the linear relaxation's for configurations of at least
+:data:`~autotune.tuner.bounds._relax.LP_MIN_LAYERS` layers.
 
 Applies when the schedule runs the whole backward as one op (not zero_bubble_v) and V > 1.
 """
@@ -115,7 +117,7 @@ class _StageConfigs(NamedTuple):
 
 #: Work cap of the weighted own-stage replay (:func:`_own_replay`): a stage with more distinct
 #: chunk weightings over its paths keeps the weaker term (E × the fewest backward ops of a chunk).
-#: vpp 2 has 5-6, vpp 3 11-15, vpp 4 27-28. Measured on scaling.py (the answers as ``upper_ms``,
+#: vpp 2 has 4-6, vpp 3 11-15, vpp 4 24-28. Measured on scaling.py (the answers as ``upper_ms``,
 #: every configuration priced): at vpp 4 the stage DP alone went from 0.6 to 10.6 CPU s (P16 V4
 #: m64 L128 dense) and from 4.6 to 42.7 s (P32 V4 m256 L256 dense), for no higher bound.
 MAX_WEIGHTINGS = 8
