@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune.tuner.bounds import stage_dp
-from autotune.tuner.bounds._relax import row_frontiers, worst_row_extra
-from autotune.tuner.bounds._weighted import chunk_weights, weighted_min_extra, worst_row_weighted
+from autotune.tuner.bounds._relax import min_extra_ms, row_frontiers, worst_row_extra
+from autotune.tuner.bounds._weighted import chunk_weights, worst_row_weighted
 from autotune.tuner.bounds.stage_dp import stage_dp_bound
 from autotune.tuner.exact import exact_optimum
 from tests.search.test_stage_dp import VPP_CASES, _unweighted, small_vpp_problem
@@ -43,7 +43,7 @@ def test_chunk_weights_by_hand() -> None:
 @given(full_x=st.sampled_from([0.1, 0.5, 1.0]), n0=st.integers(0, 3), n1=st.integers(1, 3),
        w0=st.sampled_from([1.0, 2.0, 3.0]), w1=st.sampled_from([1.0, 2.0]), c0=st.sampled_from([0.0, 1.0, 1.5, 6.0]),
        c1=st.sampled_from([1.0, 2.75, 12.0]), frac=st.floats(-0.1, 1.1))
-def test_weighted_min_extra_is_the_enumerated_least(full_x, n0, n1, w0, w1, c0, c1, frac) -> None:
+def test_weighted_min_extra_ms_is_the_enumerated_least(full_x, n0, n1, w0, w1, c0, c1, frac) -> None:
     """Every multiset of classes per chunk enumerated: the least Σ_v c_v·replay that fits the
     budget, exactly (the fronts are exact Pareto sums at these sizes), +inf where nothing fits."""
     fr = row_frontiers(_problem(full_x, 0.4, 0.5))
@@ -52,7 +52,7 @@ def test_weighted_min_extra_is_the_enumerated_least(full_x, n0, n1, w0, w1, c0, 
     lo = sum(w[v] * counts[v] * lay.act_mib.min() for v in range(2))
     hi = sum(w[v] * counts[v] * lay.act_mib.max() for v in range(2))
     budget = lo + frac * (hi - lo)
-    got = weighted_min_extra(fr, np.array(counts), np.array(w), np.array(c), budget)
+    got = min_extra_ms(fr, np.array(counts), np.array(w), budget, np.array(c))
     want = _brute(lay, counts, w, c, budget)
     assert got == pytest.approx(want, abs=1e-9) if np.isfinite(want) else np.isposinf(got)
 

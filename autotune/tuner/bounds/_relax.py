@@ -142,7 +142,7 @@ class RowFrontiers:
         self.layer = layer
         self.cache: dict[tuple[int, float], np.ndarray] = {}
         self.pre: dict[tuple, np.ndarray] = {}
-        self.values: dict[tuple, float] = {}  # min_extra_ms memo: (weight groups, budget) -> ms
+        self.values: dict[tuple, float] = {}  # min_extra_ms memo: (weight / scale groups, budget) -> ms
 
     def get(self, n: int, w: float) -> np.ndarray:
         key = (n, w)
@@ -156,15 +156,19 @@ class RowFrontiers:
             self.cache[key] = f
         return self.cache[key]
 
-    def prefix(self, counts: tuple[int, ...], w: tuple[float, ...]) -> np.ndarray:
-        """Pareto frontier of the Minkowski sum over chunks of ``get(n_v, w_v)`` (memoised)."""
-        key = (counts, w)
+    def prefix(self, counts: tuple[int, ...], w: tuple[float, ...], c: tuple[float, ...] | None = None) -> np.ndarray:
+        """Pareto frontier of the Minkowski sum over chunks of ``get(n_v, w_v)`` (memoised), with
+        chunk v's replay coordinate × c_v when scales ``c`` (>= 0) are given: a scale keeps the
+        memory coordinate and its order, and each sum is Pareto-pruned again."""
+        key = (counts, w) if c is None else (counts, w, c)
         if key not in self.pre:
             if not counts:
                 f = np.zeros((1, 2))
             else:
-                acc = self.prefix(counts[:-1], w[:-1])
+                acc = self.prefix(counts[:-1], w[:-1], None if c is None else c[:-1])
                 g = self.get(counts[-1], w[-1])
+                if c is not None:
+                    g = g * np.array([1.0, c[-1]])
                 f = pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
             self.pre[key] = f
         return self.pre[key]
@@ -187,34 +191,41 @@ def row_frontiers(problem: Problem, layer: RelaxedLayer | None = None) -> RowFro
     return fr
 
 
-def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budget: float) -> float:
-    """min Σ_v replay over per-layer classes with Σ_v (w_v·act + static_delta) <= budget (MiB).
+def min_extra_ms(fr: RowFrontiers, counts: tuple[int, ...], w: np.ndarray, budget: float,
+                 c: np.ndarray | None = None) -> float:
+    """min Σ_v replay over per-layer classes with Σ_v (w_v·act + static_delta) <= budget (MiB);
+    with chunk weights ``c`` [V] (>= 0), min Σ_v c_v·(replay of chunk v) (the stage DP's own-stage
+    term, :mod:`autotune.tuner.bounds._weighted`). +inf when nothing fits.
 
-    Every layer is the relaxed layer, so the layers of chunks with the same weight w_v are
-    interchangeable: those chunks merge into one group of Σ n_v layers (``get(n1, w) ⊕ get(n2, w)``
-    and ``get(n1 + n2, w)`` have the same Pareto front, so the value is the same), and empty chunks
-    drop out. The frontier of all groups but the one with the most layers is a Pareto Minkowski
-    sum (memoised by prefix); that group is matched to each of its points by binary search. Values are
-    memoised per (groups, budget) in ``fr.values``: the stage tables ask for the same groups and
-    budget for every configuration with the same layers per weight."""
-    merged: dict[float, int] = {}
-    for n, x in zip(counts, w):
+    Every layer is the relaxed layer, so the layers of chunks with the same weight w_v (and scale
+    c_v) are interchangeable: those chunks merge into one group of Σ n_v layers (``get(n1, w) ⊕
+    get(n2, w)`` and ``get(n1 + n2, w)`` have the same Pareto front, so the value is the same), and
+    empty chunks drop out. The frontier of all groups but the one with the most layers is a Pareto
+    Minkowski sum (memoised by prefix, :meth:`RowFrontiers.prefix`); that group is matched to each
+    of its points by binary search. Values are memoised per (groups, budget) in ``fr.values``: the
+    stage tables ask for the same groups and budget for every configuration with the same layers
+    per weight."""
+    merged: dict[tuple[float, float], int] = {}
+    for n, x, s in zip(counts, w, np.ones(len(counts)) if c is None else c):
         if n:
-            x = float(x)
-            merged[x] = merged.get(x, 0) + int(n)
+            k = (float(x), float(s))
+            merged[k] = merged.get(k, 0) + int(n)
     grp = tuple(sorted(merged.items(), key=lambda g: (g[1], g[0])))  # the most layers last
-    key = (grp, float(budget))
+    key = ("min_extra", grp, float(budget))
     val = fr.values.get(key)
     if val is not None:
         return val
     if not grp:
         val = 0.0 if budget + 1e-9 >= 0.0 else float("inf")
     else:
-        acc = fr.prefix(tuple(n for _, n in grp[:-1]), tuple(x for x, _ in grp[:-1]))
-        last = fr.get(grp[-1][1], grp[-1][0])
+        head = grp[:-1]
+        scales = None if c is None else tuple(s for (_, s), _ in head)
+        acc = fr.prefix(tuple(n for _, n in head), tuple(x for (x, _), _ in head), scales)
+        (x, s), n = grp[-1]
+        last = fr.get(n, x)
         i = np.searchsorted(last[:, 0], budget - acc[:, 0] + 1e-9, side="right") - 1
         ok = i >= 0
-        val = float((acc[ok, 1] + last[i[ok], 1]).min()) if ok.any() else float("inf")
+        val = float((acc[ok, 1] + s * last[i[ok], 1]).min()) if ok.any() else float("inf")
     fr.values[key] = val
     return val
 

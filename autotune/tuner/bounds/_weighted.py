@@ -9,9 +9,9 @@ memory rows pays at least
 (a choice that fits every row fits each one), and that is >= (min_v c_v)·(least Σ_v x_v), the
 term the stage DP charged before (:mod:`autotune.tuner.bounds.stage_dp`): c_v >= min c. The
 relaxation is :mod:`autotune.tuner.bounds._relax`'s (a free recompute class per layer, the
-relaxed layer); the exact value uses its Pareto fronts with the replay coordinate of chunk v
-scaled by c_v (a scale >= 0 keeps the memory coordinate and its order; each Minkowski sum is
-Pareto-pruned again, so a zero weight is fine), configurations of at least
+relaxed layer); the exact value is :func:`~autotune.tuner.bounds._relax.min_extra_ms` with the
+chunk weights (its Pareto fronts with the replay coordinate of chunk v scaled by c_v),
+configurations of at least
 :data:`~autotune.tuner.bounds._relax.LP_MIN_LAYERS` layers the linear relaxation (lower).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.tuner.bounds._relax import LP_MIN_LAYERS, RowFrontiers, pareto_front, row_bounds, row_maximum
+from autotune.tuner.bounds._relax import LP_MIN_LAYERS, RowFrontiers, min_extra_ms, row_bounds, row_maximum
 
 
 def chunk_weights(cB: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -42,56 +42,11 @@ def chunk_weights(cB: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cw, scale, which
 
 
-def weighted_min_extra(fr: RowFrontiers, counts: np.ndarray, w: np.ndarray, c: np.ndarray, budget: float) -> float:
-    """min Σ_v c_v·(replay of chunk v) over per-layer classes with Σ_v (w_v·act + static_delta)
-    <= budget (MiB; ``counts`` int [V] layers, ``w`` [V] live counts, ``c`` [V] >= 0 weights);
-    +inf when nothing fits. Chunks with the same (w, c) merge into one group (their layers are
-    interchangeable); the front sum of every group but the one with the most layers is memoised
-    (``fr.pre``), that group is matched to each of its points by binary search, and values are
-    memoised per (groups, budget) in ``fr.values`` (as :func:`~autotune.tuner.bounds._relax.min_extra_ms`)."""
-    merged: dict[tuple[float, float], int] = {}
-    for n, x, s in zip(counts.tolist(), w.tolist(), c.tolist()):
-        if n:
-            merged[(x, s)] = merged.get((x, s), 0) + int(n)
-    grp = tuple(sorted(merged.items(), key=lambda g: (g[1], g[0])))  # the most layers last
-    key = ("weighted", grp, float(budget))
-    val = fr.values.get(key)
-    if val is not None:
-        return val
-    if not grp:
-        val = 0.0 if budget + 1e-9 >= 0.0 else float("inf")
-    else:
-        acc = _scaled_sum(fr, grp[:-1])
-        (x, s), n = grp[-1]
-        last = fr.get(n, x)
-        i = np.searchsorted(last[:, 0], budget - acc[:, 0] + 1e-9, side="right") - 1
-        ok = i >= 0
-        val = float((acc[ok, 1] + s * last[i[ok], 1]).min()) if ok.any() else float("inf")
-    fr.values[key] = val
-    return val
-
-
-def _scaled_sum(fr: RowFrontiers, grp: tuple) -> np.ndarray:
-    """Pareto front of the Minkowski sum over groups ((w, c), n) of ``fr.get(n, w)`` with the
-    replay coordinate × c (memoised by prefix in ``fr.pre``)."""
-    if not grp:
-        return np.zeros((1, 2))
-    key = ("scaled", grp)
-    f = fr.pre.get(key)
-    if f is None:
-        (x, s), n = grp[-1]
-        g = fr.get(n, x) * np.array([1.0, s])
-        acc = _scaled_sum(fr, grp[:-1])
-        f = pareto_front((acc[:, None, :] + g[None, :, :]).reshape(-1, 2))
-        fr.pre[key] = f
-    return f
-
-
 def worst_row_weighted(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budget: np.ndarray,
                        c: np.ndarray) -> np.ndarray:
     """float [M] ms: max(0, max over the live-count vectors ``rows`` [R, V] of
-    :func:`weighted_min_extra`) of configurations nv int [M, V] with budgets ``budget`` (MiB
-    [M, R]) and chunk weights c [V]; +inf where a row cannot fit. As
+    :func:`~autotune.tuner.bounds._relax.min_extra_ms` with chunk weights c [V]) of configurations
+    nv int [M, V] with budgets ``budget`` (MiB [M, R]); +inf where a row cannot fit. As
     :func:`~autotune.tuner.bounds._relax.worst_row_extra`: each pair gets the linear relaxation and
     an integer choice that fits (lp <= exact <= ub) first, and only the pairs whose ub can raise a
     configuration's maximum are priced exactly; configurations of at least ``LP_MIN_LAYERS``
@@ -109,5 +64,5 @@ def worst_row_weighted(fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray, budge
     lp, ub, near = row_bounds(rows, budget, groups)
 
     def price(i: np.ndarray, r: np.ndarray) -> np.ndarray:
-        return np.array([weighted_min_extra(fr, nv[a], rows[b], c, budget[a, b]) for a, b in zip(i, r)])
+        return np.array([min_extra_ms(fr, nv[a], rows[b], budget[a, b], c) for a, b in zip(i, r)])
     return row_maximum(lp, ub, near, nv.sum(axis=1) < LP_MIN_LAYERS, price)

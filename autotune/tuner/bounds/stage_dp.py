@@ -196,8 +196,7 @@ def _own_replay(problem: Problem, su: IntegerSetup, p: int, fr: RowFrontiers, sp
     priced only where that much could lift some path of the weighting above the longest path of
     its group ``grp`` [Q] (the paths the stage table keeps one maximum of): elsewhere the table
     is the same either way."""
-    base_own = E[:, None] * sp.cB.min(axis=1)[None, :]
-    out = base_own.copy()
+    out = _fewest_count_replay(sp, E)
     cw, scale, which = chunk_weights(sp.cB)
     if cw.shape[0] == 0 or cw.shape[0] > MAX_WEIGHTINGS or nv.shape[0] == 0:
         return out
@@ -271,6 +270,12 @@ def other_replay(configs: list[_StageConfigs], N: int) -> np.ndarray:
     return np.stack([conv(pre[p], suf[P - 1 - p]) for p in range(P)])
 
 
+def _fewest_count_replay(sp: StagePaths, E: np.ndarray) -> np.ndarray:
+    """float [M, Q] ms: each path's replay on its stage charged as the least replay E [M] × the
+    path's fewest backward ops of a chunk (the term :func:`_own_replay` starts from)."""
+    return E[:, None] * sp.cB.min(axis=1)[None, :]
+
+
 def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray, own: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(ok bool [M], lengths float [ok.sum(), Q] ms): each configuration's path lengths with the
@@ -278,7 +283,7 @@ def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray, own: np.ndarr
     other stages can hold the remaining layers (``ok``: H finite there)."""
     h = H[H.size - 1 - cf.nv.sum(axis=1)]  # [M]: H is indexed by the N − n layers elsewhere
     ok = np.isfinite(h)
-    own = cf.E[:, None] * sp.cB.min(axis=1)[None, :] if own is None else own
+    own = _fewest_count_replay(sp, cf.E) if own is None else own
     return ok, cf.base[ok] + own[ok] + h[ok, None] * sp.a_b[None, :]
 
 
@@ -297,14 +302,14 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     ok, base = _with_replay(sp, cf, H)
     keep = np.flatnonzero(ok)
     if cap_ms is not None:
-        keep = keep[_under_cap(base, cap_ms)]
+        under = _under_cap(base, cap_ms)
+        keep, base = keep[under], base[under]
     cf = _StageConfigs(cf.nv[keep], cf.E[keep], cf.base[keep])
     alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
     alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
     # paths with the same (alpha0, alphaR) differ only in their constant: keep the largest
     coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
     grp = grp.reshape(-1)
-    _, base = _with_replay(sp, cf, H)
     _, base = _with_replay(sp, cf, H, _own_replay(problem, su, p, fr, sp, cf.nv, cf.E, base, grp))
     nv = cf.nv
     if cap_ms is not None:
