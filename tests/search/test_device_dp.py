@@ -13,9 +13,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autotune.profile.schema import load_profile
-from autotune.tuner.bounds.device_dp import device_dp_bound
+import autotune.tuner.bounds.device_dp as DD
+from autotune.tuner.bounds._kinds import LayerTypes, chunk_options
+from autotune.tuner.bounds.device_dp import _joint_size, device_dp_bound
+from autotune.tuner.problem import compositions
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.bounds._paths import one_stay_counts
+from tests.search.test_exact_bounds import _random_problem
 from tests.search.test_stage_dp import VPP_CASES, small_vpp_problem
 
 #: TeleChat2's layer profile as the search benchmark tunes it (frozen: benchmarks/data/README.md)
@@ -240,3 +244,57 @@ def test_threshold_pruning_gives_the_same_bound(seed, N, P, V, kinds, tight, sch
             got[name] = device_dp_bound(problem, V, upper_ms=ub.step_ms * 1.5)
     assert got["all"] is not None and got["pruned"] is not None
     assert got["pruned"].bound_ms == got["all"].bound_ms
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 9), V=st.integers(2, 3),
+       kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
+       tight=st.floats(0.5, 1.3), sdelta=st.booleans(), cap=st.integers(1, 60))
+def test_single_stage_joint_size_is_an_upper_bound(seed, N, V, kinds, tight, sdelta, cap) -> None:
+    """pipeline_stage 1: :func:`_joint_size` is never below the chunk fronts' product
+    (``ChunkOptions.size``: each type's front is a subset of its class multisets, and a chunk's
+    options are filtered from their sums), it is that product off a single stage, and with
+    ``MAX_JOINT`` lowered so that configurations are sent to their per-path bound by the
+    multiset count the device DP is still at most the enumerated optimum."""
+    problem = _random_problem(seed, N, 1, V, kinds, tight, static_delta=sdelta)
+    types = LayerTypes(problem, V)
+    jo = chunk_options(problem, types)
+    T = len(types.layers)
+    for split in compositions(N, np.zeros(V, dtype=int), np.full(V, N)):
+        for cut in range(N + 1):  # the first ``cut`` layers of type 0, the rest of the last type
+            cnt, left = [], cut
+            for n in split:
+                a = min(int(n), left)
+                left -= a
+                cnt.append(tuple([a] + [0] * (T - 2) + [int(n) - a]) if T > 1 else (int(n),))
+            cnt = tuple(cnt)
+            exact = jo.size(cnt)
+            assert _joint_size(jo, cnt, False) == exact
+            assert _joint_size(jo, cnt, True) >= exact
+    res = exact_optimum(problem)
+    if res.best is None:
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DD, "MAX_JOINT", cap)
+        b = device_dp_bound(problem, V, upper_ms=res.best.step_ms)
+    assert b is not None and b.bound_ms <= res.best.step_ms * (1 + 1e-9)
+
+
+def test_single_stage_joint_size_by_hand() -> None:
+    """Five recompute classes, a single stage: a chunk of 48 layers has C(52, 4) = 270,725 class
+    multisets, a configuration of 24 + 24 layers 20,475² (both over MAX_JOINT, returned without
+    building a front); 2 + 2 layers give 15 · 15 = 225, under it: the fronts' product."""
+
+    class Layer:
+        act_mib = np.zeros(5)
+
+    class Fake:
+        layers = [Layer()]
+
+        def size(self, cnt):
+            return -1  # the exact size, asked for only under the cap
+
+    assert _joint_size(Fake(), ((48,),), True) == 270_725
+    assert _joint_size(Fake(), ((24,), (24,)), True) == 20_475 ** 2
+    assert _joint_size(Fake(), ((2,), (2,)), True) == -1
+    assert _joint_size(Fake(), ((48,),), False) == -1

@@ -54,6 +54,7 @@ cap). Work caps (no clock) keep long schedules (256 micro-batches) to a few seco
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -400,6 +401,29 @@ def _counts(st: _Stage, j: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(int(x) for x in c) for c in st.tn[j])
 
 
+def _joint_size(jo: ChunkOptions, cnt: tuple[tuple[int, ...], ...], single: bool) -> int:
+    """The replay combinations the joint pass would price for a configuration with layer type
+    counts ``cnt`` (:meth:`ChunkOptions.size`: the product of its chunks' front sizes). On a
+    single pipeline stage (``single``), first the product of the chunks' class multiset counts,
+    C(n + C − 1, C − 1) per type (C classes), which is at least that: when it is over
+    :data:`MAX_JOINT` it is returned without building the fronts. There a chunk can hold most of
+    the model, and with five recompute classes whose sums trade off every multiset can be on the
+    front: GPT-2 xl (48 layers, pp 1) has all 270,725 multisets of 48 layers on it, and building
+    the fronts of 1-48 layers took 14 of the device DP's 19 CPU s (the configurations were then
+    over the cap anyway; 64 layers: 86 s). Elsewhere a chunk holds N / (P·V) layers and the exact
+    size is cheap, so it stays exact (a product of multiset counts over the cap can still have a
+    product of fronts under it)."""
+    if single:
+        ub = 1
+        for c in cnt:
+            for t, n in enumerate(c):
+                if n or t == 0:
+                    ub *= math.comb(int(n) + jo.layers[t].act_mib.shape[0] - 1, jo.layers[t].act_mib.shape[0] - 1)
+        if ub > MAX_JOINT:
+            return ub
+    return jo.size(cnt)
+
+
 def _thresholds(stages: list[_Stage]) -> np.ndarray:
     """The distinct finite E values of all configurations (ms): the thresholds ε to try."""
     finite = [s.E[np.isfinite(s.E)] for s in stages]
@@ -582,6 +606,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     eps = _thresholds(stages)
     thr = _through(stages, eps, N)
     jo = chunk_options(problem, types)
+    single = problem.P == 1  # a chunk can hold most of the model: _joint_size checks a cheap bound first
     cache: dict[tuple[int, int], np.ndarray] = {}
     work = 0
     step = max(upper - best, 1e-9) / 16
@@ -595,14 +620,14 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         step *= 2
         surv = [np.flatnonzero(t <= tau * (1 + 1e-12)) for t in thr]
         need = [(p, int(j)) for p, i in enumerate(surv) for j in i if (p, int(j)) not in cache]
-        cost = sum(jo.size(_counts(stages[p], j)) for p, j in need)
+        cost = sum(_joint_size(jo, _counts(stages[p], j), single) for p, j in need)
         if work + cost > joint_work:
             break
         work += cost
         for p, j in need:
             st = stages[p]
             cnt = _counts(st, j)
-            if jo.size(cnt) > MAX_JOINT or not np.isfinite(st.E[j]):
+            if _joint_size(jo, cnt, single) > MAX_JOINT or not np.isfinite(st.E[j]):
                 cache[(p, j)] = np.array([[st.e[j], st.E[j]]])
             else:
                 pts = _joint(jo, cnt, st, j)
