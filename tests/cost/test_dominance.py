@@ -86,3 +86,36 @@ def test_bitset_sweep_by_hand():
     keep = pareto_mask(np.concatenate([front, extra]))
     assert keep[:70].all()
     assert keep[70:].tolist() == [False, True, False]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1024, 3000), st.integers(3, 12), st.integers(0, 10_000), st.sampled_from([2, 50, 10**6]),
+       st.sampled_from([0.0, 0.9, 0.99]))
+def test_blocks_first_then_bitsets(n, d, seed, span, rho):
+    """From BLOCKS_FIRST_ROWS rows a tol = 0 table takes the block sweep until its front passes
+    BLOCKS_FIRST_FRONT rows, then the bitsets: either way the rows kept are the bitset sweep's
+    (small fronts from correlated columns, large ones from independent columns)."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, span, size=(n, 1)).astype(float)
+    vals = np.floor(rho * base + (1 - rho) * rng.integers(0, span, size=(n, d)))
+    s = vals[np.lexsort(vals.T[::-1])]
+    want = dominance._sweep_bitsets(s)
+    capped = dominance._sweep_blocks(s, 0.0, max_front=dominance.BLOCKS_FIRST_FRONT)
+    assert capped is None if want.sum() > dominance.BLOCKS_FIRST_FRONT else (capped == want).all()
+    got = np.zeros(n, dtype=bool)
+    got[dominance.pareto_order(vals)] = True
+    order = np.lexsort(vals.T[::-1])
+    np.testing.assert_array_equal(got[order], want)
+
+
+def test_blocks_first_stop_by_hand():
+    """1,100 rows k = (k, 1100 - k, 0): all on the front, so the capped block sweep stops (None)
+    after its second block of 256 (512 rows kept, more than 256); the same rows with column 1
+    ascending too are a chain: one row kept, no stop."""
+    k = np.arange(1100, dtype=float)
+    anti = np.stack([k, 1100 - k, np.zeros_like(k)], axis=1)
+    chain = np.stack([k, k, np.zeros_like(k)], axis=1)
+    assert dominance._sweep_blocks(anti, 0.0, max_front=256) is None
+    kept = dominance._sweep_blocks(chain, 0.0, max_front=256)
+    assert kept is not None and kept.tolist() == [True] + [False] * 1099
+    assert pareto_mask(anti).all() and pareto_mask(chain).sum() == 1
