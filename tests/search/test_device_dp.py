@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from autotune.profile.schema import load_profile
 import autotune.tuner.bounds.device_dp as DD
-from autotune.tuner.bounds._kinds import LayerTypes, chunk_options
+from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, chunk_options
 from autotune.tuner.bounds.device_dp import _joint_size, device_dp_bound
 from autotune.tuner.problem import compositions
 from autotune.tuner.exact import exact_optimum
@@ -251,9 +251,10 @@ def test_threshold_pruning_gives_the_same_bound(seed, N, P, V, kinds, tight, sch
        kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
        tight=st.floats(0.5, 1.3), sdelta=st.booleans(), cap=st.integers(1, 60))
 def test_single_stage_joint_size_is_an_upper_bound(seed, N, V, kinds, tight, sdelta, cap) -> None:
-    """pipeline_stage 1: :func:`_joint_size` is never below the chunk fronts' product
-    (``ChunkOptions.size``: each type's front is a subset of its class multisets, and a chunk's
-    options are filtered from their sums), it is that product off a single stage, and with
+    """pipeline_stage 1: :func:`_joint_size` (through ``ChunkOptions.size_at_most``) is never
+    below the chunk fronts' product (``ChunkOptions.size``: each type's front is a subset of its
+    class multisets, and a chunk's options are filtered from their sums), it is that product off
+    a single stage, and with
     ``MAX_JOINT`` lowered so that configurations are sent to their per-path bound by the
     multiset count the device DP is still at most the enumerated optimum."""
     problem = _random_problem(seed, N, 1, V, kinds, tight, static_delta=sdelta)
@@ -288,13 +289,14 @@ def test_single_stage_joint_size_by_hand() -> None:
     class Layer:
         act_mib = np.zeros(5)
 
-    class Fake:
+    class Types:
         layers = [Layer()]
 
-        def size(self, cnt):
-            return -1  # the exact size, asked for only under the cap
-
-    assert _joint_size(Fake(), ((48,),), True) == 270_725
-    assert _joint_size(Fake(), ((24,), (24,)), True) == 20_475 ** 2
-    assert _joint_size(Fake(), ((2,), (2,)), True) == -1
-    assert _joint_size(Fake(), ((48,),), False) == -1
+    jo = ChunkOptions(Types())
+    assert jo.size_at_most(((48,),)) == 270_725
+    assert jo.size_at_most(((2,), (0,))) == 15
+    jo.size = lambda cnt: -1  # the exact size, asked for only under the cap
+    assert _joint_size(jo, ((48,),), True) == 270_725
+    assert _joint_size(jo, ((24,), (24,)), True) == 20_475 ** 2
+    assert _joint_size(jo, ((2,), (2,)), True) == -1
+    assert _joint_size(jo, ((48,),), False) == -1

@@ -20,6 +20,7 @@ computed on types stays a proof.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -421,6 +422,19 @@ class ChunkOptions:
     def size(self, tn: tuple[tuple[int, ...], ...]) -> int:
         """Combinations of a stage configuration's chunks (product of their option counts)."""
         return int(np.prod([self.get(c).shape[0] for c in tn]))
+
+    def size_at_most(self, tn: tuple[tuple[int, ...], ...]) -> int:
+        """An upper bound on :meth:`size` without building a front: the product over the chunks
+        and their types (those :meth:`get` combines) of the class multiset counts C(n + C − 1,
+        C − 1) (C classes; a type's front is a subset of its multisets, and a chunk's options
+        are filtered from the sums of its types' fronts)."""
+        out = 1
+        for counts in tn:
+            for t, n in enumerate(counts):
+                if n or t == 0:
+                    C = self.layers[t].act_mib.shape[0]
+                    out *= math.comb(int(n) + C - 1, C - 1)
+        return out
 
 
 def chunk_options(problem: Problem, types: LayerTypes) -> ChunkOptions:

@@ -54,7 +54,6 @@ cap). Work caps (no clock) keep long schedules (256 micro-batches) to a few seco
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -404,9 +403,9 @@ def _counts(st: _Stage, j: int) -> tuple[tuple[int, ...], ...]:
 def _joint_size(jo: ChunkOptions, cnt: tuple[tuple[int, ...], ...], single: bool) -> int:
     """The replay combinations the joint pass would price for a configuration with layer type
     counts ``cnt`` (:meth:`ChunkOptions.size`: the product of its chunks' front sizes). On a
-    single pipeline stage (``single``), first the product of the chunks' class multiset counts,
-    C(n + C − 1, C − 1) per type (C classes), which is at least that: when it is over
-    :data:`MAX_JOINT` it is returned without building the fronts. There a chunk can hold most of
+    single pipeline stage (``single``), first :meth:`ChunkOptions.size_at_most`, the product of
+    the chunks' class multiset counts (at least that): when it is over :data:`MAX_JOINT` it is
+    returned without building the fronts. There a chunk can hold most of
     the model, and with five recompute classes whose sums trade off every multiset can be on the
     front: GPT-2 xl (48 layers, pp 1) has all 270,725 multisets of 48 layers on it, and building
     the fronts of 1-48 layers took 14 of the device DP's 19 CPU s (the configurations were then
@@ -414,11 +413,7 @@ def _joint_size(jo: ChunkOptions, cnt: tuple[tuple[int, ...], ...], single: bool
     size is cheap, so it stays exact (a product of multiset counts over the cap can still have a
     product of fronts under it)."""
     if single:
-        ub = 1
-        for c in cnt:
-            for t, n in enumerate(c):
-                if n or t == 0:
-                    ub *= math.comb(int(n) + jo.layers[t].act_mib.shape[0] - 1, jo.layers[t].act_mib.shape[0] - 1)
+        ub = jo.size_at_most(cnt)
         if ub > MAX_JOINT:
             return ub
     return jo.size(cnt)
