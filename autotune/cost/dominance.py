@@ -21,8 +21,10 @@ def pareto_mask(vals: np.ndarray, *, tol: float = 0.0, keep_ties: bool = False) 
     given) and a row is dropped when an earlier row of that order is within ``tol`` of it or below
     it in every column (``earlier - tol <= row``). With ``tol = 0`` that is the textbook front
     with the first of equal rows kept. Two columns take a sorted sweep (O(n log n)); more, blocks
-    of :data:`BLOCK` rows against the rows before them (O(n²·d)), or with tol = 0 and 256 to 16,384
-    rows bitsets of rows (O(n²·d / 64), :func:`_sweep_bitsets`).
+    of :data:`BLOCK` rows against the rows kept before them (O(n·front·d), :func:`_sweep_blocks`),
+    or with tol = 0 and 256 to 16,384 rows bitsets of rows (O(n²·d / 64), :func:`_sweep_bitsets`),
+    from 1,024 rows only once the block sweep has kept more than 256 rows
+    (:data:`BLOCKS_FIRST_ROWS`).
 
     ``keep_ties``: a row is dropped only when another row is <= it + tol in every column and
     < it - tol in some column (``other <= row + tol``, ``other < row - tol``), so rows equal
@@ -66,17 +68,20 @@ def pareto_order(vals: np.ndarray, *, tol: float = 0.0) -> np.ndarray:
 
 
 #: Rows from which :func:`_sweep_bitsets` takes a tol = 0 table: below, its per-column sorts cost
-#: more than the block sweep (measured on the exact recompute fit's tables, 40 samples each: 128
-#: rows 19.7 ms against 13.2, 256 rows 31.6 against 34.3, 1,024 rows 84.5 against 155.3; the
-#: bound phase of scaling.py's P32 V4 m256 L256, 13,108 tables under 256 rows, 5.9 s against 2.8).
+#: more than the block sweep (measured on the exact recompute fit's tables, 40 samples each,
+#: bitsets against blocks: 128 rows 19.7 ms against 13.2, 256 rows 31.6 against 34.3, 1,024 rows
+#: 84.5 against 155.3, tables with large fronts; the bound phase of scaling.py's P32 V4 m256 L256,
+#: 13,108 tables under 256 rows, 5.9 s against 2.8).
 BITSET_MIN_ROWS = 256
 #: From this many rows a tol = 0 table first goes through the block sweep, which stops as soon as
 #: more than :data:`BLOCKS_FIRST_FRONT` rows are kept (then the bitsets take the table): the
 #: block sweep's cost grows with the front, the bitsets' with the rows squared. Measured on 60
 #: tables of the exact recompute fit's pruning on Qwen2.5-32B 32k (pp 2, 64 layers, 2,300-4,000
 #: rows of 5 columns, ~58 kept): 6.74 ms a table with the bitsets, 1.43 with the blocks; on random
-#: tables of 2,000 rows the two take the same time at a front of ~250 rows with 27 columns (9.2 vs
-#: 12.0 ms at 270 kept; 34.9 vs 9.2 ms when all 2,000 are kept). Same rows kept either way.
+#: tables of 2,000 rows with 27 columns the two take about the same time at a front of ~250 rows
+#: (blocks 9.2 ms, bitsets 12.0 at 270 kept; blocks 34.9 ms, bitsets 9.2 when all 2,000 are kept).
+#: A try that fails late costs both sweeps (a 4,000-row table whose front passes 256 rows in its
+#: last block: 60 ms against 38 for the bitsets alone). Same rows kept either way.
 BLOCKS_FIRST_ROWS = 1024
 BLOCKS_FIRST_FRONT = 256
 #: Most rows :func:`_sweep_bitsets` takes (its [n, n / 64] words: 4 MiB at 4,096 rows, 32 MiB at

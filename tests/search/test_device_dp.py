@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autotune.profile.schema import load_profile
-import autotune.tuner.bounds.device_dp as DD
-from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, chunk_options
-from autotune.tuner.bounds.device_dp import _joint_size, device_dp_bound
+import autotune.tuner.bounds._kinds as K
+from autotune.tuner.bounds._kinds import TOO_LARGE, ChunkOptions, FrontTooLarge, LayerTypes, front_counts
+from autotune.tuner.bounds.device_dp import device_dp_bound
 from autotune.tuner.problem import compositions
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.bounds._paths import one_stay_counts
@@ -250,53 +250,60 @@ def test_threshold_pruning_gives_the_same_bound(seed, N, P, V, kinds, tight, sch
 @given(seed=st.integers(0, 10_000), N=st.integers(4, 9), V=st.integers(2, 3),
        kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
        tight=st.floats(0.5, 1.3), sdelta=st.booleans(), cap=st.integers(1, 60))
-def test_single_stage_joint_size_is_an_upper_bound(seed, N, V, kinds, tight, sdelta, cap) -> None:
-    """pipeline_stage 1: :func:`_joint_size` (through ``ChunkOptions.size_at_most``) is never
-    below the chunk fronts' product (``ChunkOptions.size``: each type's front is a subset of its
-    class multisets, and a chunk's options are filtered from their sums), it is that product off
-    a single stage, and with
-    ``MAX_JOINT`` lowered so that configurations are sent to their per-path bound by the
-    multiset count the device DP is still at most the enumerated optimum."""
+def test_single_stage_front_cap_keeps_a_bound(seed, N, V, kinds, tight, sdelta, cap) -> None:
+    """pipeline_stage 1 with the fronts' row cap lowered to 1-60 rows (so that some chunks' fronts
+    are not built and their configurations keep the per-path bound): the device DP is still at
+    most the enumerated optimum, and a capped :class:`ChunkOptions` gives the uncapped sizes
+    wherever it builds every front (:data:`TOO_LARGE` elsewhere)."""
     problem = _random_problem(seed, N, 1, V, kinds, tight, static_delta=sdelta)
     types = LayerTypes(problem, V)
-    jo = chunk_options(problem, types)
+    capped, full = ChunkOptions(types, max_rows=cap), ChunkOptions(types)
     T = len(types.layers)
     for split in compositions(N, np.zeros(V, dtype=int), np.full(V, N)):
-        for cut in range(N + 1):  # the first ``cut`` layers of type 0, the rest of the last type
-            cnt, left = [], cut
-            for n in split:
-                a = min(int(n), left)
-                left -= a
-                cnt.append(tuple([a] + [0] * (T - 2) + [int(n) - a]) if T > 1 else (int(n),))
-            cnt = tuple(cnt)
-            exact = jo.size(cnt)
-            assert _joint_size(jo, cnt, False) == exact
-            assert _joint_size(jo, cnt, True) >= exact
+        cnt = tuple(tuple([int(n)] + [0] * (T - 1)) for n in split)
+        got = capped.size(cnt)
+        assert got == full.size(cnt) or got == TOO_LARGE
     res = exact_optimum(problem)
     if res.best is None:
         return
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(DD, "MAX_JOINT", cap)
+        mp.setattr(K, "SINGLE_STAGE_FRONT_ROWS", cap)
+        problem.fit_cache.clear()
         b = device_dp_bound(problem, V, upper_ms=res.best.step_ms)
     assert b is not None and b.bound_ms <= res.best.step_ms * (1 + 1e-9)
 
 
-def test_single_stage_joint_size_by_hand() -> None:
-    """Five recompute classes, a single stage: a chunk of 48 layers has C(52, 4) = 270,725 class
-    multisets, a configuration of 24 + 24 layers 20,475² (both over MAX_JOINT, returned without
-    building a front); 2 + 2 layers give 15 · 15 = 225, under it: the fronts' product."""
+def test_front_cap_by_hand() -> None:
+    """Five classes whose (act, static delta, replay) all sum to 15 (GPT-2 xl's shape: every class
+    trades one cost for another): no multiset's sums dominate another's, so every multiset of n
+    layers is on the front, C(n + 4, 4) rows (70 for 4 layers, 126 for 5), and a cap of 100 rows
+    stops at the fifth level; where one class is the least in every cost the front of 48 layers
+    is that class alone, under the same cap."""
+    per = np.array([[1.0, 5.0, 9.0], [5.0, 1.0, 9.0], [9.0, 5.0, 1.0], [5.0, 9.0, 1.0], [1.0, 9.0, 5.0]])
+    ws = np.zeros(5)
+    assert len(front_counts(per, ws, 4, 1e-9)) == 70
+    assert len(front_counts(per, ws, 4, 1e-9, max_rows=100)) == 70
+    with pytest.raises(FrontTooLarge):
+        front_counts(per, ws, 5, 1e-9, max_rows=100)
+    chain = np.array([[1.0, 0.0, 1.0], [2.0, 0.0, 2.0], [3.0, 0.0, 3.0], [4.0, 0.0, 4.0], [5.0, 0.0, 5.0]])
+    assert front_counts(chain, ws, 48, 1e-9, max_rows=100).tolist() == [[48, 0, 0, 0, 0]]
+
+
+def test_capped_chunk_options_by_hand() -> None:
+    """A :class:`ChunkOptions` with a row cap: a chunk past it has no options (None) and a
+    configuration holding it the size :data:`TOO_LARGE`, above every cap; under it the sizes are
+    the uncapped ones."""
 
     class Layer:
-        act_mib = np.zeros(5)
+        act_mib = np.array([1.0, 5.0, 9.0, 5.0, 1.0])  # the classes of test_front_cap_by_hand
+        sdelta_mib = np.array([5.0, 1.0, 5.0, 9.0, 9.0])
+        extra_ms = np.array([9.0, 9.0, 1.0, 1.0, 5.0])
+        ws_mib = np.zeros(5)
 
     class Types:
         layers = [Layer()]
 
-    jo = ChunkOptions(Types())
-    assert jo.size_at_most(((48,),)) == 270_725
-    assert jo.size_at_most(((2,), (0,))) == 15
-    jo.size = lambda cnt: -1  # the exact size, asked for only under the cap
-    assert _joint_size(jo, ((48,),), True) == 270_725
-    assert _joint_size(jo, ((24,), (24,)), True) == 20_475 ** 2
-    assert _joint_size(jo, ((2,), (2,)), True) == -1
-    assert _joint_size(jo, ((48,),), False) == -1
+    capped, full = ChunkOptions(Types(), max_rows=100), ChunkOptions(Types())
+    assert capped.get((5,)) is None and capped.size(((5,), (1,))) == TOO_LARGE
+    assert full.size(((5,), (1,))) == full.get((5,)).shape[0] * full.get((1,)).shape[0]
+    assert capped.size(((4,), (1,))) == full.size(((4,), (1,)))

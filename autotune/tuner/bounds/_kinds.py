@@ -303,7 +303,12 @@ def _prune(d: np.ndarray, theta: np.ndarray) -> np.ndarray:
     return keep
 
 
-def front_counts(per: np.ndarray, ws: np.ndarray, n: int, tol: float) -> np.ndarray | None:
+class FrontTooLarge(Exception):
+    """:func:`front_counts` stopped: a level kept more than its ``max_rows`` multisets."""
+
+
+def front_counts(per: np.ndarray, ws: np.ndarray, n: int, tol: float,
+                 max_rows: int | None = None) -> np.ndarray | None:
     """int [K, C]: multisets of n layers over the C classes (count vectors in lexicographic order,
     the order of :func:`class_counts`) among which ``pareto_mask(arr, tol=tol, keep_ties=True)``
     keeps exactly the rows it keeps among all C(n + C − 1, C − 1) of them, ``arr`` being (``cnt @
@@ -343,6 +348,9 @@ def front_counts(per: np.ndarray, ws: np.ndarray, n: int, tol: float) -> np.ndar
     within a few E of ±tol — where the enumeration's own answer depends on the rounding of ``cnt
     @ per``. With 8E > tol (E ~ 1e-12 for 64 layers of 38 ms) the sums are too coarse for this
     and None sends the caller to the enumeration; a column on a coarse grid (MiB) never does.
+
+    Raises :class:`FrontTooLarge` as soon as a level keeps more than ``max_rows`` rows (a work
+    cap; None: no cap).
     """
     C = per.shape[0]
     if C == 1 or n == 0:
@@ -369,31 +377,51 @@ def front_counts(per: np.ndarray, ws: np.ndarray, n: int, tol: float) -> np.ndar
             _, first = np.unique(cand @ weight, return_index=True)
             cand = cand[first]
             cur = cand[_prune(cand @ per, theta)]
+            if max_rows is not None and len(cur) > max_rows:
+                raise FrontTooLarge(f"{len(cur)} multisets kept at a level (cap {max_rows})")
         out.append(cur)
     allc = np.concatenate(out)
     _, first = np.unique(allc @ weight, return_index=True)
     return allc[first]
 
 
+#: :meth:`ChunkOptions.size` of a configuration with a chunk whose front was not built (over
+#: ``ChunkOptions.max_rows``): above every cap.
+TOO_LARGE = 2 ** 62
+
+
 class ChunkOptions:
     """Per chunk type counts: the class multisets of its layers not dominated in (activation MiB
     kept per micro-batch, static delta MiB, replay ms, backward workspace MiB — the largest of its
     classes'): float [K, 4] (memoised). One type's options are those of its :func:`front_counts`
-    multisets (the same array as filtering all of them)."""
+    multisets (the same array as filtering all of them).
 
-    def __init__(self, types: LayerTypes) -> None:
+    ``max_rows`` (a work cap, None: none): a type's front is not built past that many multisets
+    at a level of :func:`front_counts` (nor enumerated past that many): :meth:`get` is then None
+    and :meth:`size` :data:`TOO_LARGE`. :func:`chunk_options` sets it on a single pipeline stage."""
+
+    def __init__(self, types: LayerTypes, max_rows: int | None = None) -> None:
         self.layers = types.layers
-        self.one: dict[tuple[int, int], np.ndarray] = {}
-        self.cache: dict[tuple[int, ...], np.ndarray] = {}
+        self.max_rows = max_rows
+        self.one: dict[tuple[int, int], np.ndarray | None] = {}
+        self.cache: dict[tuple[int, ...], np.ndarray | None] = {}
 
-    def _single(self, t: int, n: int) -> np.ndarray:
+    def _single(self, t: int, n: int) -> np.ndarray | None:
         if (t, n) not in self.one:
             lay = self.layers[t]
             per = np.stack([lay.act_mib, lay.sdelta_mib, lay.extra_ms], axis=1)  # [C, 3]
+            C = per.shape[0]
             if n:
-                cnt = front_counts(per, lay.ws_mib, n, TOL)  # [K, C]: the multisets that can be on it
+                try:  # [K, C]: the multisets that can be on it
+                    cnt = front_counts(per, lay.ws_mib, n, TOL, self.max_rows)
+                except FrontTooLarge:
+                    self.one[(t, n)] = None
+                    return None
                 if cnt is None:
-                    cnt = class_counts(n, per.shape[0])  # every multiset of n classes
+                    if self.max_rows is not None and math.comb(n + C - 1, C - 1) > self.max_rows:
+                        self.one[(t, n)] = None
+                        return None
+                    cnt = class_counts(n, C)  # every multiset of n classes
                 ws = np.where(cnt > 0, lay.ws_mib[None, :], -np.inf).max(axis=1)
                 arr = np.concatenate([cnt @ per, ws[:, None]], axis=1)
             else:
@@ -401,13 +429,17 @@ class ChunkOptions:
             self.one[(t, n)] = arr[pareto_mask(arr, tol=TOL, keep_ties=True)]
         return self.one[(t, n)]
 
-    def get(self, counts: tuple[int, ...]) -> np.ndarray:
-        """The undominated options of a chunk with ``counts`` layers of each type."""
+    def get(self, counts: tuple[int, ...]) -> np.ndarray | None:
+        """The undominated options of a chunk with ``counts`` layers of each type (None: a type's
+        front is over ``max_rows``)."""
         if counts not in self.cache:
             acc = None
             for t, n in enumerate(counts):
                 if n or t == 0:
                     g = self._single(t, int(n))
+                    if g is None:
+                        self.cache[counts] = None
+                        return None
                     if acc is None:
                         # the first type: its front plus the zero row is its front (a keep-ties
                         # filter at TOL keeps every row of a set it has filtered)
@@ -420,21 +452,25 @@ class ChunkOptions:
         return self.cache[counts]
 
     def size(self, tn: tuple[tuple[int, ...], ...]) -> int:
-        """Combinations of a stage configuration's chunks (product of their option counts)."""
-        return int(np.prod([self.get(c).shape[0] for c in tn]))
+        """Combinations of a stage configuration's chunks (product of their option counts);
+        :data:`TOO_LARGE` when a chunk's front is over ``max_rows``."""
+        opts = [self.get(c) for c in tn]
+        if any(o is None for o in opts):
+            return TOO_LARGE
+        return int(np.prod([o.shape[0] for o in opts]))
 
-    def size_at_most(self, tn: tuple[tuple[int, ...], ...]) -> int:
-        """An upper bound on :meth:`size` without building a front: the product over the chunks
-        and their types (those :meth:`get` combines) of the class multiset counts C(n + C − 1,
-        C − 1) (C classes; a type's front is a subset of its multisets, and a chunk's options
-        are filtered from the sums of its types' fronts)."""
-        out = 1
-        for counts in tn:
-            for t, n in enumerate(counts):
-                if n or t == 0:
-                    C = self.layers[t].act_mib.shape[0]
-                    out *= math.comb(int(n) + C - 1, C - 1)
-        return out
+
+#: On a single pipeline stage a chunk can hold most of the model, and with five recompute classes
+#: whose sums trade off every class multiset can be on a type's front: GPT-2 xl (48 layers, pp 1)
+#: has all 270,725 multisets of 48 layers on it; building the fronts of 1-48 layers took 14 of the
+#: device DP's 19 CPU s, for configurations that were over ``MAX_JOINT`` anyway (64 layers: 86 s).
+#: There :class:`ChunkOptions` builds a front only while every level of :func:`front_counts` keeps
+#: at most this many rows; a configuration with a chunk past it keeps the device DP's per-path
+#: bound (a work cap: the joint pricing of a chunk whose final front would be smaller, beside
+#: chunks with few options, is lost). TeleChat2's fronts on one stage stay far below it (a few
+#: hundred rows), so its joint pass is unchanged. Elsewhere a chunk holds N / (P·V) layers and no
+#: cap is set.
+SINGLE_STAGE_FRONT_ROWS = 20_000
 
 
 def chunk_options(problem: Problem, types: LayerTypes) -> ChunkOptions:
@@ -446,5 +482,6 @@ def chunk_options(problem: Problem, types: LayerTypes) -> ChunkOptions:
     key = ("chunk_options",)
     jo = problem.fit_cache.get(key)
     if jo is None:
-        jo = problem.fit_cache[key] = ChunkOptions(types)
+        cap = SINGLE_STAGE_FRONT_ROWS if problem.P == 1 else None
+        jo = problem.fit_cache[key] = ChunkOptions(types, max_rows=cap)
     return jo

@@ -62,7 +62,7 @@ import numpy as np
 from autotune.cost.budget import hbm_cap
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import one_stay_counts
-from autotune.tuner.bounds._kinds import ChunkOptions, LayerTypes, TypedFronts, chunk_options
+from autotune.tuner.bounds._kinds import TOO_LARGE, ChunkOptions, LayerTypes, TypedFronts, chunk_options
 from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, pareto_front,
                                           undominated)
 from autotune.tuner.problem import Problem
@@ -400,25 +400,6 @@ def _counts(st: _Stage, j: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(int(x) for x in c) for c in st.tn[j])
 
 
-def _joint_size(jo: ChunkOptions, cnt: tuple[tuple[int, ...], ...], single: bool) -> int:
-    """The replay combinations the joint pass would price for a configuration with layer type
-    counts ``cnt`` (:meth:`ChunkOptions.size`: the product of its chunks' front sizes). On a
-    single pipeline stage (``single``), first :meth:`ChunkOptions.size_at_most`, the product of
-    the chunks' class multiset counts (at least that): when it is over :data:`MAX_JOINT` it is
-    returned without building the fronts. There a chunk can hold most of
-    the model, and with five recompute classes whose sums trade off every multiset can be on the
-    front: GPT-2 xl (48 layers, pp 1) has all 270,725 multisets of 48 layers on it, and building
-    the fronts of 1-48 layers took 14 of the device DP's 19 CPU s (the configurations were then
-    over the cap anyway; 64 layers: 86 s). Elsewhere a chunk holds N / (P·V) layers and the exact
-    size is cheap, so it stays exact (a product of multiset counts over the cap can still have a
-    product of fronts under it)."""
-    if single:
-        ub = jo.size_at_most(cnt)
-        if ub > MAX_JOINT:
-            return ub
-    return jo.size(cnt)
-
-
 def _thresholds(stages: list[_Stage]) -> np.ndarray:
     """The distinct finite E values of all configurations (ms): the thresholds ε to try."""
     finite = [s.E[np.isfinite(s.E)] for s in stages]
@@ -601,7 +582,6 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     eps = _thresholds(stages)
     thr = _through(stages, eps, N)
     jo = chunk_options(problem, types)
-    single = problem.P == 1  # a chunk can hold most of the model: _joint_size checks a cheap bound first
     cache: dict[tuple[int, int], np.ndarray] = {}
     work = 0
     step = max(upper - best, 1e-9) / 16
@@ -615,14 +595,17 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         step *= 2
         surv = [np.flatnonzero(t <= tau * (1 + 1e-12)) for t in thr]
         need = [(p, int(j)) for p, i in enumerate(surv) for j in i if (p, int(j)) not in cache]
-        cost = sum(_joint_size(jo, _counts(stages[p], j), single) for p, j in need)
+        size = {(p, j): jo.size(_counts(stages[p], j)) for p, j in need}
+        # a configuration whose front was not built (one stage, over its row cap) costs nothing
+        # here: it keeps its per-path bound
+        cost = sum(z for z in size.values() if z != TOO_LARGE)
         if work + cost > joint_work:
             break
         work += cost
         for p, j in need:
             st = stages[p]
             cnt = _counts(st, j)
-            if _joint_size(jo, cnt, single) > MAX_JOINT or not np.isfinite(st.E[j]):
+            if size[(p, j)] > MAX_JOINT or not np.isfinite(st.E[j]):
                 cache[(p, j)] = np.array([[st.e[j], st.E[j]]])
             else:
                 pts = _joint(jo, cnt, st, j)
