@@ -31,13 +31,12 @@ from autotune.tuner.bounds._paths import critical_path, one_stay_counts  # noqa:
 from autotune.tuner.bounds.stage_dp import stage_dp_bound  # noqa: E402
 from autotune.tuner.fit import ExactFit, fitted  # noqa: E402
 from autotune.tuner.problem import Problem  # noqa: E402
+import scaling  # noqa: E402  (benchmarks/scaling.py: the generated problems)
+import search_quality  # noqa: E402  (benchmarks/search_quality.py: the balancer-shaped ones)
 
 
 def problems() -> dict[str, tuple[Problem, float]]:
     """name -> (problem, the search's answer in ms: the stage DP's incumbent)."""
-    import scaling
-    import search_quality
-
     less = search_quality.problems()["96L pp16 vpp2 m32 less-mem"][0]
     return {"96L pp16 vpp2 m32 less-memory (search_quality.py)": (less, 13885.448471591433),
             "P8 V2 m64 L128 dense tight (scaling.py)": (scaling.build(8, 2, 64, 128, "dense", "tight"), 62534.9),
