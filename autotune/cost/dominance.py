@@ -73,8 +73,9 @@ def pareto_order(vals: np.ndarray, *, tol: float = 0.0) -> np.ndarray:
 #: 84.5 against 155.3, tables with large fronts; the bound phase of scaling.py's P32 V4 m256 L256,
 #: 13,108 tables under 256 rows, 5.9 s against 2.8).
 BITSET_MIN_ROWS = 256
-#: From this many rows a tol = 0 table first goes through the block sweep, which stops as soon as
-#: more than :data:`BLOCKS_FIRST_FRONT` rows are kept (then the bitsets take the table): the
+#: From this many rows a tol = 0 table first goes through the block sweep, which stops after the
+#: block in which more than :data:`BLOCKS_FIRST_FRONT` rows are kept in all (then the bitsets take
+#: the table; at most one block, 256 rows, more are kept by then): the
 #: block sweep's cost grows with the front, the bitsets' with the rows squared. Measured on 60
 #: tables of the exact recompute fit's pruning on Qwen2.5-32B 32k (pp 2, 64 layers, 2,300-4,000
 #: rows of 5 columns, ~58 kept): 6.74 ms a table with the bitsets, 1.43 with the blocks; on random
@@ -131,7 +132,7 @@ def _sweep_bitsets(s: np.ndarray) -> np.ndarray:
 
 def _sweep_blocks(s: np.ndarray, tol: float, max_front: int | None = None) -> np.ndarray | None:
     """bool [n] keep-mask of the default rule on lexicographically sorted rows ``s`` [n, d], d >= 3;
-    None as soon as more than ``max_front`` rows are kept (when given).
+    None after the block in which more than ``max_front`` rows are kept in all (when given).
 
     A row is dropped when an earlier row r has r - tol <= it in every column. Blocks of
     :data:`BLOCK` rows are compared with the rows kept so far, then the survivors with the earlier

@@ -305,8 +305,7 @@ def _title(report: CostReport, label: str | None) -> str:
     head = f"{label}: " if label else ""
     k = _seq_split(report)
     split = f" × {k} sequence chunks" if k > 1 else ""
-    idle = max(0.0, report.bubble_fraction)  # float noise on one stage printed "-0.0%"
-    text = (f"{head}step time {report.step_time_ms:,.1f} ms, idle (bubble) {idle:.1%} of device "
+    text = (f"{head}step time {report.step_time_ms:,.1f} ms, idle (bubble) {report.bubble_fraction:.1%} of device "
             f"time  ({report.schedule}, {lay.pp} stages × {lay.vpp} chunks, {report.micro_batch_num} "
             f"micro-batches{split})")
     parts = bubble_parts(report)

@@ -188,8 +188,7 @@ def summary_line(report: CostReport, margin_mib: float = 0.0) -> str:
     fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[report.fits]
     if report.fits is False and margin_mib > 0 and report.peak_mib <= budget_of(report, margin_mib):
         fits = "DOES NOT FIT the safety margin"
-    idle = max(0.0, report.bubble_fraction)  # float noise on one stage printed "-0.0%"
-    return (f"step time {report.step_time_ms:.1f} ms | idle (bubble) {_pct(idle)} of device time | "
+    return (f"step time {report.step_time_ms:.1f} ms | idle (bubble) {report.bubble_fraction:.1%} of device time | "
             f"{memory_text(report, margin_mib)} | {fits} | "
             f"pp_interleave_num {report.layout.vpp}, {report.schedule}, micro_batch_num {report.micro_batch_num}")
 

@@ -102,6 +102,17 @@ def test_bubble_fraction_zero_step_is_zero():
     assert got[0] == pytest.approx(0.5) and got[1] == 0.0 and np.isnan(got[2])
 
 
+def test_bubble_fraction_rounding_below_zero_is_zero():
+    """One stage: the step 0.3 ms and the busy time 0.1 + 0.2 ms summed in another order give
+    1 - busy / step = -2.2e-16 (printed "-0.0%"): that is 0. A step 1 % shorter than the work
+    (a broken simulation) keeps its -1 %; NaN stays NaN."""
+    busy = np.asarray([[0.1 + 0.2], [0.3], [0.3]])
+    r = SimResult(np.asarray([0.3, 0.3 * 0.99, np.nan]), busy, np.zeros((3, 1)), np.zeros((3, 1)))
+    got = r.bubble_fraction
+    assert 1.0 - busy[0, 0] / 0.3 < 0.0 and got[0] == 0.0 and f"{got[0]:.1%}" == "0.0%"
+    assert got[1] == pytest.approx(1.0 - 1.0 / 0.99) and np.isnan(got[2])
+
+
 @pytest.mark.parametrize("B, m", [(1, 8), (3, 8), (1030, 8), (300, 1024)])
 def test_batched_chunks_match_scalar(B, m):
     # the batched path works in column chunks (BATCH_CHUNK; 256 for the 16,384 ops of m = 1024,

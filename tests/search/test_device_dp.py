@@ -292,7 +292,8 @@ def test_front_cap_by_hand() -> None:
 def test_capped_chunk_options_by_hand() -> None:
     """A :class:`ChunkOptions` with a row cap: a chunk past it has no options (None) and a
     configuration holding it the size :data:`TOO_LARGE`, above every cap; under it the sizes are
-    the uncapped ones."""
+    the uncapped ones. Two layer types whose fronts' sums would make more than COMBINE_ROWS x the
+    cap rows are not combined either."""
 
     class Layer:
         act_mib = np.array([1.0, 5.0, 9.0, 5.0, 1.0])  # the classes of test_front_cap_by_hand
@@ -307,3 +308,10 @@ def test_capped_chunk_options_by_hand() -> None:
     assert capped.get((5,)) is None and capped.size(((5,), (1,))) == TOO_LARGE
     assert full.size(((5,), (1,))) == full.get((5,)).shape[0] * full.get((1,)).shape[0]
     assert capped.size(((4,), (1,))) == full.size(((4,), (1,)))
+
+    class TwoTypes:  # two layer types with the same classes: 4 + 4 layers sum 70 x 70 = 4,900 rows
+        layers = [Layer(), Layer()]
+
+    assert K.COMBINE_ROWS == 50
+    assert ChunkOptions(TwoTypes(), max_rows=90).get((4, 4)) is None  # 4,900 > 50 x 90
+    assert ChunkOptions(TwoTypes(), max_rows=100).get((4, 4)) is not None  # 4,900 <= 50 x 100

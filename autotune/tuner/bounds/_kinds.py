@@ -388,6 +388,10 @@ def front_counts(per: np.ndarray, ws: np.ndarray, n: int, tol: float,
 #: :meth:`ChunkOptions.size` of a configuration with a chunk whose front was not built (over
 #: ``ChunkOptions.max_rows``): above every cap.
 TOO_LARGE = 2 ** 62
+#: With ``ChunkOptions.max_rows`` set, a chunk holding several layer types is not built when the
+#: sums of two types' fronts would make more than this many times ``max_rows`` rows before their
+#: filter (two fronts near the cap would make ~4e8).
+COMBINE_ROWS = 50
 
 
 class ChunkOptions:
@@ -397,8 +401,9 @@ class ChunkOptions:
     multisets (the same array as filtering all of them).
 
     ``max_rows`` (a work cap, None: none): a type's front is not built past that many multisets
-    at a level of :func:`front_counts` (nor enumerated past that many): :meth:`get` is then None
-    and :meth:`size` :data:`TOO_LARGE`. :func:`chunk_options` sets it on a single pipeline stage."""
+    at a level of :func:`front_counts` (nor enumerated past that many), nor two types' fronts
+    combined past :data:`COMBINE_ROWS` × that many sums: :meth:`get` is then None and
+    :meth:`size` :data:`TOO_LARGE`. :func:`chunk_options` sets it on a single pipeline stage."""
 
     def __init__(self, types: LayerTypes, max_rows: int | None = None) -> None:
         self.layers = types.layers
@@ -437,8 +442,9 @@ class ChunkOptions:
             for t, n in enumerate(counts):
                 if n or t == 0:
                     g = self._single(t, int(n))
-                    if g is None:
-                        self.cache[counts] = None
+                    if g is None or (acc is not None and self.max_rows is not None
+                                     and len(acc) * len(g) > COMBINE_ROWS * self.max_rows):
+                        self.cache[counts] = None  # a front, or two types' sums, past the cap
                         return None
                     if acc is None:
                         # the first type: its front plus the zero row is its front (a keep-ties
@@ -457,7 +463,7 @@ class ChunkOptions:
         opts = [self.get(c) for c in tn]
         if any(o is None for o in opts):
             return TOO_LARGE
-        return int(np.prod([o.shape[0] for o in opts]))
+        return math.prod(o.shape[0] for o in opts)  # Python ints: no int64 wrap-around
 
 
 #: On a single pipeline stage a chunk can hold most of the model, and with five recompute classes
