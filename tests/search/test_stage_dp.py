@@ -57,16 +57,20 @@ def small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta) -> tuple[Probl
 @given(**VPP_CASES)
 def test_stage_dp_bound_never_exceeds_enumerated_optimum(seed, N, P, V, kinds, tight, sched, sdelta) -> None:
     """Two layer kinds (the min-layer relaxation), p2p in [0, 0.3] ms, head and tail, random
-    negative static deltas: the bound is <= the exact optimum of the enumerated space."""
+    negative static deltas, both interleaved schedules: the bound is <= the exact optimum of the
+    enumerated space, with and without that optimum as the incumbent; and the own-stage replay
+    weighted per chunk never lowers it (>= the bound without the weighting, ``_unweighted``, up
+    to the bisection's tolerance)."""
     problem, V = small_vpp_problem(seed, N, P, V, kinds, tight, sched, sdelta)
     res = exact_optimum(problem)
     if res.best is None:
         return
     opt = res.best.step_ms
     for ub in (opt, None):
-        b = stage_dp_bound(problem, V, upper_ms=ub)
-        assert b is not None
+        b, old = stage_dp_bound(problem, V, upper_ms=ub), _unweighted(problem, V, upper_ms=ub)
+        assert b is not None and old is not None
         assert b.bound_ms <= opt * (1 + 1e-9)
+        assert b.bound_ms >= old.bound_ms * (1 - 2e-4)
 
 
 @pytest.mark.parametrize("sched", ["1f1b", "1f1b_less_memory"])
