@@ -34,13 +34,15 @@ largest of its layers' classes and the head / tail workspace, as the cost model'
 cannot dodge two paths' replay terms with one placement). A configuration whose best layout — per
 the first pass, from forward and backward knapsack tables — is above a target τ is dropped before
 the joint pass (every layout using it is above τ), so min(τ, DP) stays a bound; τ rises while the
-DP reaches it, until the incumbent or the work cap. Then a lazy pass goes on from the
-configurations priced so far (issue 17): the DP over *every* configuration (the unpriced ones with
-their first-pass pair, a lower bound of their joint ones) names a best layout; its unpriced
-configurations are priced and the DP is solved again, until the best layout uses priced
-configurations only (the DP's optimum is then the one with every configuration priced), a work cap
-or :data:`LAZY_PATIENCE` rounds without a rise. On TeleChat2 vpp4 the target pass's first step
-already needs ~47 M combinations (over its 8 M cap, so it priced nothing); the lazy pass prices
+DP reaches it, until the incumbent or the work cap. Where that stops short, a lazy pass goes on
+from the configurations priced so far (issue 17): the DP over *every* configuration (the
+unpriced ones with their first-pass pair, a lower bound of their joint ones) names a best layout;
+its unpriced configurations are priced and the DP is solved again, until the best layout uses
+priced configurations only (the DP's optimum, without the last stage's skipping paths, is then
+the one with every configuration priced), a work cap or :data:`LAZY_PATIENCE` rounds without a
+rise. On TeleChat2 vpp4 the target pass's first step already needs ~47 M combinations by its
+count (over its 8 M cap, so it priced nothing; 4.8 M of them are configurations over
+:data:`MAX_JOINT`, which it counts but never prices); the lazy pass prices
 112 configurations in 7.8 M combinations (6,425.43 → 6,433.08 ms) and, uncapped, reaches the
 all-priced optimum 6,436.57 ms with 165 of the 4,199 configurations and 11.5 M combinations,
 against 1,336 configurations and 55.7 M for the target pass.
@@ -57,7 +59,8 @@ Cost: the stage configurations (layer-count vectors, capped by a stage's own pat
 <= T and pruned by W_min + E0 > upper) each need one replay front per memory vector and path
 group; the DP is vectorised over all ε at once. TeleChat2 96 layers pp8: 1.3–1.5 s for V = 3
 (first pass 6,646.05 ms, joint pass on 651 configurations +23.15, workspaces +4.45: 6,673.65),
-1.2–1.4 s for V = 4 before the lazy pass (6,425.43), ~2.8 s with it (6,433.08). The joint pass
+1.2–1.4 s for V = 4 (6,424.0 when measured; the frozen profile with incumbent 6,529.2 ms now gives
+6,425.43 in 0.6 s before the lazy pass and 6,433.08 in ~2.8 s with it). The joint pass
 combines a configuration's chunks one at a time and drops partial combinations that cannot fit
 (:func:`_joint`; the same fronts as the full product, ~25 % less time on TeleChat2 vpp4's). Work
 caps (no clock) keep long schedules (256 micro-batches) to a few seconds.
@@ -84,11 +87,12 @@ MAX_CONFIGS = 300_000
 #: Most replay combinations (product over a stage's chunks of their class options) priced jointly
 #: for one stage configuration; above it the configuration keeps its per-path bound (weaker).
 MAX_JOINT = 200_000
-#: Work cap of the joint pass: replay combinations priced over all configurations (~30 ns each).
+#: Work cap of the joint pass: replay combinations priced over all configurations (~250 ns each),
+#: for its target pass and again for its lazy pass (so up to twice this in all).
 JOINT_WORK = 8_000_000
-#: Work cap of the joint pass's best-layout DPs: Σ over its rounds of thresholds × (N + 1) × the
-#: stages' distinct layer counts (knapsack cells, ~2-5 ns each). TeleChat2 96 layers pp8 vpp4 needs
-#: ~2e7 for its 42 rounds.
+#: Work cap of the lazy joint pass's best-layout DPs: Σ over its rounds of thresholds × (N + 1) ×
+#: the stages' distinct layer counts (knapsack cells, ~2-5 ns each). TeleChat2 96 layers pp8 vpp4
+#: needs 1.4e7 for its 42 rounds to convergence.
 SELECT_WORK = 300_000_000
 #: The lazy joint pass stops after this many rounds in a row that did not raise its DP's value:
 #: where many layouts tie at the optimum, each round's best layout is another one (Llama-2-70B pp8
@@ -603,20 +607,26 @@ def _through(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
     return out
 
 
-def _priced(stages: list[_Stage], cache: dict[tuple[int, int], np.ndarray]) -> tuple[list[_Rows], list[np.ndarray]]:
-    """The stages' DP rows with every configuration priced jointly (``cache``: (stage,
-    configuration) -> its (replay, E) variants [K, 2]) in place of its per-path row, in
-    configuration order (so that pricing which leaves every row as it was leaves the DP's best
-    layout as it was). Returns (rows per stage, per stage the configuration index of each row)."""
+def _priced(stages: list[_Stage], cache: dict[tuple[int, int], np.ndarray],
+            keep: list[np.ndarray] | None = None) -> tuple[list[_Rows], list[np.ndarray]]:
+    """The stages' DP rows, in configuration order, of configurations ``keep`` (per stage their
+    indices; None: all), each priced one (``cache``: (stage, configuration) -> its (replay, E)
+    variants [K, 2]) with its variants in place of its per-path row (so that pricing which leaves
+    every row as it was leaves the DP's best layout as it was). Returns (rows per stage, per stage
+    the configuration index of each row)."""
     out, owners = [], []
     for p, st in enumerate(stages):
         M = st.n.shape[0]
-        done = sorted(j for q, j in cache if q == p)
-        count = np.ones(M, dtype=np.int64)
+        if keep is None:
+            count = np.ones(M, dtype=np.int64)
+        else:
+            count = np.zeros(M, dtype=np.int64)
+            count[keep[p]] = 1
+        done = sorted(j for q, j in cache if q == p and count[j])
         count[done] = [cache[(p, j)].shape[0] for j in done]
         idx = np.repeat(np.arange(M), count)
         ee, EE = st.e[idx], st.E[idx]
-        start = np.concatenate([[0], np.cumsum(count)[:-1]])
+        start = np.cumsum(count) - count
         for j in done:
             ee[start[j]:start[j] + count[j]] = cache[(p, j)][:, 0]
             EE[start[j]:start[j] + count[j]] = cache[(p, j)][:, 1]
@@ -710,15 +720,7 @@ def _joint_by_target(stages: list[_Stage], jo: ChunkOptions, cache: dict[tuple[i
             break
         work += cost
         _price(jo, stages, cache, need, size)
-        new = []
-        for p, (st, i) in enumerate(zip(stages, surv)):
-            pts = [cache[(p, int(j))] for j in i]
-            idx = np.concatenate([np.full(q.shape[0], j, dtype=np.int64) for q, j in zip(pts, i)]) \
-                if pts else np.zeros(0, dtype=np.int64)
-            ee = np.concatenate([q[:, 0] for q in pts]) if pts else np.zeros(0)
-            EE = np.concatenate([q[:, 1] for q in pts]) if pts else np.zeros(0)
-            new.append(st.take(idx, ee, EE))
-        val, kn = solve(new)
+        val, kn = solve(_priced(stages, cache, surv)[0])
         result = max(result, min(val, tau))
         if val < tau:
             return result, kn, work, True  # the joint relaxation's optimum: no larger τ can help
@@ -733,14 +735,20 @@ def _joint_lazily(stages: list[_Stage], jo: ChunkOptions, cache: dict[tuple[int,
     those not priced yet are priced and the DP is solved again, until the best layout uses priced
     configurations only, a cap (``joint_work`` combinations, ``select_work`` knapsack cells),
     :data:`LAZY_PATIENCE` rounds without a rise or the deadline. Every unpriced configuration's
-    per-path row is a lower bound of its variants, so at convergence the DP's optimum is the one
-    with every configuration priced (TeleChat2 96 layers pp8 vpp4: 165 of its 4,199
-    configurations, where the target pass prices 1,336 with 55.7 M combinations), and at any
-    stop the DP over the rows so far (with the last stage's skipping paths, ``solve``) is a bound.
-    Returns (bound ms, thresholds of its DP, combinations priced)."""
+    per-path row is a lower bound of its variants, so at convergence the one-dimensional DP's
+    optimum is the one with every configuration priced (TeleChat2 96 layers pp8 vpp4: 165 of its
+    4,199 configurations, where the target pass prices 1,336 with 55.7 M combinations). The value
+    returned is the DP over the rows so far with the last stage's skipping paths (``solve``): a
+    bound at any stop, at least the one-dimensional value, and (rarely: 1 of 1,800 random draws)
+    below the value with every configuration priced, whose best layout may differ there. Past the
+    deadline, the largest one-dimensional value so far. Returns (bound ms, thresholds of its DP,
+    combinations priced: those of configurations within :data:`MAX_JOINT`, counted apart from the
+    target pass's, which counts the larger ones too)."""
     work = cells = idle = 0
     top = -np.inf
-    while deadline is None or time.monotonic() <= deadline:
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            return top, 0, work  # anytime: each round's one-dimensional DP is a bound
         cur, owners = _priced(stages, cache)
         used, value, c = _best_layout(cur, owners, N)
         cells += c
@@ -798,7 +806,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
     cache: dict[tuple[int, int], np.ndarray] = {}
     result, kn, work, exact = _joint_by_target(stages, jo, cache, best, upper, N, joint_work, deadline, solve)
     work_l = 0
-    if not exact:
+    if not exact and result < upper:
         lazy, kl, work_l = _joint_lazily(stages, jo, cache, N, joint_work, select_work, deadline, solve)
         if lazy > result:
             result, kn = lazy, kl
