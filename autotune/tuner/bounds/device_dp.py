@@ -552,34 +552,41 @@ PRUNE_MIN_THRESHOLDS = 512
 PRUNE_SAMPLES = 64
 
 
-def _final_min(stages: list[_DPRows], eps: np.ndarray, N: int, f: float) -> float:
-    """min over k of :func:`_final` (ms; +inf when no threshold admits a layout), pricing only the
-    thresholds that can hold it.
+def _candidates(stages: list[_DPRows], eps: np.ndarray, N: int, value) -> np.ndarray:
+    """int [k]: the thresholds (indices into the sorted ``eps``) that can hold the least of
+    ``value`` (a function of threshold indices, float [len(idx)] ms, each >= W(eps[k]) + eps[k]).
 
-    :func:`_final` at eps[k] is >= W(eps[k]) + eps[k], with W(ε) the least Σ cost of a layout
-    whose every no-skip E is <= ε: W is non-increasing in ε and >= W∞, the least Σ cost of any
-    layout (the largest threshold admits every configuration). So after :data:`PRUNE_SAMPLES`
-    evenly spaced thresholds give a value U, a threshold with W∞ + eps[k] > U cannot hold the
-    minimum, nor can one at or below a sampled threshold that admits no layout (fewer
-    configurations are allowed there). The rest are priced; each value depends on its threshold
-    alone, so the minimum is the one pricing all of them gives. On ``benchmarks/scaling.py``'s pp
-    32 × vpp 4 × m 256 MoE problem the knapsack over every threshold took ~5 CPU s."""
+    W(ε), the least Σ cost of a layout whose every no-skip E is <= ε, is non-increasing in ε and
+    >= W∞, the least Σ cost of any layout (the largest threshold admits every configuration). So
+    after :data:`PRUNE_SAMPLES` evenly spaced thresholds give a value U, a threshold with W∞ +
+    eps[k] > U cannot hold the minimum, nor can one at or below a sampled threshold that admits no
+    layout (fewer configurations are allowed there). Below :data:`PRUNE_MIN_THRESHOLDS` thresholds
+    every one is kept; empty when no sampled threshold admits a layout (then none does)."""
     Kn = eps.size
     if Kn < PRUNE_MIN_THRESHOLDS:
-        val = _final(stages, eps, N, f)
-        return float(val.min()) if np.isfinite(val).any() else float("inf")
+        return np.arange(Kn)
     s = np.unique(np.linspace(0, Kn - 1, PRUNE_SAMPLES).round().astype(np.int64))
-    vs = _final(stages, eps[s], N, f, work_kn=Kn)
+    vs = value(s)
     fin = np.isfinite(vs)
     if not fin.any():  # the largest threshold admits every configuration: no layout at all
-        return float("inf")
+        return np.zeros(0, dtype=np.int64)
     U = float(vs.min())
     j = int(np.argmax(fin))
     lo = int(s[j - 1]) + 1 if j > 0 else 0  # thresholds up to an infeasible sample admit no layout
     w_inf = float(_knapsack(stages, eps[-1:], N)[-1][0, N])
-    keep = lo + np.flatnonzero(w_inf + eps[lo:] <= U + 1e-12 * (1.0 + abs(U)))
-    val = _final(stages, eps[keep], N, f, work_kn=Kn)
-    return float(val.min())
+    return lo + np.flatnonzero(w_inf + eps[lo:] <= U + 1e-12 * (1.0 + abs(U)))
+
+
+def _final_min(stages: list[_DPRows], eps: np.ndarray, N: int, f: float) -> float:
+    """min over k of :func:`_final` (ms; +inf when no threshold admits a layout), pricing only the
+    thresholds that can hold it (:func:`_candidates`; :func:`_final` at eps[k] is >= W(eps[k]) +
+    eps[k]). Each value depends on its threshold alone, so the minimum is the one pricing all of
+    them gives. On ``benchmarks/scaling.py``'s pp 32 × vpp 4 × m 256 MoE problem the knapsack over
+    every threshold took ~5 CPU s."""
+    Kn = eps.size
+    keep = _candidates(stages, eps, N, lambda idx: _final(stages, eps[idx], N, f, work_kn=Kn))
+    val = _final(stages, eps[keep], N, f, work_kn=Kn) if keep.size else np.zeros(0)
+    return float(val.min()) if np.isfinite(val).any() else float("inf")
 
 
 def _through(stages: list[_Stage], eps: np.ndarray, N: int) -> list[np.ndarray]:
@@ -639,25 +646,23 @@ def _best_layout(stages: list[_DPRows], owners: list[np.ndarray], N: int
                  ) -> tuple[list[tuple[int, int]], float, int]:
     """A layout of least W + ε over every threshold ε (the one-dimensional DP, no skipping paths):
     its (stage, configuration) pairs (empty when none exists), that least value (ms; +inf: none)
-    and the knapsack cells computed (a work measure). The least value is found as in
-    :func:`_final_min` (sampled thresholds bound which ones can hold it), then the knapsack at that
-    threshold alone is walked back to the configurations (``owners``: each row's configuration)."""
+    and the knapsack cells computed (a work measure). The least value is found over the
+    thresholds that can hold it (:func:`_candidates`, as :func:`_final_min`), then the knapsack at
+    that threshold alone is walked back to the configurations (``owners``: each row's
+    configuration)."""
     eps = _thresholds(stages)
     if eps.size == 0:
         return [], float("inf"), 0
     groups = sum(int(np.unique(st.layers).size) for st in stages)
-    Kn = eps.size
-    if Kn < PRUNE_MIN_THRESHOLDS:
-        keep = np.arange(Kn)
-    else:
-        s = np.unique(np.linspace(0, Kn - 1, PRUNE_SAMPLES).round().astype(np.int64))
-        vs = _knapsack(stages, eps[s], N)[-1][:, N] + eps[s]
-        if not np.isfinite(vs).any():
-            return [], float("inf"), s.size * (N + 1) * groups
-        w_inf = float(_knapsack(stages, eps[-1:], N)[-1][0, N])
-        keep = np.flatnonzero(w_inf + eps <= float(vs.min()) + 1e-12 * (1.0 + abs(float(vs.min()))))
-    vals = _knapsack(stages, eps[keep], N)[-1][:, N] + eps[keep]
-    cells = (keep.size + 1) * (N + 1) * groups
+    calls = []
+
+    def value(idx: np.ndarray) -> np.ndarray:
+        calls.append(idx.size)
+        return _knapsack(stages, eps[idx], N)[-1][:, N] + eps[idx]
+
+    keep = _candidates(stages, eps, N, value)
+    vals = value(keep) if keep.size else np.zeros(0)
+    cells = (sum(calls) + 1) * (N + 1) * groups
     if not np.isfinite(vals).any():
         return [], float("inf"), cells
     k = int(keep[int(np.argmin(vals))])
