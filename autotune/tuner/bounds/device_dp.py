@@ -116,7 +116,6 @@ FINAL_WORK = 300_000_000
 THROUGH_THRESHOLDS = 256
 
 
-
 @dataclass
 class DeviceDPBound:
     """Result of :func:`device_dp_bound`: the bound (ms), the stage configurations enumerated,
@@ -199,6 +198,7 @@ class _Stage:
 
 #: What the DP over thresholds reads: a stage's configurations or rows taken from them.
 _DPRows = _Rows | _Stage
+
 
 def _cheapest_allowed(first: np.ndarray, cost: np.ndarray, Kn: int) -> np.ndarray:
     """float [Kn]: the least ``cost`` among configurations allowed at each threshold k
