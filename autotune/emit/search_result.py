@@ -96,6 +96,26 @@ def budget_notes(result: Any, report: CostReport | None) -> list[str]:
     return lines
 
 
+def bounds_by_vpp_line(result: Any) -> str | None:
+    """One line with the lower bound of each pp_interleave_num (``result.lower_bound_by_vpp``),
+    the answer's V and the least marked, e.g. ``lower bound by pp_interleave_num (...): 1: 165112.1
+    ms | 2: 160692.8 ms (the answer's) | 3: 159931.9 ms (the least)``; None when the result has no
+    such breakdown (one V, or the space was enumerated). The search tightens a V's bound only while
+    it can raise the least one, so the others are proofs, not the best ones it could give."""
+    by = getattr(result, "lower_bound_by_vpp", None)
+    if not by:
+        return None
+    mine = result.best.layout.vpp if result.best is not None else None
+    least = min((b for b in by.values() if b is not None), default=None)
+    parts = []
+    for V, b in by.items():
+        tags = (["the answer's"] if V == mine else []) + (["the least"] if b is not None and b == least else [])
+        parts.append((f"{V}: none fits" if b is None else f"{V}: {b:.1f} ms")
+                     + (f" ({', '.join(tags)})" if tags else ""))
+    return ("lower bound by pp_interleave_num (each tightened only while it could raise the least): "
+            + " | ".join(parts))
+
+
 def result_dict(result: Any) -> dict[str, Any]:
     """The stable JSON shape of ``autotune search --format json``."""
     def d(r: CostReport | None) -> dict[str, Any] | None:
@@ -111,6 +131,8 @@ def result_dict(result: Any) -> dict[str, Any]:
             "baselines": {k: d(v) for k, v in result.baselines.items()},
             "trials": result.trials, "seconds": result.seconds,
             "lower_bound_ms": result.lower_bound_ms, "certified_gap": result.certified_gap,
+            "lower_bound_by_vpp": ({str(V): b for V, b in result.lower_bound_by_vpp.items()}
+                                   if result.lower_bound_by_vpp else None),
             "no_fit_proven": result.no_fit_proven,
             "exact": result.exact, "timed_out": result.timed_out, "stopped_by": result.stopped_by,
             "time_limit_s": result.time_limit_s,

@@ -32,6 +32,10 @@ class SearchOutcome:
         lower_bound_ms: a proof that no memory-feasible layout of the space runs faster (ms);
             equal to the optimum when the space was enumerated (``exact``).
         certified_gap: (best - lower_bound) / lower_bound, a fraction (None when nothing fits).
+        lower_bound_by_vpp: pp_interleave_num V -> a lower bound (ms) on every memory-feasible
+            layout of the space with that V (None: none fits, proven); ``lower_bound_ms`` is the
+            least of them, so this shows which V leaves the gap open. None when the space was
+            enumerated or holds a single V.
         exact: True when the exact oracle enumerated the whole space.
         timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the search;
             ``certified_gap`` is then the gap at that moment.
@@ -80,6 +84,7 @@ class SearchOutcome:
     comm_patterns: list[str] | None = None
     lower_bound_ms: float | None = None
     certified_gap: float | None = None
+    lower_bound_by_vpp: dict[int, float | None] | None = None
     exact: bool = False
     timed_out: bool = False
     stopped_by: str = "trials"

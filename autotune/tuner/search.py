@@ -200,6 +200,21 @@ def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layo
     return baselines, prepared
 
 
+def bounds_by_vpp(prepared: list[Prepared]) -> dict[int, float | None] | None:
+    """pp_interleave_num V -> the least of the sub-problems' bounds on layouts with that V (ms;
+    None: no layout with that V fits, proven), in V order; None when a sub-problem was enumerated
+    (its answer is the optimum) or the space holds one V (the overall bound says it all)."""
+    if any(pr.bs.exact or not pr.bs.per_v_ms for pr in prepared):
+        return None
+    out: dict[int, float] = {}
+    for pr in prepared:
+        for V, b in pr.bs.per_v_ms.items():
+            out[int(V)] = min(out.get(int(V), float("inf")), float(b))
+    if len(out) < 2:
+        return None
+    return {V: (b if np.isfinite(b) else None) for V, b in sorted(out.items())}
+
+
 def _front_of(pr: Prepared, outcome: Any, sp: SearchSpace) -> list[tuple[Variant, Candidate]]:
     """Front candidates of one sub-problem: exact when it was enumerated (mini-stage granularity),
     else the heuristic budget ladder merged with every feasible trial and seed."""
@@ -390,6 +405,7 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     if baselines["user"] is None and user_error is None and user is not None:
         user_error = outside_space_error(user, prepared)
     lb = min(pr.bs.bound_ms for pr in prepared)
+    by_vpp = bounds_by_vpp(prepared)
     pareto = objective == "time,memory"
     st = run_studies(prepared, sp, pareto=pareto, trials=trials, timeout=timeout, t0=t0, seed=seed,
                      storage=storage, study_name=study_name, progress=prog, gap=gap,
@@ -416,6 +432,7 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          config=var.cfg, profile=var.profile, study=st.study,
                          select_patterns=sel_p, comm_patterns=comm_p,
                          lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
+                         lower_bound_by_vpp=by_vpp,
                          exact=all(pr.bs.exact for pr in prepared), timed_out=timed_out,
                          stopped_by=_stopped_by(st, timed_out, timeout, stop_at), time_limit_s=st.time_limit_s,
                          settings=dict(var.settings), pareto=front,

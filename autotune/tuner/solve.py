@@ -90,13 +90,16 @@ class BoundAndSeeds:
     """Seeds to enqueue, the lower bound (ms; +inf when nothing can fit), whether exact, and
     whether a deadline cut a step (``cut``: the local searches, the polish or a later bound pass
     ended past its share of the deadline, so the seeds and the bound may depend on the machine's
-    speed and load)."""
+    speed and load). ``per_v_ms``: pp_interleave_num V -> the bound (ms) on layouts with that V
+    (+inf: none fits for sure; ``bound_ms`` is the least of them); empty when the space was
+    enumerated (``exact``: the answer is the optimum)."""
 
     seeds: list[Candidate]
     bound_ms: float
     exact: bool = False
     notes: list[str] = field(default_factory=list)
     cut: bool = False
+    per_v_ms: dict[int, float] = field(default_factory=dict)
 
 
 def _incumbent(cands: list[Candidate]) -> float | None:
@@ -388,4 +391,4 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     out += kick(problem, out, per_v, target_gap=target_gap, deadline=deadline)
     out += finish(problem, out, deadline=deadline)
     cut |= past(deadline)
-    return BoundAndSeeds(out, min(per_v.values()), notes=notes, cut=cut)
+    return BoundAndSeeds(out, min(per_v.values()), notes=notes, cut=cut, per_v_ms=dict(per_v))

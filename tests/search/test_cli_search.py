@@ -33,6 +33,11 @@ def test_json_has_bound_and_gap() -> None:
     assert "CUT SHORT by its 3 s timeout" in r.stderr
     assert 0 < d["lower_bound_ms"] <= d["best"]["step_time_ms"]
     assert abs(d["certified_gap"] - (d["best"]["step_time_ms"] - d["lower_bound_ms"]) / d["lower_bound_ms"]) < 1e-9
+    # every runnable pp_interleave_num holds a proof, even when the clock cut the bound phase; the
+    # overall bound is the least of them
+    by = d["lower_bound_by_vpp"]
+    assert sorted(by) == ["1", "2", "3", "4"]
+    assert min(by.values()) == d["lower_bound_ms"]
 
 
 def test_key_typo_warned_on_stderr_before_the_search(tmp_path) -> None:

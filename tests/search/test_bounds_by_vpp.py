@@ -1,0 +1,38 @@
+"""The lower bound per pp_interleave_num: the least over sub-problems per V (search), and the line
+the text output prints for it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from autotune.emit.search_result import bounds_by_vpp_line
+from autotune.tuner.search import Prepared, bounds_by_vpp
+from autotune.tuner.solve import BoundAndSeeds
+
+
+def _prep(per_v: dict[int, float], exact: bool = False) -> Prepared:
+    bound = min(per_v.values()) if per_v else float("inf")
+    return Prepared(None, None, BoundAndSeeds([], bound, exact=exact, per_v_ms=per_v))
+
+
+def test_least_over_sub_problems_per_v_in_v_order() -> None:
+    # two sub-problems (e.g. two schedulers): per V the smaller proof holds for the whole space
+    got = bounds_by_vpp([_prep({2: 105.0, 1: 110.0}), _prep({1: 108.0, 2: 120.0, 3: float("inf")})])
+    assert got == {1: 108.0, 2: 105.0, 3: None}  # inf: no layout with that V fits, proven
+    assert list(got) == [1, 2, 3]
+
+
+def test_no_breakdown_for_one_v_or_an_enumerated_space() -> None:
+    assert bounds_by_vpp([_prep({2: 100.0})]) is None
+    assert bounds_by_vpp([_prep({1: 100.0, 2: 90.0}), _prep({}, exact=True)]) is None
+
+
+def test_line_marks_the_answers_v_and_the_least() -> None:
+    best = SimpleNamespace(layout=SimpleNamespace(vpp=2))
+    r = SimpleNamespace(lower_bound_by_vpp={1: 165112.06, 2: 160692.84, 3: 159931.92, 4: None}, best=best)
+    assert bounds_by_vpp_line(r) == (
+        "lower bound by pp_interleave_num (each tightened only while it could raise the least): "
+        "1: 165112.1 ms | 2: 160692.8 ms (the answer's) | 3: 159931.9 ms (the least) | 4: none fits")
+    r2 = SimpleNamespace(lower_bound_by_vpp={1: 10.0, 3: 10.0}, best=SimpleNamespace(layout=SimpleNamespace(vpp=1)))
+    assert bounds_by_vpp_line(r2).endswith("1: 10.0 ms (the answer's, the least) | 3: 10.0 ms (the least)")
+    assert bounds_by_vpp_line(SimpleNamespace(lower_bound_by_vpp=None, best=None)) is None
