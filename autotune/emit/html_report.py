@@ -27,6 +27,7 @@ from typing import Any
 from autotune.cost.report import CostReport
 from autotune.emit import plots
 from autotune.emit.render import TERMS, budget_of, fits_word, headroom_text, summary_line
+from autotune.emit.search_result import bounds_by_vpp_line
 from autotune.emit.yaml_block import canonical_values, dump_yaml, tuned_block
 from autotune.errors import ConfigError
 from autotune.extras import REPORT_MODULES, require
@@ -175,6 +176,9 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
     bound_line = search_bound_line(obj)
     if bound_line:
         notes.append(bound_line)
+    by_vpp = bounds_by_vpp_line(obj)
+    if by_vpp:
+        notes.append(by_vpp)
     if callable(getattr(obj, "stop_text", None)):  # why the search ended (CUT SHORT by a time limit)
         notes.append(obj.stop_text())
     names = {"user": "your config", "even_full_recompute": "even split + full recompute",

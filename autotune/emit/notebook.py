@@ -25,6 +25,7 @@ from autotune.cost.report import CostReport, register_view
 from autotune.emit.html_report import comparison_rows, html_table, search_bound_line, stage_rows
 from autotune.emit.plots import memory_figure, timeline_figure
 from autotune.emit.render import bubble_line, summary_line
+from autotune.emit.search_result import bounds_by_vpp_line
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import installed, require
@@ -123,6 +124,9 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     bound = search_bound_line(result)
     if bound:
         parts.append(f"<p>{escape(bound)}</p>")
+    by_vpp = bounds_by_vpp_line(result)
+    if by_vpp:
+        parts.append(f"<p>{escape(by_vpp)}</p>")
     if callable(getattr(result, "stop_text", None)):  # why the search ended (CUT SHORT by a time limit)
         parts.append(f"<p>{escape(result.stop_text())}</p>")
     parts.append(html_table(comparison_rows(rep, others, name, margin)))

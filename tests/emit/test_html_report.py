@@ -97,6 +97,20 @@ def test_report_of_search_result(result, tmp_path):
     assert f"| your config | {user.step_time_ms:,.1f} | {rel} |" in md
 
 
+def test_report_and_notebook_show_the_bound_of_each_vpp(result, tmp_path):
+    import dataclasses
+
+    from autotune.emit.notebook import search_result_html
+
+    lb = result.lower_bound_ms or result.best.step_time_ms
+    by = dataclasses.replace(result, lower_bound_by_vpp={1: lb, 2: lb + 12.5})
+    line = (f"lower bound by pp_interleave_num (each tightened only while it could raise the least): "
+            f"1: {lb:.1f} ms (")
+    write_report(by, tmp_path)
+    assert line in (tmp_path / "report.md").read_text() + (tmp_path / "report.html").read_text()
+    assert f"2: {lb + 12.5:.1f} ms" in search_result_html(by, figures=False)
+
+
 def test_notebook_views(result, toy_report, toy_profile):
     html = notebook.search_result_html(result)
     assert "your config" in html and "data:image/png;base64," in html and "<table>" in html
