@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from autotune.config.layer_setting import Warning_, validate_config_level
+from autotune.config.older_releases import older_release_warnings
 from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, short_repr  # noqa: F401 - re-exported
 from autotune.config.layer_yaml import inputs_from_yaml
 from autotune.config.limits import MAX_INT
@@ -347,7 +348,8 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
     if missing is not None:
         raise missing
     inputs = inputs_from_yaml(data)
-    warnings = key_warnings + model_rules(data, version) + validate_config_level(inputs, version)
+    warnings = (key_warnings + older_release_warnings(data) + model_rules(data, version)
+                + validate_config_level(inputs, version))
     interleave = bool(inputs.pipeline_interleave) if inputs.pipeline_interleave is not None else bool(
         inputs.vpp and inputs.vpp > 1)
     vpp_raw = inputs.vpp
