@@ -60,7 +60,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "qk_rope_head_dim": ("qk_rope_head_dim", "qk_pos_emb_head_dim"),
     "v_head_dim": ("v_head_dim",),
     "param_init_type": ("param_init_type", "params_dtype"),
-    "compute_dtype": ("compute_dtype",),
+    "compute_dtype": ("compute_dtype", "compute_type"),  # compute_type: iFlytekSpark (research, r1.0)
     "softmax_compute_type": ("softmax_compute_type", "softmax_compute_dtype"),
     "embedding_init_type": ("embedding_init_type",),
     "capacity_factor": ("moe_expert_capacity_factor", "capacity_factor", "moe_config.capacity_factor"),

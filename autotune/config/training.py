@@ -225,6 +225,12 @@ STRICT_SECTIONS: dict[str, set[str]] = {
                          "select_comm_recompute_exclude"},
     "swap_config": {"swap", "layer_swap", "op_swap", "default_prefetch"},
 }
+#: Megatron-style parallel keys: MindFormers' experimental parallel_core (pynative) configs put them
+#: in ``parallel_config`` and read them with their own loader (``parallel_core/pynative/config.py``
+#: ``init_configs_from_yaml``, r1.3 on), never through the training YAML template.
+MEGATRON_STYLE_KEYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
+                       "virtual_pipeline_model_parallel_size", "context_parallel_size",
+                       "expert_model_parallel_size", "sequence_parallel"}
 #: Keys autotune relies on in sections that also hold many model-specific keys: an unknown key
 #: that is a near-miss of one of these (and the real key absent) is taken for a typo.
 NEAR_MISS_KEYS: dict[str, set[str]] = {
@@ -285,7 +291,15 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
             if key not in allowed:
                 guess = near(key, allowed)
                 hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(sorted(allowed))}"
-                raise ConfigError(f"unknown key {key!r} (MindFormers rejects it: KeyError); {hint}",
+                if section == "parallel_config" and key in MEGATRON_STYLE_KEYS:
+                    raise ConfigError(f"{key!r} is a Megatron-style key: a config of MindFormers' experimental "
+                                      "parallel_core (pynative) trainer, which its own loader reads, not the "
+                                      "training YAML template; autotune reads MindFormers training YAMLs "
+                                      "(parallel_config.pipeline_stage, ...) and Megatron-LM arguments "
+                                      "(--from megatron)", field=f"{section}.{key}", value=sec[key],
+                                      rule="R_UNSUPPORTED")
+                raise ConfigError(f"unknown key {key!r} (MindFormers' training YAML template rejects it from "
+                                  f"r1.5 on: KeyError); {hint}",
                                   field=f"{section}.{key}", value=sec[key], rule="R_UNKNOWN_KEY")
     warns: list[Warning_] = []
     for section, wanted in NEAR_MISS_KEYS.items():

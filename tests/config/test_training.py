@@ -129,6 +129,31 @@ def test_real_mcore_spellings_are_not_near_misses():
     assert not [w for w in cfg.warnings if w.code == "W_KEY_UNKNOWN"]
 
 
+def test_megatron_style_parallel_keys_name_the_pynative_configs():
+    """A parallel_config with Megatron-style keys is a config of MindFormers' experimental
+    parallel_core (pynative) trainer (tests/st/test_distri_core, r1.3.1), read by its own loader and
+    never by the template: the error says so instead of claiming a template KeyError."""
+    data = yaml.safe_load((EXAMPLES / "telechat2_115b" / "train.yaml").read_text())
+    data["parallel_config"]["tensor_model_parallel_size"] = 2
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    assert (ei.value.rule, ei.value.field) == ("R_UNSUPPORTED", "parallel_config.tensor_model_parallel_size")
+    assert "parallel_core (pynative)" in str(ei.value) and "KeyError" not in str(ei.value)
+
+
+def test_iflytekspark_compute_type_is_its_compute_dtype():
+    """iFlytekSpark (research, r1.0) names its compute dtype compute_type: read, not a typo."""
+    data = yaml.safe_load((EXAMPLES / "telechat2_115b" / "train.yaml").read_text())
+    mc = data["model"]["model_config"]
+    mc.pop("compute_dtype", None)
+    mc["compute_type"] = "float32"
+    cfg = config_from_dict(data)
+    assert not [w for w in cfg.warnings if w.code == "W_KEY_UNKNOWN"]
+    assert cfg.dims.compute_dtype_bytes == 4
+    mc["compute_type"] = "bfloat16"
+    assert config_from_dict(data).dims.compute_dtype_bytes == 2
+
+
 def test_unrelated_model_keys_are_fine():
     data = yaml.safe_load((EXAMPLES / "telechat2_115b" / "train.yaml").read_text())
     data["model"]["model_config"]["rope_theta"] = 10000.0
