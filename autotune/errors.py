@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import typing
+from pathlib import Path
 from typing import Any
 
 
@@ -105,3 +106,22 @@ def from_validation_error(exc: Any, model: Any, *, what: str, rule: str) -> Conf
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
     return ConfigError(f"{err.get('msg', 'invalid value')} (got {shown}) in the {what}", field=field,
                        value=err.get("input"), rule=rule)
+
+
+def require_file(path: Any, *, field: str | None = None) -> Path:
+    """``path`` as a Path when it is a readable regular file's name.
+
+    Raises:
+        ConfigError: rule ``file``, field = ``field`` (default: the path): "file not found", or
+            "is a directory, not a file" (every command's file arguments accept a directory name
+            from the shell and refuse it here, with the same one-line error as a missing file);
+            with ``field`` given the message ends with the path.
+    """
+    p = Path(path)
+    named = "" if field is None else f": {str(p)!r}"  # the field names the path when it is not given
+    if p.is_dir():
+        raise ConfigError(f"is a directory, not a file{named}", field=field or str(p), value=str(p), rule="file")
+    if not p.is_file():
+        raise ConfigError(f"file not found{named}", field=field or str(p), value=str(p), rule="file")
+    return p
+

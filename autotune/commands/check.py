@@ -21,7 +21,7 @@ from autotune.config.read import check_config
 from autotune.config.safe_yaml import load_yaml_text, read_yaml_file
 from autotune.config.training import read_training_yaml, read_yaml
 from autotune.emit.splice import leaves, splice
-from autotune.errors import AutotuneError, ConfigError
+from autotune.errors import AutotuneError, ConfigError, require_file
 
 EXIT_BAD_INPUT = 2
 _RELEASES = {"1.5": "r1.3–r1.6", "1.7": "r1.7.0", "1.8": "r1.8.0/master"}
@@ -89,7 +89,7 @@ def render_text(res: LayerSettingResult) -> str:
 
 
 @click.command("check")
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("config", type=click.Path())
 @click.option("--mindformers-version", "version", type=click.Choice(VERSIONS), default="1.8",
               show_default=True, help="Rules of this release: 1.5 = r1.3–r1.6, 1.7 = r1.7.0, "
               "1.8 = r1.8.0/master.")
@@ -129,8 +129,8 @@ def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str
 
 
 @click.command("apply")
-@click.argument("best", type=click.Path(dir_okay=False))
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("best", type=click.Path())
+@click.argument("config", type=click.Path())
 @click.option("-o", "--out", "output", type=click.Path(dir_okay=False), default=None,
               help="Write here (default: stdout).")
 @click.option("--output", "output_alias", type=click.Path(dir_okay=False), default=None, hidden=True,
@@ -152,9 +152,7 @@ def apply(best: str, config: str, output: str | None, output_alias: str | None, 
     output = output or output_alias
     try:
         tuned = read_yaml(best)
-        path = Path(config)
-        if not path.is_file():
-            raise ConfigError("file not found", field=config, value=config, rule="file")
+        path = require_file(config)
         read_yaml_file(path, mapping=True)       # the limits, and a mapping to splice into
         text = path.read_text(encoding="utf-8")
         new_text, changed = splice(text, leaves(tuned))

@@ -39,7 +39,7 @@ def _say(text: str) -> None:
 
 
 @click.command("profile")
-@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.argument("config", required=False, type=click.Path())
 @click.option("--config", "config_opt", default=None, type=click.Path(dir_okay=False),
               help="Training YAML (same as the CONFIG argument).")
 @_device_opt

@@ -16,7 +16,7 @@ from autotune.units import parse_memory_mib
 
 
 @click.command("report")
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("config", type=click.Path())
 @click.option("--profile", "profile", type=click.Path(dir_okay=False), default=None,
               help="Layer profile YAML/JSON (default: derived analytically from the config).")
 @click.option("--compare", "compare", type=click.Path(dir_okay=False), default=None,

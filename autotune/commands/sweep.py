@@ -11,7 +11,7 @@ from autotune.sweep.run import run_sweep
 
 
 @click.command("sweep")
-@click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path(dir_okay=False))
+@click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path())
 @click.option("--storage", envvar="AUTOTUNE_STORAGE", default=None, show_envvar=True,
               help="Database URL (e.g. postgresql+psycopg://user@host/db) or journal file shared by all "
                    "workers and hosts. Default: a journal file DIR/sweep.journal. The password is never shown.")

@@ -96,7 +96,7 @@ def _profile_warnings(profile: str | None) -> None:
 
 #: The analytic device presets, as the --device help lists them.
 DEVICE_NAMES = ", ".join(DEVICES)
-_config_arg = click.argument("config", type=click.Path(dir_okay=False))
+_config_arg = click.argument("config", type=click.Path())
 _profile_opt = click.option("--profile", "profile", type=click.Path(dir_okay=False), default=None,
                             help="Layer profile YAML/JSON (default: derived analytically from the config).")
 _device_opt = click.option("--device", default="ascend-910b", show_default=True,
@@ -158,7 +158,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 
 
 @click.command("search")
-@click.argument("config", type=click.Path(dir_okay=False), required=False)
+@click.argument("config", type=click.Path(), required=False)
 @_profile_opt
 @click.option("--device", default=None,
               help=f"Device preset for the analytic profile ({DEVICE_NAMES}; default "

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from autotune.config.limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, require_file
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -139,9 +139,7 @@ def read_yaml_file(path: str | Path, *, mapping: bool = True) -> Any:
         ConfigError: rule ``file`` (missing, a directory, unreadable), ``yaml`` (empty file or a top
             level that is not a mapping, when ``mapping``), or any rule of :func:`load_yaml_text`.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
+    p = require_file(path)
     try:
         size = p.stat().st_size
         if size > MAX_YAML_BYTES:

@@ -34,7 +34,7 @@ from autotune.config.limits import MAX_INT
 from autotune.config.mf_rules import model_rules
 from autotune.config.model_dims import ALIASES, ModelDims, merge_hf_config, missing_dims_error, read_dims
 from autotune.config.safe_yaml import read_yaml_file
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, require_file
 from autotune.units import parse_memory_mib
 
 __all__ = ["ModelDims", "TrainingConfig", "check_keys", "config_from_dict", "get_path", "load_config",
@@ -61,9 +61,7 @@ def read_json(path: str | Path, *, rule: str, what: str = "JSON") -> Any:
     Raises:
         ConfigError: missing file or not JSON (field = the file path, rule = ``rule``).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
+    p = require_file(path)
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from autotune.config.safe_yaml import load_yaml_text
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, require_file
 from autotune.megatron.args import MegatronArgs, from_argv, from_mapping
 from autotune.megatron.script import parse_script
 
@@ -26,9 +26,7 @@ def read_args(source: str | Path | dict | list | MegatronArgs) -> MegatronArgs:
         return from_mapping(source)
     if isinstance(source, (list, tuple)):
         return from_argv(list(source))
-    p = Path(source)
-    if not p.is_file():
-        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
+    p = require_file(source)
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:

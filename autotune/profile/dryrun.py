@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune.config.layout import Layout, layout_from_config, layout_from_values
 from autotune.config.training import read_yaml
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, require_file
 
 PEAK_PATTERNS = {
     "actual": re.compile(r"Actual peak memory usage \(with fragments\):\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)i?B?",
@@ -79,9 +79,7 @@ def parse_peak_log(path: str | Path, *, which: str = "actual") -> float:
     if which not in PEAK_PATTERNS:
         raise ConfigError(f"expected 'actual' or 'used', got {which!r}", field="--peak", value=which,
                           rule="dryrun_peak_kind")
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("file not found", field=str(p), value=str(p), rule="file")
+    p = require_file(path)
     text = p.read_text(encoding="utf-8", errors="replace")
     vals = [float(m.group(1)) * _UNIT_MIB[m.group(2).upper()] for m in PEAK_PATTERNS[which].finditer(text)]
     if not vals:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.api import resolve_profile
 from autotune.config.margin import parse_margin_mib
 from autotune.config.training import TrainingConfig, config_from_dict, read_yaml
-from autotune.errors import ConfigError, from_validation_error
+from autotune.errors import ConfigError, from_validation_error, require_file
 from autotune.tuner.space import SearchSpace, load_search_space
 
 #: Bumped when the meaning of a scenario's content changes (old studies are then not reused).
@@ -178,9 +178,7 @@ def _digest(content: dict[str, Any]) -> str:
 
 
 def _profile_content(path: str) -> Any:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"file not found: {path!r}", field="profile", value=path, rule="file")
+    p = require_file(path, field="profile")
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.emit.render import comparison_table, render_report
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, require_file
 
 COLUMNS = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
            "user_step_ms", "gain_vs_user_pct", "lower_bound_ms", "certified_gap_pct", "stopped_by",
@@ -109,9 +109,7 @@ def read_baseline(path: str | Path) -> dict[str, dict[str, str]]:
     Raises:
         ConfigError: missing file, or not a summary (no ``scenario``/``step_ms`` columns).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"file not found: {str(p)!r}", field="--baseline", value=str(p), rule="file")
+    p = require_file(path, field="--baseline")
     try:
         rows = list(csv.DictReader(io.StringIO(p.read_text(encoding="utf-8"))))
     except (UnicodeDecodeError, csv.Error) as exc:
