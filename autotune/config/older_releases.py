@@ -12,7 +12,7 @@ config is still read, with a warning that names the key, the release and what it
   was false (r1.1.0 ``models/utils.py`` ``set_layer_stage_recompute``; r0.8 / r1.0 Llama
   ``layer_compute_dtype``), so there they recompute only the selected operators and keep more
   activation memory.
-- ``model.model_config.use_select_recompute: true``: the models that read it (Bloom up to r1.3,
+- ``model.model_config.use_select_recompute: true``: the models that read it (Bloom, last shipped in r1.3.0,
   ``models/bloom/bloom.py`` ``set_parallel_configure_for_layer``; WizardCoder of r1.0–r1.4.0-beta1, ``research/
   wizardcoder/wizardcoder.py``) then skip full recompute and recompute selected attention
   operators; autotune reads ``recompute_config`` only.
@@ -41,15 +41,16 @@ def older_release_warnings(data: dict[str, Any]) -> list[Warning_]:
                               "fully recomputed, as autotune reads it; MindFormers r0.8-r1.1 recompute only "
                               "the selected operators then (full recompute only when select_recompute is "
                               "false) and keep more activation memory than autotune predicts; on those "
-                              "releases set select_recompute: false for full recompute"))
+                              "releases set select_recompute: false for full recompute (on r1.2 and later "
+                              "nothing needs to change)"))
     model = data.get("model")
     mc = model.get("model_config") if isinstance(model, dict) else None
     if not isinstance(mc, dict):
         return warns
     if mc.get("use_select_recompute") is True:
         warns.append(Warning_(CODE, "model.model_config.use_select_recompute",
-                              "true: the models that read this key (Bloom up to r1.3, WizardCoder of "
-                              "r1.0-r1.4.0-beta1) skip full recompute and recompute selected attention "
+                              "true: the models that read this key (Bloom, last shipped in r1.3.0; "
+                              "WizardCoder of r1.0-r1.4.0-beta1) skip full recompute and recompute selected attention "
                               "operators instead; autotune reads "
                               "recompute_config only, so its full recompute, replay time and activation "
                               "memory are not what those models run"))

@@ -292,9 +292,10 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
                 if section == "parallel_config" and key in MEGATRON_STYLE_KEYS:
                     raise ConfigError(f"{key!r} is a Megatron-style key: a config of MindFormers' experimental "
                                       "parallel_core (pynative) trainer, which its own loader reads, not the "
-                                      "training YAML template; autotune reads MindFormers training YAMLs "
-                                      "(parallel_config.pipeline_stage, ...) and Megatron-LM arguments "
-                                      "(--from megatron)", field=f"{section}.{key}", value=sec[key],
+                                      "training YAML template; to tune it, write it as a training YAML "
+                                      "(parallel_config.pipeline_stage, model_parallel, data_parallel, ... "
+                                      "and model.model_config) or give Megatron-LM arguments "
+                                      "with --from megatron", field=f"{section}.{key}", value=sec[key],
                                       rule="R_UNSUPPORTED")
                 raise ConfigError(f"unknown key {key!r} (MindFormers' training YAML template rejects it from "
                                   f"r1.5 on: KeyError); {hint}",
