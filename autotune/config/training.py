@@ -225,7 +225,7 @@ STRICT_SECTIONS: dict[str, set[str]] = {
 }
 #: Megatron-style parallel keys: MindFormers' experimental parallel_core (pynative) configs put them
 #: in ``parallel_config`` and read them with their own loader (``parallel_core/pynative/config.py``
-#: ``init_configs_from_yaml``, r1.3 on), never through the training YAML template.
+#: ``init_configs_from_yaml``, r1.3.0 to r1.5.0), never through the training YAML template.
 MEGATRON_STYLE_KEYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
                        "virtual_pipeline_model_parallel_size", "context_parallel_size",
                        "expert_model_parallel_size", "sequence_parallel"}
@@ -269,7 +269,9 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
         the ``W_KEY_UNKNOWN`` warnings (field = the key's YAML path, the intended key in the message).
 
     Raises:
-        ConfigError: rule ``R_UNKNOWN_KEY``, field = the unknown key's YAML path.
+        ConfigError: rule ``R_UNKNOWN_KEY``, field = the unknown key's YAML path; rule
+            ``R_UNSUPPORTED`` when ``parallel_config`` holds a Megatron-style key
+            (:data:`MEGATRON_STYLE_KEYS`: a parallel_core pynative config, not a training YAML).
     """
     def node(path: str) -> Any:
         cur: Any = data
@@ -281,6 +283,16 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
         hit = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.85)
         return hit[0] if hit else None
 
+    pc = data.get("parallel_config")
+    megatron = [k for k in pc if k in MEGATRON_STYLE_KEYS] if isinstance(pc, dict) else []
+    if megatron:  # before the unknown-key loop: whatever key comes first, the reason is this one
+        key = megatron[0]
+        raise ConfigError(f"{key!r} is a Megatron-style key: a config of MindFormers' experimental "
+                          "parallel_core (pynative) trainer, which its own loader reads, not the "
+                          "training YAML template; to tune it, write it as a training YAML "
+                          "(parallel_config.pipeline_stage, model_parallel, data_parallel, ... "
+                          "and model.model_config) or give Megatron-LM arguments with --from megatron",
+                          field=f"parallel_config.{key}", value=pc[key], rule="R_UNSUPPORTED")
     for section, allowed in STRICT_SECTIONS.items():
         sec = data.get(section)
         if not isinstance(sec, dict):
@@ -289,14 +301,6 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
             if key not in allowed:
                 guess = near(key, allowed)
                 hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(sorted(allowed))}"
-                if section == "parallel_config" and key in MEGATRON_STYLE_KEYS:
-                    raise ConfigError(f"{key!r} is a Megatron-style key: a config of MindFormers' experimental "
-                                      "parallel_core (pynative) trainer, which its own loader reads, not the "
-                                      "training YAML template; to tune it, write it as a training YAML "
-                                      "(parallel_config.pipeline_stage, model_parallel, data_parallel, ... "
-                                      "and model.model_config) or give Megatron-LM arguments "
-                                      "with --from megatron", field=f"{section}.{key}", value=sec[key],
-                                      rule="R_UNSUPPORTED")
                 raise ConfigError(f"unknown key {key!r} (MindFormers' training YAML template rejects it from "
                                   f"r1.5 on: KeyError); {hint}",
                                   field=f"{section}.{key}", value=sec[key], rule="R_UNKNOWN_KEY")

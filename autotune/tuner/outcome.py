@@ -35,7 +35,7 @@ class SearchOutcome:
         lower_bound_by_vpp: pp_interleave_num V -> a lower bound (ms) on every memory-feasible
             layout of the space with that V (None: none fits, proven); ``lower_bound_ms`` is the
             least of them, so this shows which V leaves the gap open. None when the space was
-            enumerated or holds a single V.
+            enumerated, holds a single V or nothing fits.
         exact: True when the exact oracle enumerated the whole space.
         timed_out: True when a wall-clock limit (``timeout`` or the safety net) cut the search;
             ``certified_gap`` is then the gap at that moment.

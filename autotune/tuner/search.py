@@ -202,15 +202,19 @@ def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layo
 
 def bounds_by_vpp(prepared: list[Prepared]) -> dict[int, float | None] | None:
     """pp_interleave_num V -> the least of the sub-problems' bounds on layouts with that V (ms;
-    None: no layout with that V fits, proven), in V order; None when a sub-problem was enumerated
-    (its answer is the optimum) or the space holds one V (the overall bound says it all)."""
-    if any(pr.bs.exact or not pr.bs.per_v_ms for pr in prepared):
+    None: no layout with that V fits, proven), in V order. An enumerated sub-problem gives each of
+    its V's its optimum (at most every V's optimum there, so a bound for each). None when every
+    sub-problem was enumerated (the answer is the optimum), when the space holds one V (the
+    overall bound says it all) or when nothing fits at any V (there is no bound to break down)."""
+    if all(pr.bs.exact for pr in prepared):
         return None
     out: dict[int, float] = {}
     for pr in prepared:
-        for V, b in pr.bs.per_v_ms.items():
+        per_v = ({V: pr.bs.bound_ms for V in pr.problem.vpp_candidates} if pr.bs.exact
+                 else pr.bs.per_v_ms)
+        for V, b in per_v.items():
             out[int(V)] = min(out.get(int(V), float("inf")), float(b))
-    if len(out) < 2:
+    if len(out) < 2 or not any(np.isfinite(b) for b in out.values()):
         return None
     return {V: (b if np.isfinite(b) else None) for V, b in sorted(out.items())}
 

@@ -25,14 +25,16 @@ def _fields(data: dict) -> list[str]:
     return [w.field for w in older_release_warnings(data) if w.code == "W_OLDER_RELEASE"]
 
 
-def test_recompute_and_select_both_true() -> None:
-    # r0.8-r1.1 recompute only the selected ops then (models/utils.py set_layer_stage_recompute)
-    assert _fields({"recompute_config": {"recompute": True, "select_recompute": True}}) == [
-        "recompute_config.select_recompute"]
-    # a count table or pattern list for either key, or one of them false: the same in every release
-    for rc in ({"recompute": [2, 2], "select_recompute": True}, {"recompute": True, "select_recompute": [1, 1]},
-               {"recompute": True, "select_recompute": False}, {"recompute": True},
-               {"recompute": True, "select_recompute": {"feed_forward\\.mul": True}}):
+def test_recompute_true_with_select_set() -> None:
+    # r0.8-r1.1 (Llama family, ChatGLM2/3, TeleChat) recompute only the selected ops then
+    # (r1.1.0 models/utils.py set_layer_stage_recompute: full only when select_recompute is empty)
+    for sel in (True, [1, 1], {"feed_forward\\.mul": True}):
+        assert _fields({"recompute_config": {"recompute": True, "select_recompute": sel}}) == [
+            "recompute_config.select_recompute"], sel
+    # a count table for recompute, or no select: the same in every release
+    for rc in ({"recompute": [2, 2], "select_recompute": True}, {"recompute": True, "select_recompute": False},
+               {"recompute": True, "select_recompute": []}, {"recompute": True},
+               {"recompute": False, "select_recompute": True}):
         assert _fields({"recompute_config": rc}) == [], rc
 
 

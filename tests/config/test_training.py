@@ -134,6 +134,7 @@ def test_megatron_style_parallel_keys_name_the_pynative_configs():
     parallel_core (pynative) trainer (tests/st/test_distri_core, r1.3.1), read by its own loader and
     never by the template: the error says so instead of claiming a template KeyError."""
     data = yaml.safe_load((EXAMPLES / "telechat2_115b" / "train.yaml").read_text())
+    data["parallel_config"]["zero_level"] = "z1"   # another unknown key first: the reason is still this one
     data["parallel_config"]["tensor_model_parallel_size"] = 2
     with pytest.raises(ConfigError) as ei:
         config_from_dict(data)

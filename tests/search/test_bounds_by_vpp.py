@@ -10,9 +10,10 @@ from autotune.tuner.search import Prepared, bounds_by_vpp
 from autotune.tuner.solve import BoundAndSeeds
 
 
-def _prep(per_v: dict[int, float], exact: bool = False) -> Prepared:
-    bound = min(per_v.values()) if per_v else float("inf")
-    return Prepared(None, None, BoundAndSeeds([], bound, exact=exact, per_v_ms=per_v))
+def _prep(per_v: dict[int, float], exact: bool = False, optimum: float = float("inf"),
+          vpps: tuple[int, ...] = ()) -> Prepared:
+    bound = optimum if exact else (min(per_v.values()) if per_v else float("inf"))
+    return Prepared(None, SimpleNamespace(vpp_candidates=vpps), BoundAndSeeds([], bound, exact=exact, per_v_ms=per_v))
 
 
 def test_least_over_sub_problems_per_v_in_v_order() -> None:
@@ -22,9 +23,17 @@ def test_least_over_sub_problems_per_v_in_v_order() -> None:
     assert list(got) == [1, 2, 3]
 
 
-def test_no_breakdown_for_one_v_or_an_enumerated_space() -> None:
+def test_an_enumerated_sub_problem_gives_its_optimum_to_each_of_its_v() -> None:
+    # e.g. one scheduler's sub-problem enumerated (optimum 95 ms over its V 1 and 2), another not
+    got = bounds_by_vpp([_prep({1: 100.0, 2: 90.0, 3: 97.0}), _prep({}, exact=True, optimum=95.0, vpps=(1, 2))])
+    assert got == {1: 95.0, 2: 90.0, 3: 97.0}
+
+
+def test_no_breakdown_for_one_v_an_enumerated_space_or_nothing_fitting() -> None:
     assert bounds_by_vpp([_prep({2: 100.0})]) is None
-    assert bounds_by_vpp([_prep({1: 100.0, 2: 90.0}), _prep({}, exact=True)]) is None
+    assert bounds_by_vpp([_prep({}, exact=True, optimum=95.0, vpps=(1, 2))]) is None
+    inf = float("inf")
+    assert bounds_by_vpp([_prep({1: inf, 2: inf})]) is None  # no bound at all (nothing fits)
 
 
 def test_line_marks_the_answers_v_and_the_least() -> None:
