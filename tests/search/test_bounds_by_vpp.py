@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+import pytest
+
 from autotune.emit.search_result import bounds_by_vpp_line
 from autotune.tuner.search import Prepared, bounds_by_vpp
 from autotune.tuner.solve import BoundAndSeeds
@@ -45,3 +48,36 @@ def test_line_marks_the_answers_v_and_the_least() -> None:
     r2 = SimpleNamespace(lower_bound_by_vpp={1: 10.0, 3: 10.0}, best=SimpleNamespace(layout=SimpleNamespace(vpp=1)))
     assert bounds_by_vpp_line(r2).endswith("1: 10.0 ms (the answer's, the least) | 3: 10.0 ms (the least)")
     assert bounds_by_vpp_line(SimpleNamespace(lower_bound_by_vpp=None, best=None)) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_each_v_bound_is_at_most_that_v_optimum(seed, monkeypatch) -> None:
+    """On random small problems (V 1-3, pp 2-3, 1f1b and 1f1b_less_memory) with enumeration off,
+    every V's bound from the search's solver pipeline is at most that V's enumerated optimum, and
+    the overall bound is their least."""
+    import autotune.tuner.solve as solve
+    from autotune.tuner.exact import exact_optimum
+    from autotune.tuner.problem import Candidate, Problem, even_layers
+    from tests.search.test_exact_bounds import _random_problem
+
+    monkeypatch.setattr(solve, "EXACT_MAX_SPLITS", -1)  # force the bound pipeline
+    rng = np.random.default_rng(seed + 999)
+    P = int(rng.integers(2, 4))
+    N = int(rng.integers(3 * P, 3 * P + 4))
+    kinds = [("full",), ("full", "select", "comm"), ("select",)][seed % 3]
+    sched = ["1f1b", "1f1b_less_memory"][seed % 2]
+    base = _random_problem(seed, N, P, 1, kinds, float(rng.uniform(0.7, 1.3)))
+
+    def problem(vs: list[int]) -> Problem:
+        return Problem(base.pa, P=P, m=base.m, hbm_mib=base.hbm_mib, vpp_candidates=vs, kinds=kinds,
+                       schedule=sched, seq_split_num=1)
+
+    even = even_layers(N, P, 1)
+    z = np.zeros_like(even)
+    bs = solve.bound_and_seeds(problem([1, 2, 3]), [Candidate(1, even, z, z, z, origin="none")], target_gap=0.005)
+    assert sorted(bs.per_v_ms) == [1, 2, 3] and min(bs.per_v_ms.values()) == bs.bound_ms
+    for V in (1, 2, 3):
+        best = exact_optimum(problem([V])).best
+        opt = best.step_ms if best is not None else float("inf")
+        assert bs.per_v_ms[V] > 0  # a proof, not a placeholder
+        assert bs.per_v_ms[V] <= opt * (1 + 1e-9) or (np.isinf(bs.per_v_ms[V]) and np.isinf(opt)), (V, bs.per_v_ms, opt)
