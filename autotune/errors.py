@@ -109,7 +109,7 @@ def from_validation_error(exc: Any, model: Any, *, what: str, rule: str) -> Conf
 
 
 def require_file(path: Any, *, field: str | None = None) -> Path:
-    """``path`` as a Path when it is a readable regular file's name.
+    """``path`` as a Path when it names a regular file (an empty name is not found).
 
     Raises:
         ConfigError: rule ``file``, field = ``field`` (default: the path): "file not found", or
@@ -117,6 +117,8 @@ def require_file(path: Any, *, field: str | None = None) -> Path:
             from the shell and refuse it here, with the same one-line error as a missing file);
             with ``field`` given the message ends with the path.
     """
+    if not str(path).strip():  # Path("") is "." (a directory): say what was given instead
+        raise ConfigError("file not found (empty path)", field=field or "''", value=str(path), rule="file")
     p = Path(path)
     named = "" if field is None else f": {str(p)!r}"  # the field names the path when it is not given
     if p.is_dir():
@@ -124,4 +126,3 @@ def require_file(path: Any, *, field: str | None = None) -> Path:
     if not p.is_file():
         raise ConfigError(f"file not found{named}", field=field or str(p), value=str(p), rule="file")
     return p
-

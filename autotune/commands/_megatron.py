@@ -126,7 +126,7 @@ def options(f: Any) -> Any:
                           "--decoder-first/last-pipeline-num-layers.")(f)
     f = click.option("--in-place", "in_place", is_flag=True,
                      help="Megatron: rewrite the argument file / launch script itself.")(f)
-    f = click.option("--megatron-args", "megatron_args", default=None, type=click.Path(dir_okay=False),
+    f = click.option("--megatron-args", "megatron_args", default=None, type=click.Path(),
                      help="Megatron launch script (or argument YAML/JSON) to tune.")(f)
     f = click.option("--from", "source_kind", type=click.Choice(["auto", "mindformers", "megatron"]),
                      default="auto", show_default=True,

@@ -100,7 +100,7 @@ def render_text(res: LayerSettingResult) -> str:
               show_default=True, help="megatron: CONFIG holds Megatron-LM arguments (num_layers, "
               "pipeline_model_parallel_size, decoder_first/last_pipeline_num_layers, "
               "pipeline_model_parallel_layout, ...).")
-@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(),
               help="Hugging Face config.json with the model dims (default: pretrained_model_dir/config.json).")
 @click.pass_context
 def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str, source: str,

@@ -40,13 +40,13 @@ def _say(text: str) -> None:
 
 @click.command("profile")
 @click.argument("config", required=False, type=click.Path())
-@click.option("--config", "config_opt", default=None, type=click.Path(dir_okay=False),
+@click.option("--config", "config_opt", default=None, type=click.Path(),
               help="Training YAML (same as the CONFIG argument).")
 @_device_opt
 @_set_opt
-@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(),
               help="Hugging Face config.json with the model dims (default: pretrained_model_dir/config.json).")
-@click.option("--from-trace", "traces", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--from-trace", "traces", multiple=True, type=click.Path(),
               help="Chrome-trace JSON (MindSpore trace_view.json, PyTorch export); repeatable.")
 @click.option("--layer-map", default=None, type=click.Path(dir_okay=False),
               help="YAML with name patterns and layer_kinds for --from-trace.")
@@ -61,7 +61,7 @@ def _say(text: str) -> None:
               help="Override the dry runs' micro_batch_num (in-flight counts).")
 @click.option("--fix", "fix", multiple=True, metavar="FIELD",
               help="Hold a profile field at the analytic value instead of fitting it (repeatable).")
-@click.option("--from-sapp", "sapp", default=None, type=click.Path(dir_okay=False),
+@click.option("--from-sapp", "sapp", default=None, type=click.Path(),
               help="The old MindFormers pipeline balancer's (SAPP) layer file (.json) or init file "
                    "(.yaml), read as its last release (959a24518) reads them.")
 @click.option("--sapp-time", "sapp_time", type=click.Choice(["forward", "total"]), default="forward",

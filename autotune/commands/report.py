@@ -17,9 +17,9 @@ from autotune.units import parse_memory_mib
 
 @click.command("report")
 @click.argument("config", type=click.Path())
-@click.option("--profile", "profile", type=click.Path(dir_okay=False), default=None,
+@click.option("--profile", "profile", type=click.Path(), default=None,
               help="Layer profile YAML/JSON (default: derived analytically from the config).")
-@click.option("--compare", "compare", type=click.Path(dir_okay=False), default=None,
+@click.option("--compare", "compare", type=click.Path(), default=None,
               help="A second config (e.g. your current one) to show side by side.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Folder for report.html, report.md, timeline.png/.svg, memory.png, stages.png.")
@@ -30,7 +30,7 @@ from autotune.units import parse_memory_mib
               "context.max_device_memory).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override an analytic-profile assumption (repeatable).")
-@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(),
               help="Hugging Face config.json with the model dims (default: pretrained_model_dir/config.json).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def report_cmd(config: str, profile: str | None, compare: str | None, out: str, force: bool, device: str,

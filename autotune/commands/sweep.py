@@ -20,7 +20,7 @@ from autotune.sweep.run import run_sweep
 @click.option("--out", "out_dir", default="sweep-out", show_default=True, type=click.Path(file_okay=False),
               help="Output folder: summary.csv, summary.md, <scenario>/best.yaml.")
 @click.option("--fresh", is_flag=True, help="Delete this sweep's studies and start over.")
-@click.option("--baseline", default=None, type=click.Path(dir_okay=False),
+@click.option("--baseline", default=None, type=click.Path(),
               help="A previous night's summary.csv: adds the change per scenario.")
 @click.option("--report", is_flag=True, help="Also write <scenario>/report.txt (stage table, baselines).")
 def sweep_cmd(sweep_file: str, storage: str | None, workers: int, out_dir: str, fresh: bool,

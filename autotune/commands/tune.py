@@ -97,7 +97,7 @@ def _profile_warnings(profile: str | None) -> None:
 #: The analytic device presets, as the --device help lists them.
 DEVICE_NAMES = ", ".join(DEVICES)
 _config_arg = click.argument("config", type=click.Path())
-_profile_opt = click.option("--profile", "profile", type=click.Path(dir_okay=False), default=None,
+_profile_opt = click.option("--profile", "profile", type=click.Path(), default=None,
                             help="Layer profile YAML/JSON (default: derived analytically from the config).")
 _device_opt = click.option("--device", default="ascend-910b", show_default=True,
                            help=f"Device preset for the analytic profile ({DEVICE_NAMES}).")
@@ -121,7 +121,7 @@ def _with_margin(config: str, hbm: str | None, margin: str | None,
     return apply_margin(load_config(config, hbm_mib=_hbm(hbm), hf_config=hf_config), margin,
                         field="--hbm-margin")
 
-_hf_opt = click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+_hf_opt = click.option("--hf-config", "hf_config", default=None, type=click.Path(),
                        help="Hugging Face config.json with the model dims (default: "
                             "pretrained_model_dir/config.json, when the YAML names one).")
 
@@ -169,7 +169,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @_hf_opt
 @click.option("--out", "out", default=None, help="Write the tuned config (your YAML with the tuned keys) here.")
 @click.option("--force", is_flag=True, help="Overwrite --out, and the report files in --report, if they exist.")
-@click.option("--space", default=None, type=click.Path(dir_okay=False),
+@click.option("--space", default=None, type=click.Path(),
               help="Search-space YAML (default: search_spaces/default.yaml).")
 @click.option("--trials", default=200, show_default=True, type=click.IntRange(1),
               help="Most finished trials in the study (seeds and the final local-search trial included); "

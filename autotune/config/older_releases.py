@@ -1,5 +1,6 @@
 """Warnings for recompute keys whose meaning differs in MindFormers releases older than the rules
-autotune applies (r1.3 and later: ``--mindformers-version`` 1.5 / 1.7 / 1.8).
+autotune applies (r1.3 and later: ``--mindformers-version`` 1.5 / 1.7 / 1.8), or in models those
+releases shipped (Bloom and WizardCoder, up to r1.5.0-beta1).
 
 Configs from MindFormers' history are read by today's rules. Three keys recompute something
 else in the releases (or the models) those configs came from, each checked in the release's own

@@ -100,7 +100,7 @@ def bounds_by_vpp_line(result: Any) -> str | None:
     """One line with the lower bound of each pp_interleave_num (``result.lower_bound_by_vpp``),
     the answer's V and the least marked, e.g. ``lower bound by pp_interleave_num (...): 1: 165112.1
     ms | 2: 160692.8 ms (the answer's) | 3: 159931.9 ms (the least)``; None when the result has no
-    such breakdown (one V, or the space was enumerated). The search tightens a V's bound only while
+    such breakdown (one V, the space enumerated, or nothing fits). The search tightens a V's bound only while
     it can raise the least one, so the others are proofs, not the best ones it could give."""
     by = getattr(result, "lower_bound_by_vpp", None)
     if not by:

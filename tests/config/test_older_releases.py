@@ -31,7 +31,7 @@ def test_recompute_true_with_select_set() -> None:
     for sel in (True, [1, 1], {"feed_forward\\.mul": True}):
         assert _fields({"recompute_config": {"recompute": True, "select_recompute": sel}}) == [
             "recompute_config.select_recompute"], sel
-    # a count table for recompute, or no select: the same in every release
+    # a count table for recompute, no select, or recompute false: the same in every release
     for rc in ({"recompute": [2, 2], "select_recompute": True}, {"recompute": True, "select_recompute": False},
                {"recompute": True, "select_recompute": []}, {"recompute": True},
                {"recompute": False, "select_recompute": True}):
