@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from autotune.emit.render import comparison_table, render_report
+from autotune.emit.search_result import bounds_by_vpp_line
 from autotune.errors import ConfigError, require_file
 
 COLUMNS = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
-           "user_step_ms", "gain_vs_user_pct", "lower_bound_ms", "certified_gap_pct", "stopped_by",
-           "pipeline_stage", "micro_batch_num", "pp_interleave_num", "offset", "recompute",
+           "user_step_ms", "gain_vs_user_pct", "lower_bound_ms", "certified_gap_pct", "lower_bound_by_vpp",
+           "stopped_by", "pipeline_stage", "micro_batch_num", "pp_interleave_num", "offset", "recompute",
            "select_recompute", "select_comm_recompute", "trials", "study"]
 BASELINE_COLUMNS = ["prev_step_ms", "step_change_pct", "prev_fits", "settings_changed"]
 SETTINGS = ("pp_interleave_num", "offset", "recompute", "select_recompute", "select_comm_recompute")
@@ -50,6 +51,20 @@ def _num(x: Any, nd: int = 1) -> str:
 
 def _compact(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def by_vpp_cell(by: dict[int, float | None] | None) -> str:
+    """The ``lower_bound_by_vpp`` cell: the search's bound per pp_interleave_num
+    (:attr:`autotune.api.SearchResult.lower_bound_by_vpp`, ms) as compact JSON with keys in V order
+    and one decimal, ``null`` where nothing fits, e.g. ``{"1":9678.0,"2":7157.3}``; empty when the
+    search has no such breakdown (one V, the space enumerated, nothing fits)."""
+    if not by:
+        return ""
+    cells = []
+    for V in sorted(by):
+        b = by[V]
+        cells.append(f'"{int(V)}":' + ("null" if b is None or not math.isfinite(b) else f"{float(b):.1f}"))
+    return "{" + ",".join(cells) + "}"
 
 
 def result_record(sc: Any, result: Any, *, status: str, error: str | None, seconds: float,
@@ -83,12 +98,15 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
     row["lower_bound_ms"] = _num(getattr(result, "lower_bound_ms", None))
     gap = getattr(result, "certified_gap", None)
     row["certified_gap_pct"] = _num(100 * gap if gap is not None else None, 2)
+    row["lower_bound_by_vpp"] = by_vpp_cell(getattr(result, "lower_bound_by_vpp", None))
     record["yaml"] = result.to_yaml(full=True)
     if rep is not None:
         title = (f"{sc.name}: best of {result.trials} trials" if best is not None
                  else f"{sc.name}: {result.no_fit_headline()} the HBM budget; closest found")
         m = float(getattr(result, "hbm_margin_mib", 0.0) or 0.0)
-        record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n" + result.stop_text() + "\n\n"
+        per_v = bounds_by_vpp_line(result)
+        record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n" + result.stop_text() + "\n"
+                            + (per_v + "\n" if per_v else "") + "\n"
                             + comparison_table(best, result.baselines, margin_mib=m,
                                              no_fit_proven=result.no_fit_proven) + "\n")
     record["result"] = json.loads(json.dumps(result.to_dict(), default=str))
