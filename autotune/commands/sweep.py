@@ -22,7 +22,8 @@ from autotune.sweep.run import run_sweep
 @click.option("--fresh", is_flag=True, help="Delete this sweep's studies and start over.")
 @click.option("--baseline", default=None, type=click.Path(),
               help="A previous night's summary.csv: adds the change per scenario.")
-@click.option("--report", is_flag=True, help="Also write <scenario>/report.txt (stage table, baselines).")
+@click.option("--report", is_flag=True, help="Also write <scenario>/report.txt (stage table, lower bound and each "
+              "pp_interleave_num's, why it stopped, baselines).")
 def sweep_cmd(sweep_file: str, storage: str | None, workers: int, out_dir: str, fresh: bool,
               baseline: str | None, report: bool) -> None:
     """Run (or resume) every scenario of SWEEP.yaml: one Optuna study per scenario, named from a hash

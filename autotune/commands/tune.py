@@ -15,7 +15,7 @@ from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.emit.render import comparison_table, headroom_text, render_report, report_json
-from autotune.emit.search_result import bounds_by_vpp_line
+from autotune.emit.search_result import bound_line, bounds_by_vpp_line
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
@@ -293,11 +293,9 @@ def _print_search(result: object, config: str, out: str | None) -> None:
         click.echo(render_report(result.best, title=f"autotune search {config}: best of {result.trials} "
                                  f"trials in {result.seconds:.1f} s", margin_mib=m))
     click.echo("")
-    if result.lower_bound_ms is not None:
-        gap_txt = "n/a" if result.certified_gap is None else f"{result.certified_gap:.2%}"
-        how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
-        click.echo(f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap_txt} | "
-                   f"{result.trials} trials | {result.seconds:.1f} s")
+    line = bound_line(result)
+    if line is not None:
+        click.echo(f"{line} | {result.trials} trials | {result.seconds:.1f} s")
         by_vpp = bounds_by_vpp_line(result)
         if by_vpp:
             click.echo(by_vpp)

@@ -96,6 +96,17 @@ def budget_notes(result: Any, report: CostReport | None) -> list[str]:
     return lines
 
 
+def bound_line(result: Any) -> str | None:
+    """``lower bound <ms> ms (provable lower bound | exact optimum (space enumerated)) | certified
+    gap <percent>`` for a search result; None when it has no bound (``lower_bound_ms`` None). The
+    text output adds the trials and seconds; the sweep's report.txt prints it as is (no clock)."""
+    if getattr(result, "lower_bound_ms", None) is None:
+        return None
+    gap = "n/a" if result.certified_gap is None else f"{result.certified_gap:.2%}"
+    how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
+    return f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap}"
+
+
 def bounds_by_vpp_line(result: Any) -> str | None:
     """One line with the lower bound of each pp_interleave_num (``result.lower_bound_by_vpp``),
     the answer's V and the least marked, e.g. ``lower bound by pp_interleave_num (...): 1: 165112.1

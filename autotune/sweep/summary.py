@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.emit.render import comparison_table, render_report
-from autotune.emit.search_result import bounds_by_vpp_line
+from autotune.emit.search_result import bound_line, bounds_by_vpp_line
 from autotune.errors import ConfigError, require_file
 
 COLUMNS = ["scenario", "status", "fits", "step_ms", "bubble_pct", "peak_mib", "hbm_mib", "headroom_mib",
@@ -104,9 +104,9 @@ def result_record(sc: Any, result: Any, *, status: str, error: str | None, secon
         title = (f"{sc.name}: best of {result.trials} trials" if best is not None
                  else f"{sc.name}: {result.no_fit_headline()} the HBM budget; closest found")
         m = float(getattr(result, "hbm_margin_mib", 0.0) or 0.0)
-        per_v = bounds_by_vpp_line(result)
-        record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n" + result.stop_text() + "\n"
-                            + (per_v + "\n" if per_v else "") + "\n"
+        bounds = "".join(f"{ln}\n" for ln in (bound_line(result), bounds_by_vpp_line(result)) if ln)
+        record["report"] = (render_report(rep, title=title, margin_mib=m) + "\n\n" + bounds + result.stop_text()
+                            + "\n\n"
                             + comparison_table(best, result.baselines, margin_mib=m,
                                              no_fit_proven=result.no_fit_proven) + "\n")
     record["result"] = json.loads(json.dumps(result.to_dict(), default=str))

@@ -35,6 +35,11 @@ scenarios:
     assert sorted(by) == ["1", "2", "3", "4"]
     assert abs(min(by.values()) - float(row["lower_bound_ms"])) <= 0.05 + 1e-9
     assert by[row["pp_interleave_num"]] == min(by.values())
-    report = (out / "llama" / "report.txt").read_text()
-    line = next(ln for ln in report.splitlines() if ln.startswith("lower bound by pp_interleave_num"))
-    assert f"{row['pp_interleave_num']}: {by[row['pp_interleave_num']]:.1f} ms (the answer's, the least)" in line
+    lines = (out / "llama" / "report.txt").read_text().splitlines()
+    # as autotune search prints them (without its clock): the bound, then each V's, then why it stopped
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("lower bound "))
+    assert lines[i] == (f"lower bound {float(row['lower_bound_ms']):.1f} ms (provable lower bound) | "
+                        f"certified gap {row['certified_gap_pct']}%")
+    assert lines[i + 1].startswith("lower bound by pp_interleave_num")
+    assert f"{row['pp_interleave_num']}: {by[row['pp_interleave_num']]:.1f} ms (the answer's, the least)" in lines[i + 1]
+    assert lines[i + 2].startswith("stopped at the certified-gap target")
