@@ -1,11 +1,14 @@
-"""benchmarks/primal_probe.py: the annealing probe keeps to fitting layouts, never returns a slower
-one than its start, is reproducible by seed and refuses a start over the budget."""
+"""benchmarks/primal_probe.py: the annealing probe's neighbours stay within the layer bounds and are
+other layouts, it keeps to fitting layouts, never returns a slower one than its start, takes
+slower steps only when warm, is reproducible by seed and refuses a start over the budget."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from autotune.cost.budget import fits
-from autotune.tuner.problem import Candidate, even_layers
+from autotune.tuner.problem import Candidate, even_layers, improves
 
 
 def _problem():
@@ -55,3 +58,37 @@ def test_probe_refuses_a_start_over_the_budget():
     assert not fits(start.peak_mib, problem.hbm_mib)
     with pytest.raises(ValueError, match="fits the HBM budget"):
         probe(problem, start, rounds=1)
+
+
+def test_neighbours_keep_bounds_layer_sum_and_counts_and_differ_from_the_state():
+    from benchmarks.primal_probe import _neighbours
+    problem = dataclasses.replace(_problem(), max_abs_offset=1)  # narrower [lo, hi] than the default
+    lo, hi = problem.bounds(2)
+    assert (hi - lo).max() <= 2
+    start = _even(problem, full=True)
+    state = np.stack([start.layers, start.rec, start.sel, start.com]).astype(np.int64)
+    state[2, 0, 0] = state[1, 0, 0] + 0  # a select count at the full count: no select layer
+    X = _neighbours(state, [1, 2, 3], lo, hi, np.random.default_rng(0), 4000)
+    assert len(X) > 1000
+    assert (X[:, 0] >= lo).all() and (X[:, 0] <= hi).all()
+    assert (X[:, 0].sum(axis=(1, 2)) == problem.N).all()
+    assert (X[:, 1:] >= 0).all() and (X[:, 1:] <= X[:, :1]).all()
+    # select / comm at or below full are written as 0: one form per layout
+    assert ((X[:, 2:] == 0) | (X[:, 2:] > X[:, 1:2])).all()
+    assert (X != state[None]).any(axis=(1, 2, 3)).all()
+    # every kind of move occurs: a layer moved, a count changed with the layers kept
+    moved = (X[:, 0] != state[0][None]).any(axis=(1, 2))
+    assert moved.any() and (~moved).any()
+
+
+def test_probe_warm_takes_slower_steps_and_still_returns_no_slower_layout():
+    from benchmarks.primal_probe import probe
+    problem = _problem()
+    start = probe(problem, _even(problem, full=True), rounds=40, seed=0, batch=64).best
+    hot = probe(problem, start, rounds=30, seed=1, batch=64, t0_fraction=0.5)
+    assert hot.uphill > 0
+    assert hot.best is start or improves(hot.best.step_ms, start.step_ms)
+    assert fits(hot.best.peak_mib, problem.hbm_mib)
+    cold = probe(problem, start, rounds=30, seed=1, batch=64, t0_fraction=0.0)
+    assert cold.uphill == 0
+    assert cold.best is start or improves(cold.best.step_ms, start.step_ms)
