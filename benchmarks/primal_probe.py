@@ -88,7 +88,12 @@ def _neighbours(state: np.ndarray, kinds: list[int], lo: np.ndarray, hi: np.ndar
         kind = np.asarray(kinds)[rng.integers(len(kinds), size=k)]
         side = rng.random(k) < 0.5
         va, pa = np.where(side, v1, v2), np.where(side, p1, p2)
-        X[rows[tweak], kind[tweak], va[tweak], pa[tweak]] += rng.choice([-1, 1], size=k)[tweak]
+        r_, k_, v_, p_ = rows[tweak], kind[tweak], va[tweak], pa[tweak]
+        cnt = X[r_, k_, v_, p_]
+        # a select / comm count is an end position: 0 (none) stands for the full count, so +1 after
+        # full layers adds the first select / comm layer after them
+        cnt = np.where(k_ >= 2, np.maximum(cnt, X[r_, 1, v_, p_]), cnt)
+        X[r_, k_, v_, p_] = cnt + rng.choice([-1, 1], size=k)[tweak]
     X[:, 1:] = np.clip(X[:, 1:], 0, X[:, :1])
     # a select or comm count at or below the full count recomputes nothing more (autotune/tuner/
     # recompute.py): write it as 0, so that one layout has one form
@@ -195,8 +200,8 @@ def main() -> None:
         return
     chosen = [n for n in names if any(o in n for o in a.only)]
     if not chosen:
-        ap.error(f"no problem name contains {' or '.join(map(repr, a.only)) or '(no --only given)'}; "
-                 f"--list shows them")
+        ap.error(f"no problem name contains {' or '.join(map(repr, a.only))}; --list shows them" if a.only
+                 else "give --only NAME (a part of a problem's name; --list shows them)")
     rows = []
     print(f"{'problem':36s} {'answer ms':>11s} {'probe ms':>11s} {'bound ms':>11s} {'gap':>7s} {'after':>7s} "
           f"{'search s':>8s} {'probe s':>8s} {'layouts':>9s}")

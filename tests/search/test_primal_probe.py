@@ -66,8 +66,7 @@ def test_neighbours_keep_bounds_layer_sum_and_counts_and_differ_from_the_state()
     lo, hi = problem.bounds(2)
     assert (hi - lo).max() <= 2
     start = _even(problem, full=True)
-    state = np.stack([start.layers, start.rec, start.sel, start.com]).astype(np.int64)
-    state[2, 0, 0] = state[1, 0, 0] + 0  # a select count at the full count: no select layer
+    state = np.stack([start.layers, start.rec, start.sel, start.com]).astype(np.int64)  # full everywhere
     X = _neighbours(state, [1, 2, 3], lo, hi, np.random.default_rng(0), 4000)
     assert len(X) > 1000
     assert (X[:, 0] >= lo).all() and (X[:, 0] <= hi).all()
@@ -92,3 +91,39 @@ def test_probe_warm_takes_slower_steps_and_still_returns_no_slower_layout():
     cold = probe(problem, start, rounds=30, seed=1, batch=64, t0_fraction=0.0)
     assert cold.uphill == 0
     assert cold.best is start or improves(cold.best.step_ms, start.step_ms)
+
+
+def test_neighbours_at_the_layer_bounds_are_filtered():
+    from benchmarks.primal_probe import _neighbours
+    problem = dataclasses.replace(_problem(), max_abs_offset=1)
+    lo, hi = problem.bounds(2)
+    lay = even_layers(problem.N, problem.P, 2)
+    at = np.unravel_index(np.flatnonzero(lo.ravel() < lay.ravel())[0], lo.shape)
+    lay2 = lay.copy()
+    lay2[at] = lo[at]  # one mini-stage at its lower bound ...
+    up = np.unravel_index(np.flatnonzero(hi.ravel() > lay2.ravel())[-1], lo.shape)
+    lay2[up] += lay.sum() - lay2.sum()  # ... another at its upper bound
+    assert lay2[up] == hi[up] and lay2.sum() == problem.N
+    z = np.zeros_like(lay2)
+    X = _neighbours(np.stack([lay2, z, z, z]).astype(np.int64), [1, 2, 3], lo, hi, np.random.default_rng(0), 4000)
+    assert (X[:, 0] >= lo).all() and (X[:, 0] <= hi).all()
+
+
+def test_neighbours_of_a_layout_in_one_form_are_other_layouts():
+    from benchmarks.primal_probe import _neighbours
+    problem = _problem()
+    lo, hi = problem.bounds(2)
+    lay = even_layers(problem.N, problem.P, 2)
+    state = np.stack([lay, lay, 0 * lay, 0 * lay]).astype(np.int64)  # full everywhere: a select +1 is no move
+    X = _neighbours(state, [1, 2, 3], lo, hi, np.random.default_rng(0), 4000)
+    assert len(X) and (X != state[None]).any(axis=(1, 2, 3)).all()
+
+
+def test_neighbours_add_a_select_or_comm_layer_after_the_full_ones():
+    from benchmarks.primal_probe import _neighbours
+    problem = _problem()
+    lo, hi = problem.bounds(2)
+    lay = even_layers(problem.N, problem.P, 2)
+    state = np.stack([lay, lay // 2, 0 * lay, 0 * lay]).astype(np.int64)
+    X = _neighbours(state, [1, 2, 3], lo, hi, np.random.default_rng(0), 4000)
+    assert (X[:, 2] > X[:, 1]).any() and (X[:, 3] > X[:, 1]).any()
