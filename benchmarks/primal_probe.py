@@ -43,12 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from autotune.cost.budget import fits  # noqa: E402
-from autotune.tuner.heap import search_heap  # noqa: E402
-from autotune.tuner.outcome import SAFETY_TIMEOUT_S  # noqa: E402
 from autotune.tuner.problem import Candidate, Problem, improves  # noqa: E402
-from autotune.tuner.runner import run_study  # noqa: E402
-from autotune.tuner.solve import bound_and_seeds  # noqa: E402
-from autotune.tuner.threads import one_blas_thread  # noqa: E402
 
 #: Neighbours drawn per round (those out of bounds or equal to the state are not scored).
 BATCH = 512
@@ -172,12 +167,9 @@ def problems() -> dict[str, Problem | tuple]:
 
 def answer(problem: Problem) -> tuple[Candidate | None, float]:
     """The default search's answer (scored; None when no layout that fits was found) and its bound
-    (ms), as ``search_quality.run`` runs it."""
-    with one_blas_thread(), search_heap():
-        bs = bound_and_seeds(problem, [])
-        stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
-        out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=SAFETY_TIMEOUT_S, seed=0,
-                        stop_at_ms=stop, bound_ms=bs.bound_ms)
+    (ms), as ``search_quality.run`` runs it (:func:`search_quality.search`)."""
+    import search_quality
+    out, bs = search_quality.search(problem)
     return out.best, bs.bound_ms
 
 

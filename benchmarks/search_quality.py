@@ -128,15 +128,22 @@ def problems() -> dict[str, tuple[Problem, bool]]:
     return d
 
 
-def run(problem: Problem, seed: int, gap: float = 0.005) -> tuple[float, float, int, float, bool, float]:
-    """(found ms, bound ms, trials, wall s, exact, CPU s) for one search as api.search runs it by default
-    (no clock budget: 200 trials, fixed local-search work, stop at the certified gap)."""
-    t0, c0 = time.monotonic(), time.process_time()
+def search(problem: Problem, seed: int = 0, gap: float = 0.005):
+    """(study outcome, :class:`~autotune.tuner.solve.BoundAndSeeds`) of one search as api.search
+    runs it by default (no clock budget: 200 trials, fixed local-search work, stop at the certified
+    gap); the outcome's ``best`` is the answer (None when nothing that fits was found)."""
     with one_blas_thread(), search_heap():  # as api.search
         bs = bound_and_seeds(problem, [])
         stop = bs.bound_ms * (1 + gap) if np.isfinite(bs.bound_ms) else None
         out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=SAFETY_TIMEOUT_S, seed=seed,
                         stop_at_ms=stop, bound_ms=bs.bound_ms)
+    return out, bs
+
+
+def run(problem: Problem, seed: int, gap: float = 0.005) -> tuple[float, float, int, float, bool, float]:
+    """(found ms, bound ms, trials, wall s, exact, CPU s) for one :func:`search`."""
+    t0, c0 = time.monotonic(), time.process_time()
+    out, bs = search(problem, seed, gap)
     found = out.best.step_ms if out.best else float("inf")
     return found, bs.bound_ms, out.trials, time.monotonic() - t0, bs.exact, time.process_time() - c0
 

@@ -27,7 +27,7 @@ from typing import Any
 from autotune.cost.report import CostReport
 from autotune.emit import plots
 from autotune.emit.render import TERMS, budget_of, fits_word, headroom_text, summary_line
-from autotune.emit.search_result import bounds_by_vpp_line
+from autotune.emit.search_result import bound_line, bounds_by_vpp_line
 from autotune.emit.yaml_block import canonical_values, dump_yaml, tuned_block
 from autotune.errors import ConfigError
 from autotune.extras import REPORT_MODULES, require
@@ -173,9 +173,9 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
     secs = getattr(obj, "seconds", None)
     if trials is not None:
         notes.append(f"best of {trials} trials" + (f" in {secs:.1f} s" if secs is not None else ""))
-    bound_line = search_bound_line(obj)
-    if bound_line:
-        notes.append(bound_line)
+    bound = bound_line(obj, report=True)
+    if bound:
+        notes.append(bound)
     by_vpp = bounds_by_vpp_line(obj)
     if by_vpp:
         notes.append(by_vpp)
@@ -192,16 +192,6 @@ def _unpack(obj: Any, compare: CostReport | None, study: Any) -> dict[str, Any]:
                 profile=getattr(obj, "profile", None), yaml_block=_dump(obj.tuned_block()),
                 title="autotune search report", notes=notes,
                 margin_mib=float(getattr(obj, "hbm_margin_mib", 0.0) or 0.0))
-
-
-def search_bound_line(result: Any) -> str:
-    """'lower bound X ms (how) | certified gap Y %' of a search result, or '' when it has no bound."""
-    lb = getattr(result, "lower_bound_ms", None)
-    if lb is None:
-        return ""
-    gap = getattr(result, "certified_gap", None)
-    how = "exact optimum: the space was enumerated" if getattr(result, "exact", False) else "provable lower bound"
-    return f"lower bound {lb:,.1f} ms ({how}) | certified gap {'n/a' if gap is None else f'{gap:.2%}'}"
 
 
 def _dump(block: dict[str, Any]) -> str:

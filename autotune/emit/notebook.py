@@ -22,10 +22,10 @@ from html import escape
 from typing import Any
 
 from autotune.cost.report import CostReport, register_view
-from autotune.emit.html_report import comparison_rows, html_table, search_bound_line, stage_rows
+from autotune.emit.html_report import comparison_rows, html_table, stage_rows
 from autotune.emit.plots import memory_figure, timeline_figure
 from autotune.emit.render import bubble_line, summary_line
-from autotune.emit.search_result import bounds_by_vpp_line
+from autotune.emit.search_result import bound_line, bounds_by_vpp_line
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import installed, require
@@ -121,7 +121,7 @@ def search_result_html(result: Any, *, figures: bool = True) -> str:
     if trials is not None:
         head += f" | {trials} trials in {getattr(result, 'seconds', 0.0):.1f} s"
     parts = [f"<p><b>{escape(head)}</b></p>"]
-    bound = search_bound_line(result)
+    bound = bound_line(result, report=True)
     if bound:
         parts.append(f"<p>{escape(bound)}</p>")
     by_vpp = bounds_by_vpp_line(result)

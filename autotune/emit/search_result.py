@@ -96,15 +96,23 @@ def budget_notes(result: Any, report: CostReport | None) -> list[str]:
     return lines
 
 
-def bound_line(result: Any) -> str | None:
+def bound_line(result: Any, *, report: bool = False) -> str | None:
     """``lower bound <ms> ms (provable lower bound | exact optimum (space enumerated)) | certified
     gap <percent>`` for a search result; None when it has no bound (``lower_bound_ms`` None). The
-    text output adds the trials and seconds; the sweep's report.txt prints it as is (no clock)."""
-    if getattr(result, "lower_bound_ms", None) is None:
+    text output adds the trials and seconds; the sweep's report.txt prints it as is (no clock).
+    ``report``: the form of report.html / report.md and the notebook view (thousands separators,
+    "exact optimum: the space was enumerated")."""
+    lb = getattr(result, "lower_bound_ms", None)
+    if lb is None:
         return None
-    gap = "n/a" if result.certified_gap is None else f"{result.certified_gap:.2%}"
-    how = "exact optimum (space enumerated)" if result.exact else "provable lower bound"
-    return f"lower bound {result.lower_bound_ms:.1f} ms ({how}) | certified gap {gap}"
+    gap = getattr(result, "certified_gap", None)
+    gap_txt = "n/a" if gap is None else f"{gap:.2%}"
+    exact = getattr(result, "exact", False)
+    if report:
+        how = "exact optimum: the space was enumerated" if exact else "provable lower bound"
+        return f"lower bound {lb:,.1f} ms ({how}) | certified gap {gap_txt}"
+    how = "exact optimum (space enumerated)" if exact else "provable lower bound"
+    return f"lower bound {lb:.1f} ms ({how}) | certified gap {gap_txt}"
 
 
 def bounds_by_vpp_line(result: Any) -> str | None:
