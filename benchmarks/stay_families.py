@@ -1,0 +1,255 @@
+"""Stay families (issue 17): how high can a bound that prices paths staying on few stages go?
+
+    .venv/bin/python benchmarks/stay_families.py --list
+    .venv/bin/python benchmarks/stay_families.py --only "P16 V2 m64 L128 dense loose"
+    .venv/bin/python benchmarks/stay_families.py --only "P16 V2" --k 3 --json stays.json
+
+A path of the schedule's dependency graph (cost-model reference §6.1) is a chain of ops joined by
+data edges (one micro-batch's op on the next or previous pipeline position, + p2p across stages)
+and program-order edges (the next op of the same stage). A *stay* is a maximal run of
+program-order edges. The one-stay paths (a micro-batch's dependency chain into a stage, a walk
+along that stage's program, a dependency chain out) are the family the stage DP, the device DP,
+the wrap-pair DP's stays and the local search's step floors price; the integer program and the
+path LP price any path, but on fractional or lazily grown families.
+
+:func:`stay_lengths` gives, for one layout, the longest path with at most k stays for k = 0..K
+(k = 0: one micro-batch's chain; k large: the simulated step time). A bound that prices only paths
+of at most k stays can never exceed the least, over the layouts that fit, of their longest k-stay
+path: one fitting layout whose k-stay paths are all short caps every such bound (its *family
+limit*), however exactly the bound prices that family.
+
+For each problem (a ``benchmarks/scaling.py`` grid row or a ``benchmarks/search_quality.py``
+problem, ``--only`` a part of its name): the default search's answer and bound
+(:func:`search_quality.search`), then the stage DP's relaxed split
+(:func:`autotune.tuner.bounds.stage_dp.stage_dp_bound` on the answer's pp_interleave_num with the
+answer as incumbent) fitted with the exact recompute fit (:class:`autotune.tuner.fit.ExactFit`).
+For both layouts it prints the step time and the longest path with at most 1..K stays. When the
+fitted split fits the HBM budget, its one-stay value caps every one-stay bound of that V; the
+last column says what certified gap that cap leaves at best. Pure numpy and Python; seconds to a
+minute a problem (the search included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from autotune.cost.budget import fits  # noqa: E402
+from autotune.cost.simulate import CompiledSchedule, compile_schedule  # noqa: E402
+from autotune.tuner.bounds._paths import one_stay_counts  # noqa: E402
+from autotune.tuner.bounds.stage_dp import stage_dp_bound  # noqa: E402
+from autotune.tuner.fit import ExactFit, fitted  # noqa: E402
+from autotune.tuner.problem import Candidate, Problem  # noqa: E402
+
+#: Layouts per :func:`stay_lengths` batch in :func:`layout_stays`.
+BATCH = 256
+
+
+def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p2p_ms: float,
+                 k_max: int) -> np.ndarray:
+    """float [k_max + 1] ms (or [B, k_max + 1] for a batch): entry k is the longest path of the
+    dependency graph with at most k stays (maximal runs of program-order edges) for mini-stage
+    durations ``fwd_ms``, ``bwd_ms`` float [V, P] or [B, V, P] (ms per micro-batch, backward with
+    its replay) and ``p2p_ms`` per cross-stage data edge. Entry 0 is the longest dependency chain;
+    with k_max >= the number of ops the last entry is the longest path, i.e. the simulated step
+    time. A DP over the ops in topological order with state (stays so far, whether the last edge
+    was program order); memory ~16 · ops · B · (k_max + 1) bytes.
+
+    Raises:
+        ValueError: the schedule splits the backward (B/W ops).
+    """
+    if cs.split_bw:
+        raise ValueError("stay_lengths needs a schedule that runs the whole backward as one op")
+    f, b = np.asarray(fwd_ms, dtype=np.float64), np.asarray(bwd_ms, dtype=np.float64)
+    single = f.ndim == 2
+    f, b = f.reshape(-1, cs.V, cs.P), b.reshape(-1, cs.V, cs.P)
+    B, K1 = f.shape[0], k_max + 1
+    topo, dep, prev, cross = cs._scalar
+    n = cs.num_ops
+    d = (np.where(cs.fwd[None, :], f[:, cs.chunk, cs.stage], b[:, cs.chunk, cs.stage]) / cs.k).T.copy()  # [n, B]
+    # out[i]: longest paths ending at op i, per number of stays, whose last edge is a data edge (or
+    # that start at i); run[i]: ... whose last edge is a program-order edge (inside their last stay)
+    out = np.full((n + 1, B, K1), -np.inf)
+    run = np.full((n + 1, B, K1), -np.inf)
+    start = np.full((B, K1), -np.inf)
+    start[:, 0] = 0.0
+    for i, dp_, pr, c in zip(topo, dep, prev, cross):
+        o = start if dp_ >= n else np.maximum(start, np.maximum(out[dp_], run[dp_]) + c * p2p_ms)
+        di = d[i][:, None]
+        out[i] = o + di
+        if pr < n:
+            r = run[i]
+            r[:, 1:] = np.maximum(run[pr][:, 1:], out[pr][:, :-1]) + di
+    best = np.maximum.accumulate(np.maximum(out[:n].max(axis=0), run[:n].max(axis=0)), axis=1)
+    return best[0] if single else best
+
+
+def layout_stays(problem: Problem, cands: list[Candidate], k_max: int) -> np.ndarray:
+    """float [B, k_max + 1] ms: :func:`stay_lengths` of layouts of ``problem`` with one V (their
+    own durations: layers and recompute), in batches of :data:`BATCH`."""
+    V = cands[0].V
+    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
+    out = []
+    for at in range(0, len(cands), BATCH):
+        part = cands[at:at + BATCH]
+        L, R, S, C = (np.stack([getattr(c, k) for c in part]) for k in ("layers", "rec", "sel", "com"))
+        costs = problem.costs(V, L, R, S, C)
+        out.append(stay_lengths(cs, costs.fwd_ms, costs.bwd_ms, problem.pa.p2p_ms, k_max))
+    return np.concatenate(out)
+
+
+def one_stay_max(problem: Problem, cands: list[Candidate]) -> np.ndarray:
+    """float [B] ms: each layout's longest one-stay path (every path of
+    :func:`autotune.tuner.bounds._paths.one_stay_counts`, exact counts, the layout's durations);
+    every candidate has the same V. Equal to :func:`stay_lengths`' entry 1 (tested)."""
+    V = cands[0].V
+    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
+    rows = [r for stage in one_stay_counts(cs) for r in stage]
+    CF = np.stack([r[0].ravel() for r in rows])  # [Q, V·P]
+    CB = np.stack([r[1].ravel() for r in rows])
+    H = np.array([r[2] for r in rows], dtype=np.float64) * problem.pa.p2p_ms
+    L, R, S, C = (np.stack([getattr(c, k) for c in cands]) for k in ("layers", "rec", "sel", "com"))
+    costs = problem.costs(V, L, R, S, C)
+    B = len(cands)
+    return (costs.fwd_ms.reshape(B, -1) @ CF.T + costs.bwd_ms.reshape(B, -1) @ CB.T + H[None, :]).max(axis=1)
+
+
+def stay_max(problem: Problem, cands: list[Candidate], k: int) -> np.ndarray:
+    """float [B] ms: each layout's longest path with at most k stays (k = 1: :func:`one_stay_max`,
+    a matrix product; else :func:`layout_stays`)."""
+    return one_stay_max(problem, cands) if k == 1 else layout_stays(problem, cands, k)[:, k]
+
+
+def stay_descent(problem: Problem, start: Candidate, k: int, max_steps: int = 200) -> Candidate:
+    """A fitting layout whose longest path with at most k stays is short: from ``start`` (fitting),
+    moves of one layer between two mini-stages, each split re-fitted with :class:`ExactFit`; moves
+    to the fitting neighbour with the least :func:`stay_max` while that falls (at most
+    ``max_steps`` moves). Returns the last layout (``start`` when no move helps)."""
+    V = start.V
+    lo, hi = problem.bounds(V)
+    cur, cur_ms = start, float(stay_max(problem, [start], k)[0])
+    for _ in range(max_steps):
+        lay = cur.layers.ravel()
+        a, b = np.divmod(np.arange(lay.size * lay.size), lay.size)
+        a, b = a[a != b], b[a != b]
+        X = np.repeat(lay[None], a.size, axis=0)
+        X[np.arange(a.size), a] -= 1
+        X[np.arange(a.size), b] += 1
+        X = X.reshape(-1, *cur.layers.shape)
+        X = X[(X >= lo).all(axis=(1, 2)) & (X <= hi).all(axis=(1, 2))]
+        cands = [c for c in fitted(problem, V, X, f"{k}-stay-descent", fit=ExactFit())
+                 if fits(c.peak_mib, problem.hbm_mib)]
+        if not cands:
+            break
+        val = stay_max(problem, cands, k)
+        i = int(np.argmin(val))
+        if not val[i] < cur_ms - 1e-9 * cur_ms:
+            break
+        cur, cur_ms = cands[i], float(val[i])
+    return cur
+
+
+def stage_dp_witness(problem: Problem, answer: Candidate) -> tuple[float, Candidate] | None:
+    """(the stage DP's bound ms, its relaxed split fitted with :class:`ExactFit`, scored) on the
+    answer's pp_interleave_num with the answer's step time as incumbent; None where the stage DP
+    does not apply or returns no split."""
+    res = stage_dp_bound(problem, answer.V, upper_ms=answer.step_ms)
+    if res is None or res.split is None:
+        return None
+    return res.bound_ms, fitted(problem, answer.V, res.split[None], "stage-dp-split", fit=ExactFit())[0]
+
+
+def measure(problem: Problem, k_max: int, descend: int = 1) -> dict | None:
+    """The module docstring's measurements for one problem as a dict (None when nothing fits):
+    the answer, the stage DP's fitted split and, for k = 1..``descend``, :func:`stay_descent` on
+    the k-stay paths from each of the two; ``limit_ms[k]`` is the least k-stay longest path over
+    the fitting layouts met (a cap on every bound that prices paths of at most k stays)."""
+    import search_quality
+    c0 = time.process_time()
+    out, bs = search_quality.search(problem)
+    best = out.best
+    if best is None:
+        return None
+    layouts: list[tuple[str, Candidate]] = [("answer", best)]
+    row: dict = {"V": best.V, "answer_ms": best.step_ms, "bound_ms": bs.bound_ms}
+    wit = stage_dp_witness(problem, best)
+    if wit is not None:
+        row["stage_dp_ms"] = wit[0]
+        layouts.append((f"stage DP split (DP {wit[0]:,.1f} ms)", wit[1]))
+    starts = [(name, c) for name, c in layouts if fits(c.peak_mib, problem.hbm_mib)]
+    for k in range(1, descend + 1):
+        for name, c in starts:
+            layouts.append((f"{k}-stay descent from the {name.split(' (')[0]}", stay_descent(problem, c, k)))
+    stays = np.concatenate([layout_stays(problem, [c], k_max) for _, c in layouts])
+    ok = np.array([bool(fits(c.peak_mib, problem.hbm_mib)) for _, c in layouts])
+    row["layouts"] = [{"name": name, "fits": bool(f), "step_ms": c.step_ms, "layers": c.layers.tolist(),
+                       "stays_ms": st.tolist()} for (name, c), f, st in zip(layouts, ok, stays)]
+    row["limit_ms"] = stays[ok].min(axis=0).tolist()
+    row["cpu_s"] = time.process_time() - c0
+    return row
+
+
+def main() -> None:
+    import primal_probe
+    import scaling
+
+    ap = argparse.ArgumentParser(description="Longest paths with at most k stays (module docstring).",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--only", action="append", default=[],
+                    help="problems whose name contains this (repeat for several; --list shows the names)")
+    ap.add_argument("--list", action="store_true", help="print the problem names and exit")
+    ap.add_argument("--k", type=int, default=3, help="the most stays K")
+    ap.add_argument("--descend", type=int, default=1,
+                    help="descend on the longest path of at most k stays for k = 1..this (0: none; "
+                         "k >= 2 costs seconds a move)")
+    ap.add_argument("--json", default=None, help="write the rows to this file")
+    a = ap.parse_args()
+    if a.k < 1:
+        ap.error(f"--k {a.k}: give at least 1 stay")
+    if a.descend < 0:
+        ap.error(f"--descend {a.descend}: give 0 or more")
+    names = primal_probe.problems()
+    if a.list:
+        print("\n".join(names))
+        return
+    chosen = [n for n in names if any(o in n for o in a.only)]
+    if not chosen:
+        ap.error(f"no problem name contains {' or '.join(map(repr, a.only))}; --list shows them" if a.only
+                 else "give --only NAME (a part of a problem's name; --list shows them)")
+    stays = " ".join(f"{f'{k}-stay ms':>11s}" for k in range(1, a.k + 1))
+    rows = []
+    for name in chosen:
+        spec = names[name]
+        problem = scaling.build(*spec) if isinstance(spec, tuple) else spec
+        row = measure(problem, a.k, min(a.descend, a.k))
+        if row is None:
+            print(f"{name}: no layout that fits found", flush=True)
+            continue
+        row["problem"] = name
+        rows.append(row)
+        ans = row["answer_ms"]
+        print(f"{name} (V {row['V']}): answer {ans:,.1f} ms, bound {row['bound_ms']:,.1f} ms "
+              f"(gap {ans / row['bound_ms'] - 1:.2%}), {row['cpu_s']:.1f} CPU s")
+        print(f"  {'layout':40s} {'fits':>5s} {'step ms':>11s} {stays}")
+        for lay in row["layouts"]:
+            print(f"  {lay['name']:40s} {'yes' if lay['fits'] else 'no':>5s} {lay['step_ms']:11.1f} "
+                  + " ".join(f"{x:11.1f}" for x in lay["stays_ms"][1:]))
+        print("  no bound over paths of at most k stays can exceed: "
+              + ", ".join(f"k {k}: {x:,.1f} ms (gap >= {ans / x - 1:.2%})" for k, x in enumerate(row["limit_ms"])
+                          if k >= 1), flush=True)
+        print()
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
