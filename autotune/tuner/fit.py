@@ -104,6 +104,20 @@ def edge_weighted_fit(V: int) -> ExactFit:
     return ExactFit(tuple(EXACT_EDGE_WEIGHT if v in (0, V - 1) else 1.0 for v in range(V)))
 
 
+def search_fit(V: int) -> ExactFit:
+    """The fit the local searches and the kick search re-fit touched stages with: the
+    edge-weighted exact fit (:func:`edge_weighted_fit`) for V > 1, the plain exact fit (least
+    replay per stage) for V = 1, whose one chunk has no edge to weight.
+
+    V = 1 used the greedy fit until issue 17's stay-family measurements: a descent with the exact
+    fit from the answers of ``benchmarks/scaling.py``'s three V = 1 rows reached layouts faster than
+    the answers and equal to their bounds (pp 64 × m 128 dense 26,931.4 -> 26,804.1 ms, MoE
+    24,288.1 -> 24,111.1 ms, pp 16 × m 64 37,098.8 -> 37,077.6 ms: certified gaps 0.48 / 0.73 /
+    0.06 % -> 0); the greedy fit takes a full-recompute step where cheaper select / comm steps
+    fit (docs/search.md)."""
+    return edge_weighted_fit(V) if V > 1 else ExactFit()
+
+
 #: A problem's fit cache is cleared when it holds more fitted columns than this (bounds memory).
 MEMO_MAX = 100_000
 

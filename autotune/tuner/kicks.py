@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from autotune.tuner.fit import GREEDY, RecomputeFit, edge_weighted_fit, fit_cache
+from autotune.tuner.fit import RecomputeFit, fit_cache, search_fit
 from autotune.tuner.heuristic import local_search, polish_recompute
 from autotune.tuner.moves import GivenSplits, lazy_scan
 from autotune.tuner.problem import Candidate, Problem, better, rank_order
@@ -107,8 +107,8 @@ def kick_search(problem: Problem, start: Candidate, *, target_ms: float | None =
                 deadline: float | None = None, seed: int = 0, patience: int | None = None) -> Candidate:
     """The iterated local search of the module docstring from ``start`` (scored, fitting the
     budget). Returns the fastest fitting layout found (``start`` itself when none is faster; its
-    origin ends in ``+kick``). Interleaved layouts are re-fitted with the edge-weighted exact fit
-    (:func:`~autotune.tuner.fit.edge_weighted_fit`), V = 1 with the greedy fit.
+    origin ends in ``+kick``). Touched stages are re-fitted exactly
+    (:func:`~autotune.tuner.fit.search_fit`: edge chunks weighted when interleaved).
 
     Args:
         problem: the tuning problem. start: the incumbent.
@@ -119,7 +119,7 @@ def kick_search(problem: Problem, start: Candidate, *, target_ms: float | None =
         patience: rounds in a row without a faster layout before it stops (default
             :data:`KICK_PATIENCE`); it runs at most max(KICK_ROUNDS, 2 × patience) rounds.
     """
-    fit: RecomputeFit = edge_weighted_fit(start.V) if start.V > 1 else GREEDY
+    fit: RecomputeFit = search_fit(start.V)
     memo = fit_cache(problem)
     rng = np.random.default_rng(seed)
     best, idle = start, 0

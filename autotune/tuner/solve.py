@@ -32,7 +32,7 @@ from autotune.cost.budget import fits
 from autotune.tuner.bounds import REGISTRY, BoundContext, tighten
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
-from autotune.tuner.fit import edge_weighted_fit, fitted
+from autotune.tuner.fit import fitted, search_fit
 from autotune.tuner.heuristic import finish_one_opt, local_search, polish_recompute
 from autotune.tuner.kicks import kick_patience, kick_search
 from autotune.tuner.least_peak import least_peak
@@ -132,10 +132,10 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
     A start is skipped when its V's bound is above the incumbent (that V cannot hold the optimum;
     the incumbent drops as the searches find faster layouts) or when it is more than
     :data:`LOCAL_START_WITHIN` slower than the incumbent (a start over the budget: after its exact
-    refit). Interleaved starts are re-fitted exactly (least replay per stage, edge chunks weighted)
-    when that ranks better, searched with the exact fit, then their recompute is polished by
-    simulation (both answers kept); V = 1 starts are searched with the greedy fit. Returns the
-    answers in order.
+    refit). Starts are re-fitted exactly (:func:`~autotune.tuner.fit.search_fit`: least replay per
+    stage, edge chunks weighted when interleaved) when that ranks better and searched with that
+    fit; an interleaved answer's recompute is then polished by simulation (both answers kept).
+    Returns the answers in order.
     """
     pool = ranked(starts)
     feas = [x.step_ms for x in pool if x.excess_mib <= 0] + ([upper_ms] if upper_ms is not None else [])
@@ -155,20 +155,15 @@ def improve(problem: Problem, starts: list[Candidate], per_v_ms: dict[int, float
             continue  # this V cannot beat the incumbent (its bound is above it)
         if c.excess_mib <= 0 and c.step_ms > LOCAL_START_WITHIN * inc:
             continue  # too far behind for a descent of LOCAL_ITERS moves to catch up
-        if c.V > 1:
-            fit = edge_weighted_fit(c.V)
-            ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
-            s = ex if better(ex, c) else c
-            if s.excess_mib > 0 and s.step_ms > LOCAL_START_WITHIN * inc:
-                continue  # over the budget and too far behind (it must shed its excess first)
-            ls = local_search(problem, s, max_iters=LOCAL_ITERS, deadline=deadline, fit=fit)
-            out.append(ls)
-            if deadline is None or time.monotonic() <= deadline:
-                out.append(polish_recompute(problem, ls))
-        else:
-            if c.excess_mib > 0 and c.step_ms > LOCAL_START_WITHIN * inc:
-                continue  # over the budget and too far behind
-            out.append(local_search(problem, c, max_iters=LOCAL_ITERS, deadline=deadline))
+        fit = search_fit(c.V)
+        ex = fitted(problem, c.V, c.layers[None], c.origin, fit=fit)[0]
+        s = ex if better(ex, c) else c
+        if s.excess_mib > 0 and s.step_ms > LOCAL_START_WITHIN * inc:
+            continue  # over the budget and too far behind (it must shed its excess first)
+        ls = local_search(problem, s, max_iters=LOCAL_ITERS, deadline=deadline, fit=fit)
+        out.append(ls)
+        if c.V > 1 and (deadline is None or time.monotonic() <= deadline):
+            out.append(polish_recompute(problem, ls))
         done += 1
         inc = min([inc] + [x.step_ms for x in out if x.excess_mib <= 0])
     return out
