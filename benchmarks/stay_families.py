@@ -25,8 +25,11 @@ problem, ``--only`` a part of its name): the default search's answer and bound
 answer as incumbent) fitted with the exact recompute fit (:class:`autotune.tuner.fit.ExactFit`).
 For both layouts it prints the step time and the longest path with at most 1..K stays. When the
 fitted split fits the HBM budget, its one-stay value caps every one-stay bound of that V; the
-last column says what certified gap that cap leaves at best. Pure numpy and Python; seconds to a
-minute a problem (the search included).
+last line says what certified gap each limit leaves at best (on the fastest fitting layout met,
+the answer unless a descent found a faster one). Pure numpy and Python: 9–150 CPU s a problem on
+the rows of docs/search.md (pp <= 32, m <= 128, ``--descend 2``: a two-stay descent costs about a
+second a move on pp 16 × vpp 2 × m 64 and grows with ops × neighbours, ~100 s a move and ~0.8 GB
+a batch on pp 32 × vpp 4 × m 256).
 """
 
 from __future__ import annotations
@@ -65,11 +68,17 @@ def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p
     was program order); memory ~16 · ops · B · (k_max + 1) bytes.
 
     Raises:
-        ValueError: the schedule splits the backward (B/W ops).
+        ValueError: the schedule splits the backward (B/W ops), k_max < 0, or durations not of shape
+            [V, P] / [B, V, P] (both the same).
     """
     if cs.split_bw:
         raise ValueError("stay_lengths needs a schedule that runs the whole backward as one op")
+    if k_max < 0:
+        raise ValueError(f"k_max {k_max}: give 0 or more stays")
     f, b = np.asarray(fwd_ms, dtype=np.float64), np.asarray(bwd_ms, dtype=np.float64)
+    if f.shape != b.shape or f.ndim not in (2, 3) or f.shape[-2:] != (cs.V, cs.P):
+        raise ValueError(f"durations of shape {f.shape} / {b.shape}: give [V, P] = [{cs.V}, {cs.P}] "
+                         "or [B, V, P], both the same")
     single = f.ndim == 2
     f, b = f.reshape(-1, cs.V, cs.P), b.reshape(-1, cs.V, cs.P)
     B, K1 = f.shape[0], k_max + 1
@@ -93,10 +102,19 @@ def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p
     return best[0] if single else best
 
 
+def _one_v(cands: list[Candidate]) -> int:
+    """The V of a non-empty list of layouts that all have it (ValueError otherwise)."""
+    Vs = {c.V for c in cands}
+    if len(Vs) != 1:
+        raise ValueError(f"give layouts of one pp_interleave_num, not {sorted(Vs) or 'none'}")
+    return Vs.pop()
+
+
 def layout_stays(problem: Problem, cands: list[Candidate], k_max: int) -> np.ndarray:
     """float [B, k_max + 1] ms: :func:`stay_lengths` of layouts of ``problem`` with one V (their
-    own durations: layers and recompute), in batches of :data:`BATCH`."""
-    V = cands[0].V
+    own durations: layers and recompute), in batches of :data:`BATCH`. Raises ValueError for no
+    layouts or several V."""
+    V = _one_v(cands)
     cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
     out = []
     for at in range(0, len(cands), BATCH):
@@ -110,8 +128,9 @@ def layout_stays(problem: Problem, cands: list[Candidate], k_max: int) -> np.nda
 def one_stay_max(problem: Problem, cands: list[Candidate]) -> np.ndarray:
     """float [B] ms: each layout's longest one-stay path (every path of
     :func:`autotune.tuner.bounds._paths.one_stay_counts`, exact counts, the layout's durations);
-    every candidate has the same V. Equal to :func:`stay_lengths`' entry 1 (tested)."""
-    V = cands[0].V
+    every candidate has the same V (ValueError otherwise, or for none). Equal to
+    :func:`stay_lengths`' entry 1 (tested)."""
+    V = _one_v(cands)
     cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
     rows = [r for stage in one_stay_counts(cs) for r in stage]
     CF = np.stack([r[0].ravel() for r in rows])  # [Q, V·P]
@@ -172,7 +191,8 @@ def measure(problem: Problem, k_max: int, descend: int = 1) -> dict | None:
     """The module docstring's measurements for one problem as a dict (None when nothing fits):
     the answer, the stage DP's fitted split and, for k = 1..``descend``, :func:`stay_descent` on
     the k-stay paths from each of the two; ``limit_ms[k]`` is the least k-stay longest path over
-    the fitting layouts met (a cap on every bound that prices paths of at most k stays)."""
+    the fitting layouts met (a cap on every bound that prices paths of at most k stays) and
+    ``best_ms`` the fastest fitting layout met (the answer, unless a descent found a faster one)."""
     import search_quality
     c0 = time.process_time()
     out, bs = search_quality.search(problem)
@@ -194,6 +214,7 @@ def measure(problem: Problem, k_max: int, descend: int = 1) -> dict | None:
     row["layouts"] = [{"name": name, "fits": bool(f), "step_ms": c.step_ms, "layers": c.layers.tolist(),
                        "stays_ms": st.tolist()} for (name, c), f, st in zip(layouts, ok, stays)]
     row["limit_ms"] = stays[ok].min(axis=0).tolist()
+    row["best_ms"] = min(c.step_ms for (_, c), f in zip(layouts, ok) if f)
     row["cpu_s"] = time.process_time() - c0
     return row
 
@@ -209,12 +230,13 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the problem names and exit")
     ap.add_argument("--k", type=int, default=3, help="the most stays K")
     ap.add_argument("--descend", type=int, default=1,
-                    help="descend on the longest path of at most k stays for k = 1..this (0: none; "
-                         "k >= 2 costs seconds a move)")
+                    help="descend on the longest path of at most k stays for k = 1..this, at most --k "
+                         "(0: none; k >= 2 costs about a second a move on pp 16 x vpp 2 x m 64, "
+                         "~100 s on pp 32 x vpp 4 x m 256)")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     a = ap.parse_args()
-    if a.k < 1:
-        ap.error(f"--k {a.k}: give at least 1 stay")
+    if not 1 <= a.k <= 8:
+        ap.error(f"--k {a.k}: give 1 to 8 stays (memory grows with it)")
     if a.descend < 0:
         ap.error(f"--descend {a.descend}: give 0 or more")
     names = primal_probe.problems()
@@ -243,8 +265,11 @@ def main() -> None:
         for lay in row["layouts"]:
             print(f"  {lay['name']:40s} {'yes' if lay['fits'] else 'no':>5s} {lay['step_ms']:11.1f} "
                   + " ".join(f"{x:11.1f}" for x in lay["stays_ms"][1:]))
+        top = row["best_ms"]
+        if top < ans:
+            print(f"  a descent found a faster layout than the answer: {top:,.1f} ms")
         print("  no bound over paths of at most k stays can exceed: "
-              + ", ".join(f"k {k}: {x:,.1f} ms (gap >= {ans / x - 1:.2%})" for k, x in enumerate(row["limit_ms"])
+              + ", ".join(f"k {k}: {x:,.1f} ms (gap >= {top / x - 1:.2%})" for k, x in enumerate(row["limit_ms"])
                           if k >= 1), flush=True)
         print()
     if a.json:

@@ -19,13 +19,17 @@ def _durations(seed: int, V: int, P: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.uniform(1.0, 10.0, (V, P)), rng.uniform(1.0, 20.0, (V, P))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(P=st.integers(2, 4), V=st.integers(1, 3), rounds=st.integers(1, 3), seed=st.integers(0, 10_000),
-       p2p=st.sampled_from([0.0, 0.7]), schedule=st.sampled_from(["1f1b", "1f1b_less_memory"]))
-def test_stay_lengths_match_the_chain_the_one_stay_family_and_the_step(P, V, rounds, seed, p2p, schedule):
+       p2p=st.sampled_from([0.0, 0.7]),
+       sched=st.sampled_from([("1f1b", 1), ("1f1b_less_memory", 1), ("seqpipe", 2), ("seqpipe", 3)]))
+def test_stay_lengths_match_the_chain_the_one_stay_family_and_the_step(P, V, rounds, seed, p2p, sched):
     from benchmarks.stay_families import stay_lengths
+    schedule, k = sched
+    if schedule == "seqpipe":
+        V = 1
     m = P * rounds
-    cs = compile_schedule(schedule, P, V, m, 1)
+    cs = compile_schedule(schedule, P, V, m, k)
     f, b = _durations(seed, V, P)
     k_max = cs.num_ops
     got = stay_lengths(cs, f, b, p2p, k_max)
@@ -36,8 +40,10 @@ def test_stay_lengths_match_the_chain_the_one_stay_family_and_the_step(P, V, rou
     one = max((cf * f).sum() + (cb * b).sum() + h * p2p for rows in one_stay_counts(cs) for cf, cb, h in rows)
     assert got[1] == pytest.approx(one, rel=1e-12)
     # k = 0: one micro-batch's chain through every position and back; every change of position
-    # crosses a stage (P > 1), the forward-to-backward turn on the last position does not
-    assert got[0] == pytest.approx(f.sum() + b.sum() + p2p * 2 * (V * P - 1), rel=1e-12)
+    # crosses a stage (P > 1), the forward-to-backward turn on the last position does not; with a
+    # sequence split each op runs 1/k of its mini-stage's time
+    if k == 1:
+        assert got[0] == pytest.approx(f.sum() + b.sum() + p2p * 2 * (V * P - 1), rel=1e-12)
 
 
 def test_stay_lengths_hand_counted_pp2():
@@ -53,6 +59,34 @@ def test_stay_lengths_hand_counted_pp2():
     assert got[0] == pytest.approx(10.0)
     assert got[1] == pytest.approx(16.0)
     assert got[-1] == pytest.approx(16.0)
+
+
+def test_stay_lengths_refuse_bad_input():
+    from benchmarks.stay_families import stay_lengths
+    cs = compile_schedule("1f1b", 3, 2, 6, 1)
+    f = np.ones((2, 3))
+    with pytest.raises(ValueError, match="k_max -1"):
+        stay_lengths(cs, f, f, 0.0, -1)
+    with pytest.raises(ValueError, match=r"give \[V, P\] = \[2, 3\]"):
+        stay_lengths(cs, f.T, f.T, 0.0, 1)
+    with pytest.raises(ValueError, match="both the same"):
+        stay_lengths(cs, f, np.ones((1, 2, 3)), 0.0, 1)
+
+
+def test_measure_limits_come_from_fitting_layouts():
+    from benchmarks.scaling import build
+    from benchmarks.stay_families import measure
+    problem = build(4, 2, 8, 16, "dense", "tight")
+    row = measure(problem, 2, 1)
+    lays = row["layouts"]
+    assert lays[0]["name"] == "answer" and lays[0]["fits"]
+    # the answer's longest path with many stays is its step time; k = 2 here is a lower bound of it
+    assert lays[0]["stays_ms"][2] <= lays[0]["step_ms"] + 1e-9
+    ok = [x for x in lays if x["fits"]]
+    assert row["limit_ms"] == [min(x["stays_ms"][k] for x in ok) for k in range(3)]
+    assert row["best_ms"] == min(x["step_ms"] for x in ok)
+    assert row["limit_ms"][1] <= row["limit_ms"][2] <= row["best_ms"] + 1e-9
+    assert any(x["name"].startswith("1-stay descent") for x in lays)
 
 
 def test_batched_stay_lengths_equal_one_at_a_time():
