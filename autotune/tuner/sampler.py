@@ -5,9 +5,8 @@ one move away from the study's incumbent (its best trial: feasible first, then f
 study does not hold yet and that beats the incumbent. The moves are those of the solver's local
 search (:mod:`autotune.tuner.moves`), tried in order:
 
-1. one layer from one mini-stage to another, the touched stages' recompute re-fitted (greedy fit
-   for pp_interleave_num 1, the edge-weighted exact fit otherwise, as in
-   :func:`autotune.tuner.solve.improve`);
+1. one layer from one mini-stage to another, the touched stages' recompute re-fitted exactly
+   (:func:`autotune.tuner.fit.search_fit`, as in :func:`autotune.tuner.solve.improve`);
 2. the 1-opt moves (:class:`autotune.tuner.moves.OneOptMoves`: one layer moved with the counts
    kept, or one recompute count ±1);
 3. two single-layer moves at once, among the best ones (:func:`autotune.tuner.moves.pair_moves`);
@@ -46,7 +45,7 @@ import optuna
 from optuna.samplers._base import _process_constraints_after_trial
 
 from autotune.cost.budget import fits
-from autotune.tuner.fit import GREEDY, edge_weighted_fit, fit_cache, stage_options
+from autotune.tuner.fit import fit_cache, search_fit, stage_options
 from autotune.tuner.heuristic import COMPOUND_POOL, _pair_top, compound_moves
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.moves import LazyScan, OneOptMoves, PairMoves, Scan, SingleLayerMoves, StageTrades, scan
@@ -182,7 +181,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         if key in self._scans:
             return self._scans[key]
         p = self.problem
-        fit = GREEDY if inc.V == 1 else edge_weighted_fit(inc.V)
+        fit = search_fit(inc.V)
         memo = fit_cache(p)
         out: list[Candidate] = []
         lazy = self._lazy_single(inc, fit, memo)
