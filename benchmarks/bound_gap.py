@@ -10,7 +10,8 @@ one-stay path (the family the stage DP prices: a path that walks one stage's pro
 and leaving it along one micro-batch's dependency chains) under its own durations; and where its
 critical path (:func:`autotune.tuner.bounds.critical_path`) stays: its forward + backward ops per
 stage. On each problem the split is within 1 % of the bound on its own one-stay paths and runs
-24-33 % slower, on a path that stays on two stages (docs/search.md, "Where issue 17 stands").
+24-33 % slower, on a path that stays on two stages (docs/search.md, the round headed "single-stage
+configs and large Pareto tables made cheap").
 Pure numpy; about a minute in all.
 """
 

@@ -22,11 +22,13 @@ For each problem (a ``benchmarks/scaling.py`` grid row or a ``benchmarks/search_
 problem, ``--only`` a part of its name): the default search's answer and bound
 (:func:`search_quality.search`), then the stage DP's relaxed split
 (:func:`autotune.tuner.bounds.stage_dp.stage_dp_bound` on the answer's pp_interleave_num with the
-answer as incumbent) fitted with the exact recompute fit (:class:`autotune.tuner.fit.ExactFit`).
-For both layouts it prints the step time and the longest path with at most 1..K stays. When the
-fitted split fits the HBM budget, its one-stay value caps every one-stay bound of that V; the
-last line says what certified gap each limit leaves at best (on the fastest fitting layout met,
-the answer unless a descent found a faster one). Pure numpy and Python: 9–150 CPU s a problem on
+answer as incumbent; V > 1 only, the stage DP does not apply to V = 1) fitted with the exact
+recompute fit (:class:`autotune.tuner.fit.ExactFit`), then the descents of ``--descend`` from each
+of them that fits. For every layout it prints the step time and the longest path with at most
+1..K stays. The least k-stay value over the layouts that fit caps every bound over paths of at
+most k stays of that V; the last line says what certified gap each such limit leaves at best (on
+the fastest fitting layout met, the answer unless a descent found a faster one). Pure numpy and
+Python: 9–150 CPU s a problem on
 the rows of docs/search.md (pp <= 32, m <= 128, ``--descend 2``: a two-stay descent costs about a
 second a move on pp 16 × vpp 2 × m 64 and grows with ops × neighbours, ~100 s a move and ~0.8 GB
 a batch on pp 32 × vpp 4 × m 256).
@@ -48,9 +50,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from autotune.cost.budget import fits  # noqa: E402
 from autotune.cost.simulate import CompiledSchedule, compile_schedule  # noqa: E402
-from autotune.tuner.bounds._paths import one_stay_counts  # noqa: E402
+from autotune.cost.inputs import StageCosts  # noqa: E402
 from autotune.tuner.bounds.stage_dp import stage_dp_bound  # noqa: E402
 from autotune.tuner.fit import ExactFit, fitted  # noqa: E402
+from autotune.tuner.moves import _one_stay_arrays, single_moves  # noqa: E402
 from autotune.tuner.problem import Candidate, Problem  # noqa: E402
 
 #: Layouts per :func:`stay_lengths` batch in :func:`layout_stays`.
@@ -110,36 +113,40 @@ def _one_v(cands: list[Candidate]) -> int:
     return Vs.pop()
 
 
+def _costs(problem: Problem, V: int, cands: list[Candidate]) -> StageCosts:
+    """The cost model's mini-stage costs of layouts with pp_interleave_num V ([B, V, P] arrays)."""
+    L, R, S, C = (np.stack([getattr(c, k) for c in cands]) for k in ("layers", "rec", "sel", "com"))
+    return problem.costs(V, L, R, S, C)
+
+
 def layout_stays(problem: Problem, cands: list[Candidate], k_max: int) -> np.ndarray:
     """float [B, k_max + 1] ms: :func:`stay_lengths` of layouts of ``problem`` with one V (their
     own durations: layers and recompute), in batches of :data:`BATCH`. Raises ValueError for no
-    layouts or several V."""
+    layouts, several V or a schedule that splits the backward."""
     V = _one_v(cands)
     cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
     out = []
     for at in range(0, len(cands), BATCH):
-        part = cands[at:at + BATCH]
-        L, R, S, C = (np.stack([getattr(c, k) for c in part]) for k in ("layers", "rec", "sel", "com"))
-        costs = problem.costs(V, L, R, S, C)
+        costs = _costs(problem, V, cands[at:at + BATCH])
         out.append(stay_lengths(cs, costs.fwd_ms, costs.bwd_ms, problem.pa.p2p_ms, k_max))
     return np.concatenate(out)
 
 
 def one_stay_max(problem: Problem, cands: list[Candidate]) -> np.ndarray:
     """float [B] ms: each layout's longest one-stay path (every path of
-    :func:`autotune.tuner.bounds._paths.one_stay_counts`, exact counts, the layout's durations);
-    every candidate has the same V (ValueError otherwise, or for none). Equal to
-    :func:`stay_lengths`' entry 1 (tested)."""
+    :func:`autotune.tuner.bounds._paths.one_stay_counts`, exact counts, the layout's durations, as
+    the search's step floors stack them: :func:`autotune.tuner.moves._one_stay_arrays`). Equal to
+    :func:`stay_lengths`' entry 1 (tested).
+
+    Raises:
+        ValueError: no layouts, several V, or a schedule that splits the backward.
+    """
     V = _one_v(cands)
-    cs = compile_schedule(problem.schedule, problem.P, V, problem.m, problem.seq_split_num)
-    rows = [r for stage in one_stay_counts(cs) for r in stage]
-    CF = np.stack([r[0].ravel() for r in rows])  # [Q, V·P]
-    CB = np.stack([r[1].ravel() for r in rows])
-    H = np.array([r[2] for r in rows], dtype=np.float64) * problem.pa.p2p_ms
-    L, R, S, C = (np.stack([getattr(c, k) for c in cands]) for k in ("layers", "rec", "sel", "com"))
-    costs = problem.costs(V, L, R, S, C)
-    B = len(cands)
-    return (costs.fwd_ms.reshape(B, -1) @ CF.T + costs.bwd_ms.reshape(B, -1) @ CB.T + H[None, :]).max(axis=1)
+    CF, CB, H, _ = _one_stay_arrays(problem, V)  # [Q, V, P] counts, hops [Q]
+    costs = _costs(problem, V, cands)
+    B, Q = len(cands), CF.shape[0]
+    return (costs.fwd_ms.reshape(B, -1) @ CF.reshape(Q, -1).T + costs.bwd_ms.reshape(B, -1) @ CB.reshape(Q, -1).T
+            + H[None, :] * problem.pa.p2p_ms).max(axis=1)
 
 
 def stay_max(problem: Problem, cands: list[Candidate], k: int) -> np.ndarray:
@@ -152,19 +159,20 @@ def stay_descent(problem: Problem, start: Candidate, k: int, max_steps: int = 20
     """A fitting layout whose longest path with at most k stays is short: from ``start`` (fitting),
     moves of one layer between two mini-stages, each split re-fitted with :class:`ExactFit`; moves
     to the fitting neighbour with the least :func:`stay_max` while that falls (at most
-    ``max_steps`` moves). Returns the last layout (``start`` when no move helps)."""
+    ``max_steps`` moves; the moves are the search's :func:`autotune.tuner.moves.single_moves`).
+    Returns the last layout (``start`` when no move helps).
+
+    Raises:
+        ValueError: ``start`` does not fit the HBM budget.
+    """
+    if not fits(start.peak_mib, problem.hbm_mib):
+        raise ValueError("the descent starts from a layout that fits the HBM budget")
     V = start.V
-    lo, hi = problem.bounds(V)
     cur, cur_ms = start, float(stay_max(problem, [start], k)[0])
     for _ in range(max_steps):
-        lay = cur.layers.ravel()
-        a, b = np.divmod(np.arange(lay.size * lay.size), lay.size)
-        a, b = a[a != b], b[a != b]
-        X = np.repeat(lay[None], a.size, axis=0)
-        X[np.arange(a.size), a] -= 1
-        X[np.arange(a.size), b] += 1
-        X = X.reshape(-1, *cur.layers.shape)
-        X = X[(X >= lo).all(axis=(1, 2)) & (X <= hi).all(axis=(1, 2))]
+        X = single_moves(problem, cur)
+        if X.shape[0] == 0:
+            break
         cands = [c for c in fitted(problem, V, X, f"{k}-stay-descent", fit=ExactFit())
                  if fits(c.peak_mib, problem.hbm_mib)]
         if not cands:
@@ -188,19 +196,19 @@ def stage_dp_witness(problem: Problem, answer: Candidate) -> tuple[float, Candid
 
 
 def measure(problem: Problem, k_max: int, descend: int = 1) -> dict | None:
-    """The module docstring's measurements for one problem as a dict (None when nothing fits):
+    """The module docstring's measurements for one problem as a dict (None when the search finds
+    no layout that fits):
     the answer, the stage DP's fitted split and, for k = 1..``descend``, :func:`stay_descent` on
     the k-stay paths from each of the two; ``limit_ms[k]`` is the least k-stay longest path over
     the fitting layouts met (a cap on every bound that prices paths of at most k stays) and
     ``best_ms`` the fastest fitting layout met (the answer, unless a descent found a faster one)."""
-    import search_quality
+    import primal_probe
     c0 = time.process_time()
-    out, bs = search_quality.search(problem)
-    best = out.best
-    if best is None:
+    best, bound = primal_probe.answer(problem)
+    if best is None or not fits(best.peak_mib, problem.hbm_mib):
         return None
     layouts: list[tuple[str, Candidate]] = [("answer", best)]
-    row: dict = {"V": best.V, "answer_ms": best.step_ms, "bound_ms": bs.bound_ms}
+    row: dict = {"V": best.V, "answer_ms": best.step_ms, "bound_ms": bound}
     wit = stage_dp_witness(problem, best)
     if wit is not None:
         row["stage_dp_ms"] = wit[0]

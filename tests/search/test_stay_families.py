@@ -73,20 +73,33 @@ def test_stay_lengths_refuse_bad_input():
         stay_lengths(cs, f, np.ones((1, 2, 3)), 0.0, 1)
 
 
-def test_measure_limits_come_from_fitting_layouts():
+def test_measure_limits_come_from_fitting_layouts(monkeypatch):
+    import benchmarks.stay_families as sf
     from benchmarks.scaling import build
-    from benchmarks.stay_families import measure
     problem = build(4, 2, 8, 16, "dense", "tight")
-    row = measure(problem, 2, 1)
+
+    def over_budget(pr, ans):  # the answer's split without recompute: shorter paths, over the budget
+        z = np.zeros_like(ans.layers)
+        return 0.0, pr.score([Candidate(ans.V, ans.layers, z, z.copy(), z.copy())])[0]
+    monkeypatch.setattr(sf, "stage_dp_witness", over_budget)
+    row = sf.measure(problem, 2, 1)
     lays = row["layouts"]
     assert lays[0]["name"] == "answer" and lays[0]["fits"]
+    assert [x["fits"] for x in lays if x["name"].startswith("stage DP")] == [False]
     # the answer's longest path with many stays is its step time; k = 2 here is a lower bound of it
     assert lays[0]["stays_ms"][2] <= lays[0]["step_ms"] + 1e-9
     ok = [x for x in lays if x["fits"]]
     assert row["limit_ms"] == [min(x["stays_ms"][k] for x in ok) for k in range(3)]
+    assert row["limit_ms"][1] > min(x["stays_ms"][1] for x in lays)  # the layout over the budget is not counted
     assert row["best_ms"] == min(x["step_ms"] for x in ok)
     assert row["limit_ms"][1] <= row["limit_ms"][2] <= row["best_ms"] + 1e-9
-    assert any(x["name"].startswith("1-stay descent") for x in lays)
+    # no descent from a layout over the budget: only the answer's
+    assert [x["name"] for x in lays if "descent" in x["name"]] == ["1-stay descent from the answer"]
+    over = over_budget(problem, problem.score([Candidate(2, even_layers(problem.N, problem.P, 2),
+                                                         *(np.zeros((2, 4), dtype=np.int64),) * 3)])[0])[1]
+    assert not fits(over.peak_mib, problem.hbm_mib)
+    with pytest.raises(ValueError, match="fits the HBM budget"):
+        sf.stay_descent(problem, over, 1)
 
 
 def test_batched_stay_lengths_equal_one_at_a_time():

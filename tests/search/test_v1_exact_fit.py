@@ -1,6 +1,6 @@
 """pp_interleave_num 1 local search re-fits recompute exactly (autotune.tuner.fit.search_fit): from
 the even split it reaches the enumerated optimum of small problems, where the greedy fit it used
-before stops 0.4–3.2 % above it (issue 17; docs/search.md)."""
+before stops 1.8–3.2 % above it (issue 17; docs/search.md)."""
 
 import pytest
 
