@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -165,6 +166,15 @@ def problems() -> dict[str, Problem | tuple]:
     return out
 
 
+def print_names(names) -> None:
+    """Print one problem name a line (``--list``); a reader that stops early (``| head``) ends the
+    output quietly instead of with a BrokenPipeError traceback (Python docs, "Note on SIGPIPE")."""
+    try:
+        print("\n".join(names), flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush
+
+
 def answer(problem: Problem) -> tuple[Candidate | None, float]:
     """The default search's answer (scored; None when no layout that fits was found) and its bound
     (ms), as ``search_quality.run`` runs it (:func:`search_quality.search`)."""
@@ -188,7 +198,7 @@ def main() -> None:
     a = ap.parse_args()
     names = problems()
     if a.list:
-        print("\n".join(names))
+        print_names(names)
         return
     chosen = [n for n in names if any(o in n for o in a.only)]
     if not chosen:

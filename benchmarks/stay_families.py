@@ -249,7 +249,7 @@ def main() -> None:
         ap.error(f"--descend {a.descend}: give 0 or more")
     names = primal_probe.problems()
     if a.list:
-        print("\n".join(names))
+        primal_probe.print_names(names)
         return
     chosen = [n for n in names if any(o in n for o in a.only)]
     if not chosen:
