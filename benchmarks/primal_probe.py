@@ -175,6 +175,32 @@ def print_names(names) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush
 
 
+def add_problem_args(ap: argparse.ArgumentParser) -> None:
+    """The ``--only`` / ``--list`` options of the benchmarks that run :func:`problems` by name."""
+    ap.add_argument("--only", action="append", default=[],
+                    help="problems whose name contains this (repeat for several; --list shows the names)")
+    ap.add_argument("--list", action="store_true", help="print the problem names and exit")
+
+
+def chosen_problems(ap: argparse.ArgumentParser, a: argparse.Namespace):
+    """(name, problem) of each :func:`problems` entry whose name contains an ``--only`` part, built
+    one at a time as the caller iterates (a grid row by ``scaling.build``). With ``--list`` it
+    prints the names (:func:`print_names`) and yields nothing; with no match it exits through
+    ``ap.error`` (exit 2) before the first problem."""
+    import scaling
+    names = problems()
+    if a.list:
+        print_names(names)
+        return
+    chosen = [n for n in names if any(o in n for o in a.only)]
+    if not chosen:
+        ap.error(f"no problem name contains {' or '.join(map(repr, a.only))}; --list shows them" if a.only
+                 else "give --only NAME (a part of a problem's name; --list shows them)")
+    for name in chosen:
+        spec = names[name]
+        yield name, (scaling.build(*spec) if isinstance(spec, tuple) else spec)
+
+
 def answer(problem: Problem) -> tuple[Candidate | None, float]:
     """The default search's answer (scored; None when no layout that fits was found) and its bound
     (ms), as ``search_quality.run`` runs it (:func:`search_quality.search`)."""
@@ -184,32 +210,20 @@ def answer(problem: Problem) -> tuple[Candidate | None, float]:
 
 
 def main() -> None:
-    import scaling
-
     ap = argparse.ArgumentParser(description="A simulated annealing from the search's answer (module docstring).",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--only", action="append", default=[],
-                    help="problems whose name contains this (repeat for several; --list shows the names)")
-    ap.add_argument("--list", action="store_true", help="print the problem names and exit")
+    add_problem_args(ap)
     ap.add_argument("--rounds", type=int, default=2000, help="annealing rounds")
     ap.add_argument("--seed", type=int, default=0, help="the annealing's generator seed")
     ap.add_argument("--t0", type=float, default=T0_FRACTION, help="start temperature / the answer's step time")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     a = ap.parse_args()
-    names = problems()
-    if a.list:
-        print_names(names)
-        return
-    chosen = [n for n in names if any(o in n for o in a.only)]
-    if not chosen:
-        ap.error(f"no problem name contains {' or '.join(map(repr, a.only))}; --list shows them" if a.only
-                 else "give --only NAME (a part of a problem's name; --list shows them)")
     rows = []
-    print(f"{'problem':36s} {'answer ms':>11s} {'probe ms':>11s} {'bound ms':>11s} {'gap':>7s} {'after':>7s} "
-          f"{'search s':>8s} {'probe s':>8s} {'layouts':>9s}")
-    for name in chosen:
-        spec = names[name]
-        problem = scaling.build(*spec) if isinstance(spec, tuple) else spec
+    header = (f"{'problem':36s} {'answer ms':>11s} {'probe ms':>11s} {'bound ms':>11s} {'gap':>7s} {'after':>7s} "
+              f"{'search s':>8s} {'probe s':>8s} {'layouts':>9s}")
+    for i, (name, problem) in enumerate(chosen_problems(ap, a)):
+        if i == 0:
+            print(header)
         c0 = time.process_time()
         best, bound = answer(problem)
         c1 = time.process_time()

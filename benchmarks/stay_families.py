@@ -229,13 +229,10 @@ def measure(problem: Problem, k_max: int, descend: int = 1) -> dict | None:
 
 def main() -> None:
     import primal_probe
-    import scaling
 
     ap = argparse.ArgumentParser(description="Longest paths with at most k stays (module docstring).",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--only", action="append", default=[],
-                    help="problems whose name contains this (repeat for several; --list shows the names)")
-    ap.add_argument("--list", action="store_true", help="print the problem names and exit")
+    primal_probe.add_problem_args(ap)
     ap.add_argument("--k", type=int, default=3, help="the most stays K")
     ap.add_argument("--descend", type=int, default=1,
                     help="descend on the longest path of at most k stays for k = 1..this, at most --k "
@@ -247,19 +244,9 @@ def main() -> None:
         ap.error(f"--k {a.k}: give 1 to 8 stays (memory grows with it)")
     if a.descend < 0:
         ap.error(f"--descend {a.descend}: give 0 or more")
-    names = primal_probe.problems()
-    if a.list:
-        primal_probe.print_names(names)
-        return
-    chosen = [n for n in names if any(o in n for o in a.only)]
-    if not chosen:
-        ap.error(f"no problem name contains {' or '.join(map(repr, a.only))}; --list shows them" if a.only
-                 else "give --only NAME (a part of a problem's name; --list shows them)")
     stays = " ".join(f"{f'{k}-stay ms':>11s}" for k in range(1, a.k + 1))
     rows = []
-    for name in chosen:
-        spec = names[name]
-        problem = scaling.build(*spec) if isinstance(spec, tuple) else spec
+    for name, problem in primal_probe.chosen_problems(ap, a):
         row = measure(problem, a.k, min(a.descend, a.k))
         if row is None:
             print(f"{name}: no layout that fits found", flush=True)
