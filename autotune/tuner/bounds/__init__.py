@@ -15,6 +15,8 @@ Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound`
 - :mod:`.milp` — :class:`IntegerProgram`, integer program with lazily generated paths (HiGHS);
 - :mod:`.wrap_dp` — :class:`WrapDP`, the device DP's stage tables plus the two-stage paths of the
   last and the first stage (they ping-pong across the chunk boundary), coupled in the DP;
+- :mod:`.pair_dp` — :class:`PairDP`, the stage DP with the last stage's configuration fixed and the
+  paths that stay on the last stage and one other stage priced too (V = 2);
 - :mod:`.path_lp` — :class:`PathLP`, the integer program's linear relaxation with every path it
   needs generated (HiGHS through highspy, warm-started), where a V's gap is still over 2 %;
 - :mod:`.split_lp` — :class:`SplitLP`, when a V has few layer splits (deep pipelines, one or two
@@ -40,6 +42,7 @@ from autotune.tuner.bounds._paths import critical_path
 from autotune.tuner.bounds.device_dp import DeviceDP
 from autotune.tuner.bounds.lagrangian import Lagrangian
 from autotune.tuner.bounds.milp import IntegerProgram
+from autotune.tuner.bounds.pair_dp import PairDP
 from autotune.tuner.bounds.path_dp import PathDP, path_dp_bound
 from autotune.tuner.bounds.path_lp import PathLP
 from autotune.tuner.bounds.split_lp import SplitLP
@@ -76,7 +79,9 @@ class Pass:
 #: the incumbent its tables drop more configurations, so the other stages' least replay rises
 #: (scaling.py's P32 V2 m64 L128 dense 19,102 -> 19,151 ms). It runs after the integer program
 #: so that its split, a seed, does not join the layouts whose critical paths start the program's
-#: family (a node-capped program's bound moves with its family). Last, where a V's certified gap
+#: family (a node-capped program's bound moves with its family). Then, for V = 2 where the gap is
+#: over 0.5 %, the pair DP (the stage DP's family plus the paths that stay on the last stage and
+#: one other; under a second to a few CPU s). Last, where a V's certified gap
 #: is still over 2 %, the path LP: the integer program's linear relaxation with its paths
 #: generated to convergence under a work cap (a few CPU s; on the MoE rows of scaling.py it
 #: prices the paths that stay on several stages, which the DP bounds cannot).
@@ -87,6 +92,7 @@ REGISTRY: tuple[Pass, ...] = (
                                                                      propose=False)),),
          skip="dominated", seed_tag="milp"),
     Pass("stage DP", (StageDP(),), skip="upper", seed_tag="stage-dp"),
+    Pass("pair DP", (PairDP(),), skip="dominated", seed_tag="pair-dp"),
     Pass("path LP", (PathLP(),), skip="dominated", seed_tag="path-lp"),
 )
 
@@ -132,5 +138,5 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
 
 
 __all__ = ["BoundContext", "BoundOutcome", "BoundResult", "DeviceDP", "Fallback", "IntegerProgram", "Lagrangian",
-           "LowerBound", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP", "StageDP", "Tightened", "WrapDP",
+           "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP", "StageDP", "Tightened", "WrapDP",
            "critical_path", "lower_bound", "path_dp_bound", "tighten"]

@@ -287,9 +287,22 @@ def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray, own: np.ndarr
     return ok, cf.base[ok] + own[ok] + h[ok, None] * sp.a_b[None, :]
 
 
-def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: _StageConfigs,
-                 H: np.ndarray, cap_ms: float | None = None) -> _StageTable | None:
-    """The :class:`_StageTable` of stage p from its fitting configurations ``cf``: every path's
+class StageLengths(NamedTuple):
+    """Stage p's configurations that can still hold a threshold under the cap, with their path
+    lengths: layer counts nv int [M, V], least replay E [M] (ms per micro-batch), every one-stay
+    path's length with its replay lengths [M, Q] (ms, :func:`_stage_table`'s rule) and each path's
+    ms per chunk-0 layer before the stage alpha0 [Q] and per last-chunk layer after it alphaR [Q]."""
+
+    nv: np.ndarray
+    E: np.ndarray
+    lengths: np.ndarray
+    alpha0: np.ndarray
+    alphaR: np.ndarray
+
+
+def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: _StageConfigs,
+                  H: np.ndarray, cap_ms: float | None = None) -> StageLengths | None:
+    """The :class:`StageLengths` of stage p from its fitting configurations ``cf``: every path's
     length is its length without replay, plus its replay on the stage (:func:`_own_replay`: the
     least replay weighted by the path's backward ops per chunk, or E × its fewest backward ops of
     a chunk), plus ``a_b`` times the least replay the other stages need for the N − n layers they
@@ -298,7 +311,6 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     configurations still under ``cap_ms`` with the other. None when no configuration is left
     (the others cannot hold the remaining layers, or the path passes ``cap_ms``)."""
     lay = su.layer
-    V = su.end_fwd_ms.shape[0]
     ok, base = _with_replay(sp, cf, H)
     keep = np.flatnonzero(ok)
     if cap_ms is not None:
@@ -307,19 +319,31 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     cf = _StageConfigs(cf.nv[keep], cf.E[keep], cf.base[keep])
     alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
     alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
-    # paths with the same (alpha0, alphaR) differ only in their constant: keep the largest
-    coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
-    grp = grp.reshape(-1)
-    _, base = _with_replay(sp, cf, H, _own_replay(problem, su, p, fr, sp, cf.nv, cf.E, base, grp))
-    nv = cf.nv
+    # paths with the same (alpha0, alphaR) differ only in their constant: the replay is priced
+    # where it can lift a path above its group's longest
+    _, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
+    _, base = _with_replay(sp, cf, H, _own_replay(problem, su, p, fr, sp, cf.nv, cf.E, base, grp.reshape(-1)))
+    nv, E = cf.nv, cf.E
     if cap_ms is not None:
         under = _under_cap(base, cap_ms)
-        nv, base = nv[under], base[under]
+        nv, E, base = nv[under], E[under], base[under]
     if nv.shape[0] == 0:
         return None
+    return StageLengths(nv, E, base, alpha0, alphaR)
+
+
+def stage_table(nv: np.ndarray, lengths: np.ndarray, alpha0: np.ndarray, alphaR: np.ndarray) -> _StageTable:
+    """The DP's :class:`_StageTable` of one stage from its configurations nv int [M, V] (M >= 1)
+    and their path lengths [M, Q] (ms) with each path's ms per chunk-0 layer before the stage
+    alpha0 [Q] and per last-chunk layer after it alphaR [Q]: paths with the same coefficients keep
+    their largest length, configurations are grouped by DP move (layers, last-chunk layers, chunk-0
+    layers) and, within a group, one whose every group length is >= another's is dropped."""
+    V = nv.shape[1]
+    coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
+    grp = grp.reshape(-1)
     gbase = np.full((nv.shape[0], coef.shape[0]), -np.inf)
     for g in range(coef.shape[0]):
-        gbase[:, g] = base[:, grp == g].max(axis=1)
+        gbase[:, g] = lengths[:, grp == g].max(axis=1)
     # configs with the same DP move (layers, chunk-0 layers, last-chunk layers) form a group
     key = np.stack([nv.sum(axis=1), nv[:, V - 1], nv[:, 0]], axis=1)  # layers, last, chunk 0
     order = np.lexsort(key.T[::-1])
@@ -333,6 +357,14 @@ def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr:
     nv, gbase, key = nv[keep], gbase[keep], key[keep]
     starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
     return _StageTable(nv, gbase, coef[:, 0], coef[:, 1], key[starts], starts)
+
+
+def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: _StageConfigs,
+                 H: np.ndarray, cap_ms: float | None = None) -> _StageTable | None:
+    """The :class:`_StageTable` of stage p from its fitting configurations ``cf``
+    (:func:`stage_lengths`, then :func:`stage_table`); None when no configuration is left."""
+    sl = stage_lengths(problem, su, p, sp, fr, cf, H, cap_ms)
+    return None if sl is None else stage_table(sl.nv, sl.lengths, sl.alpha0, sl.alphaR)
 
 
 class _ThresholdDP:
