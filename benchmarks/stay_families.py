@@ -61,7 +61,7 @@ BATCH = 256
 
 
 def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p2p_ms: float,
-                 k_max: int) -> np.ndarray:
+                 k_max: int, stay_on: np.ndarray | None = None) -> np.ndarray:
     """float [k_max + 1] ms (or [B, k_max + 1] for a batch): entry k is the longest path of the
     dependency graph with at most k stays (maximal runs of program-order edges) for mini-stage
     durations ``fwd_ms``, ``bwd_ms`` float [V, P] or [B, V, P] (ms per micro-batch, backward with
@@ -70,9 +70,14 @@ def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p
     time. A DP over the ops in topological order with state (stays so far, whether the last edge
     was program order); memory ~16 · ops · B · (k_max + 1) bytes.
 
+    ``stay_on`` bool [B, P] (or [P]): only paths whose stays all lie on the stages marked in row b
+    count for batch entry b (program-order edges into ops of other stages are left out); with
+    [V, P] durations and a [B, P] mask, the one layout is measured under every row of the mask
+    (:func:`pair_stays`).
+
     Raises:
-        ValueError: the schedule splits the backward (B/W ops), k_max < 0, or durations not of shape
-            [V, P] / [B, V, P] (both the same).
+        ValueError: the schedule splits the backward (B/W ops), k_max < 0, durations not of shape
+            [V, P] / [B, V, P] (both the same), or a mask not of shape [P] / [B, P].
     """
     if cs.split_bw:
         raise ValueError("stay_lengths needs a schedule that runs the whole backward as one op")
@@ -84,6 +89,17 @@ def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p
                          "or [B, V, P], both the same")
     single = f.ndim == 2
     f, b = f.reshape(-1, cs.V, cs.P), b.reshape(-1, cs.V, cs.P)
+    mask = None
+    if stay_on is not None:
+        mask = np.asarray(stay_on, dtype=bool)
+        if mask.ndim not in (1, 2) or mask.shape[-1] != cs.P:
+            raise ValueError(f"stay_on of shape {mask.shape}: give [P] or [B, P] with P = {cs.P}")
+        single = single and mask.ndim == 1
+        mask = mask.reshape(-1, cs.P)
+        if f.shape[0] == 1 and mask.shape[0] > 1:
+            f, b = np.repeat(f, mask.shape[0], axis=0), np.repeat(b, mask.shape[0], axis=0)
+        if mask.shape[0] != f.shape[0]:
+            raise ValueError(f"stay_on has {mask.shape[0]} rows for {f.shape[0]} layouts")
     B, K1 = f.shape[0], k_max + 1
     topo, dep, prev, cross = cs._scalar
     n = cs.num_ops
@@ -101,8 +117,48 @@ def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p
         if pr < n:
             r = run[i]
             r[:, 1:] = np.maximum(run[pr][:, 1:], out[pr][:, :-1]) + di
+            if mask is not None:
+                r[~mask[:, cs.stage[i]]] = -np.inf
     best = np.maximum.accumulate(np.maximum(out[:n].max(axis=0), run[:n].max(axis=0)), axis=1)
     return best[0] if single else best
+
+
+def pair_stays(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p2p_ms: float) -> np.ndarray:
+    """float [P, P] ms, symmetric: entry (p, q) is the longest path with at most two stays, each on
+    stage p or stage q (entry (p, p): both on p, which is at least p's longest one-stay path), for one
+    layout's durations ``fwd_ms``, ``bwd_ms`` float [V, P] (ms per micro-batch). The largest entry
+    is :func:`stay_lengths`' entry 2 (every path of at most two stays stays on at most two stages).
+    Where the two-stay value sits says which stages a bound must couple to price it. Cost: P(P+1)/2
+    batch rows of :func:`stay_lengths` at k = 2.
+
+    Raises:
+        ValueError: as :func:`stay_lengths`.
+    """
+    P = cs.P
+    ps, qs = np.triu_indices(P)
+    mask = np.zeros((ps.size, P), dtype=bool)
+    mask[np.arange(ps.size), ps] = True
+    mask[np.arange(ps.size), qs] = True
+    val = stay_lengths(cs, fwd_ms, bwd_ms, p2p_ms, 2, stay_on=mask)[:, 2]
+    out = np.empty((P, P))
+    out[ps, qs] = val
+    out[qs, ps] = val
+    return out
+
+
+def pair_summary(table: np.ndarray) -> dict:
+    """What :func:`pair_stays`' table [P, P] says: the longest pair (``pair``: [p, q], p <= q, and
+    its ``ms``), the longest two-stay path with a stay on the first or the last stage (``ends_ms``:
+    row 0 and column P - 1) and the longest with both stays elsewhere (``inner_ms``; -inf for
+    P <= 2)."""
+    P = table.shape[0]
+    ps, qs = np.triu_indices(P)
+    j = int(np.argmax(table[ps, qs]))
+    p, q = ps[j], qs[j]
+    inner = table[1:P - 1, 1:P - 1]
+    return {"pair": [int(p), int(q)], "ms": float(table[p, q]),
+            "ends_ms": float(max(table[0].max(), table[:, P - 1].max())),
+            "inner_ms": float(inner.max()) if inner.size else float("-inf")}
 
 
 def _one_v(cands: list[Candidate]) -> int:
@@ -195,13 +251,17 @@ def stage_dp_witness(problem: Problem, answer: Candidate) -> tuple[float, Candid
     return res.bound_ms, fitted(problem, answer.V, res.split[None], "stage-dp-split", fit=ExactFit())[0]
 
 
-def measure(problem: Problem, k_max: int, descend: int = 1) -> dict | None:
+def measure(problem: Problem, k_max: int, descend: int = 1, pairs: bool = False) -> dict | None:
     """The module docstring's measurements for one problem as a dict (None when the search finds
     no layout that fits):
     the answer, the stage DP's fitted split and, for k = 1..``descend``, :func:`stay_descent` on
     the k-stay paths from each of the two; ``limit_ms[k]`` is the least k-stay longest path over
     the fitting layouts met (a cap on every bound that prices paths of at most k stays) and
-    ``best_ms`` the fastest fitting layout met (the answer, unless a descent found a faster one)."""
+    ``best_ms`` the fastest fitting layout met (the answer, unless a descent found a faster one).
+    With ``pairs`` each layout also gets :func:`pair_summary` of its :func:`pair_stays` table
+    (``pairs``), and ``ends_limit_ms`` is the least, over the fitting layouts met, of the longest
+    path that stays on one stage or on two of which one is the first or the last stage: a cap on
+    every bound over that family."""
     import primal_probe
     c0 = time.process_time()
     best, bound = primal_probe.answer(problem)
@@ -222,6 +282,13 @@ def measure(problem: Problem, k_max: int, descend: int = 1) -> dict | None:
     row["layouts"] = [{"name": name, "fits": bool(f), "step_ms": c.step_ms, "layers": c.layers.tolist(),
                        "stays_ms": st.tolist()} for (name, c), f, st in zip(layouts, ok, stays)]
     row["limit_ms"] = stays[ok].min(axis=0).tolist()
+    if pairs:
+        cs = compile_schedule(problem.schedule, problem.P, best.V, problem.m, problem.seq_split_num)
+        for lay, (_, c) in zip(row["layouts"], layouts):
+            costs = _costs(problem, c.V, [c])
+            lay["pairs"] = pair_summary(pair_stays(cs, costs.fwd_ms[0], costs.bwd_ms[0], problem.pa.p2p_ms))
+        row["ends_limit_ms"] = min(max(lay["pairs"]["ends_ms"], lay["stays_ms"][1])
+                                   for lay in row["layouts"] if lay["fits"])
     row["best_ms"] = min(c.step_ms for (_, c), f in zip(layouts, ok) if f)
     row["cpu_s"] = time.process_time() - c0
     return row
@@ -238,6 +305,10 @@ def main() -> None:
                     help="descend on the longest path of at most k stays for k = 1..this, at most --k "
                          "(0: none; k >= 2 costs about a second a move on pp 16 x vpp 2 x m 64, "
                          "~100 s on pp 32 x vpp 4 x m 256)")
+    ap.add_argument("--pairs", action="store_true",
+                    help="also say, per layout, which two stages hold its longest two-stay path, and the "
+                         "longest one with a stay on the first or the last stage against the rest "
+                         "(P(P+1)/2 two-stay walks a layout)")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     a = ap.parse_args()
     if not 1 <= a.k <= 8:
@@ -247,7 +318,7 @@ def main() -> None:
     stays = " ".join(f"{f'{k}-stay ms':>11s}" for k in range(1, a.k + 1))
     rows = []
     for name, problem in primal_probe.chosen_problems(ap, a):
-        row = measure(problem, a.k, min(a.descend, a.k))
+        row = measure(problem, a.k, min(a.descend, a.k), pairs=a.pairs)
         if row is None:
             print(f"{name}: no layout that fits found", flush=True)
             continue
@@ -256,16 +327,23 @@ def main() -> None:
         ans = row["answer_ms"]
         print(f"{name} (V {row['V']}): answer {ans:,.1f} ms, bound {row['bound_ms']:,.1f} ms "
               f"(gap {ans / row['bound_ms'] - 1:.2%}), {row['cpu_s']:.1f} CPU s")
-        print(f"  {'layout':40s} {'fits':>5s} {'step ms':>11s} {stays}")
+        extra = f" {'2-stay on':>10s} {'ends ms':>11s} {'inner ms':>11s}" if a.pairs else ""
+        print(f"  {'layout':40s} {'fits':>5s} {'step ms':>11s} {stays}{extra}")
         for lay in row["layouts"]:
+            pr = lay.get("pairs")
+            extra = (f" {'%d, %d' % tuple(pr['pair']):>10s} {pr['ends_ms']:11.1f} {pr['inner_ms']:11.1f}"
+                     if pr else "")
             print(f"  {lay['name']:40s} {'yes' if lay['fits'] else 'no':>5s} {lay['step_ms']:11.1f} "
-                  + " ".join(f"{x:11.1f}" for x in lay["stays_ms"][1:]))
+                  + " ".join(f"{x:11.1f}" for x in lay["stays_ms"][1:]) + extra)
         top = row["best_ms"]
         if top < ans:
             print(f"  a descent found a faster layout than the answer: {top:,.1f} ms")
         print("  no bound over paths of at most k stays can exceed: "
               + ", ".join(f"k {k}: {x:,.1f} ms (gap >= {top / x - 1:.2%})" for k, x in enumerate(row["limit_ms"])
                           if k >= 1), flush=True)
+        if a.pairs:
+            print(f"  ... nor one over paths on one stage or on two with the first or the last: "
+                  f"{row['ends_limit_ms']:,.1f} ms (gap >= {top / row['ends_limit_ms'] - 1:.2%})", flush=True)
         print()
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -127,3 +127,53 @@ def test_stay_descent_keeps_to_fitting_layouts_and_never_lengthens(k):
     assert low.layers.sum() == problem.N
     # full recompute everywhere replays every forward: the re-fitted layouts drop most of it
     assert stay_max(problem, [low], k)[0] < stay_max(problem, [start], k)[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(P=st.integers(2, 4), V=st.integers(1, 3), rounds=st.integers(1, 2), seed=st.integers(0, 10_000),
+       p2p=st.sampled_from([0.0, 0.7]), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]))
+def test_stays_on_chosen_stages(P, V, rounds, seed, p2p, sched):
+    """A mask of every stage changes nothing; one stay on stage p alone is the longest of p's
+    one-stay paths (exact counts); the pair table's largest entry is the two-stay value and its
+    entries grow with the stages allowed."""
+    from benchmarks.stay_families import pair_stays, stay_lengths
+    cs = compile_schedule(sched, P, V, P * rounds, 1)
+    f, b = _durations(seed, V, P)
+    free = stay_lengths(cs, f, b, p2p, 3)
+    assert np.array_equal(stay_lengths(cs, f, b, p2p, 3, stay_on=np.ones(P, dtype=bool)), free)
+    one = np.eye(P, dtype=bool)
+    got = stay_lengths(cs, f, b, p2p, 1, stay_on=one)[:, 1]
+    for p, rows in enumerate(one_stay_counts(cs)):
+        want = max((cf * f).sum() + (cb * b).sum() + h * p2p for cf, cb, h in rows)
+        assert got[p] == pytest.approx(want, rel=1e-12)
+    table = pair_stays(cs, f, b, p2p)
+    assert np.array_equal(table, table.T)
+    assert table.max() == pytest.approx(free[2], rel=1e-12)
+    diag = np.diag(table)
+    assert (table >= np.maximum(diag[:, None], diag[None, :]) - 1e-9).all()
+    assert (diag >= got - 1e-9).all()
+
+
+def test_stay_on_refuses_bad_masks():
+    from benchmarks.stay_families import stay_lengths
+    cs = compile_schedule("1f1b", 2, 1, 2, 1)
+    f, b = np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])
+    with pytest.raises(ValueError, match="stay_on"):
+        stay_lengths(cs, f, b, 0.0, 2, stay_on=np.ones(3, dtype=bool))
+    with pytest.raises(ValueError, match="rows"):
+        stay_lengths(cs, np.stack([f, f]), np.stack([b, b]), 0.0, 2, stay_on=np.ones((3, 2), dtype=bool))
+
+
+def test_pair_stays_hand_counted_pp2():
+    """The pp 2 case above: stage 0 runs F0 F1 B0 B1 (f 1, b 3), stage 1 F0 B0 F1 B1 (f 2, b 4).
+    Stays on stage 0 only: F0, F0 and B0 on stage 1, B0 on stage 0, then along stage 0 to B1:
+    1 + 2 + 4 + 3 + 3 = 13 (one stay; two stays add nothing: any other start gives at most 11).
+    A stay on stage 1 gives 16 (the one-stay value above), so the table is [[13, 16], [16, 16]]."""
+    from benchmarks.stay_families import pair_stays, pair_summary
+    cs = compile_schedule("1f1b", 2, 1, 2, 1)
+    f, b = np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])
+    table = pair_stays(cs, f, b, 0.0)
+    assert table == pytest.approx(np.array([[13.0, 16.0], [16.0, 16.0]]))
+    s = pair_summary(table)
+    assert s["pair"] == [0, 1] and s["ms"] == pytest.approx(16.0)
+    assert s["ends_ms"] == pytest.approx(16.0) and s["inner_ms"] == float("-inf")
