@@ -77,22 +77,24 @@ MIN_GAP = 0.005
 
 @dataclass(frozen=True)
 class PairShapes:
-    """Pair paths of stage p and the last stage (module docstring), one row per path: op counts on
-    p and on L on_p, on_L float [J, 2 (F, B), V] (divided by ``seq_split_num``), cross-stage hops
-    [J], the head's count in the off-stage chains head [J, 2] (0 when p = 0) and the region
-    coefficients reg [J, 6]: per layer forward + backward ms weights — chunk 0 before p (A0), the
-    other chunks before p (A1 <= A0), the last chunk between p and L (BL), the other chunks between
-    (B0) — as counts (A0, A1, BL, B0 are [2] each: forward and backward counts), and the least
-    backward count before p (kb) and between (km)."""
+    """Pair paths of a stage p and the pivot stage A (the first or the last; module docstring), one
+    row per path: op counts on p and on A on_p, on_A float [J, 2 (F, B), V] (divided by
+    ``seq_split_num``, the chains' ops there included), cross-stage hops [J], the off-pair chains'
+    counts of the head's mini-stage (0, 0) and of the tail's (V − 1, P − 1), head, tail [J, 2 (F, B)]
+    (0 where that stage is p or A), per region the least count counts [J, 4, 2 (F, B)] — chunk 0 of
+    the stages before p (A0), their other chunks (A1, capped at A0), the last chunk of the stages
+    after p (BL), their other chunks (B0) — and the least backward count before p (kb) and after
+    p (km). The regions leave A out: before p are the stages [0, p) for A = P − 1 and [1, p) for
+    A = 0, after p the stages (p, P − 1) and (p, P − 1] respectively."""
 
     on_p: np.ndarray
-    on_L: np.ndarray
+    on_A: np.ndarray
     hops: np.ndarray
     head: np.ndarray
+    tail: np.ndarray
     counts: np.ndarray
     kb: np.ndarray
     km: np.ndarray
-    group: np.ndarray
 
 
 def _own(cs: CompiledSchedule, order: list[int]) -> np.ndarray:
@@ -116,39 +118,52 @@ def _anchors(cs: CompiledSchedule, order: list[int], first: bool) -> list[int]:
     return sorted(at)
 
 
-def _regions(off: np.ndarray, p: int, L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _regions(off: np.ndarray, before: range, after: range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Off-pair counts off float [J, 2, V, P] -> (per-region least counts [J, 4 (A0, A1, BL, B0),
-    2 (F, B)], least backward count before p [J], between p and L [J]); a region without stages
-    counts 0. A1 is capped at A0 so that the C0 coefficient A0 − A1 stays >= 0."""
+    2 (F, B)], least backward count over the stages ``before`` [J] and ``after`` [J]); a region
+    without stages counts 0. A1 is capped at A0 so that the C0 coefficient A0 − A1 stays >= 0."""
     J, _, V, _ = off.shape
     out = np.zeros((J, 4, 2))
     kb = np.zeros(J)
     km = np.zeros(J)
-    if p > 0:
-        before = off[:, :, :, :p].min(axis=3)  # [J, 2, V]
-        out[:, 0] = before[:, :, 0]
-        out[:, 1] = np.minimum(before[:, :, 1:].min(axis=2), out[:, 0]) if V > 1 else before[:, :, 0]
-        kb = off[:, 1, :, :p].min(axis=(1, 2))
-    if p + 1 < L:
-        between = off[:, :, :, p + 1:L].min(axis=3)
-        out[:, 2] = between[:, :, V - 1]
-        out[:, 3] = between[:, :, :V - 1].min(axis=2)
-        km = off[:, 1, :, p + 1:L].min(axis=(1, 2))
+    if len(before):
+        sl = slice(before.start, before.stop)
+        low = off[:, :, :, sl].min(axis=3)  # [J, 2, V]
+        out[:, 0] = low[:, :, 0]
+        out[:, 1] = np.minimum(low[:, :, 1:].min(axis=2), out[:, 0]) if V > 1 else low[:, :, 0]
+        kb = off[:, 1, :, sl].min(axis=(1, 2))
+    if len(after):
+        sl = slice(after.start, after.stop)
+        low = off[:, :, :, sl].min(axis=3)
+        out[:, 2] = low[:, :, V - 1]
+        out[:, 3] = low[:, :, :V - 1].min(axis=2)
+        km = off[:, 1, :, sl].min(axis=(1, 2))
     return out, kb, km
 
 
-def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
-    """The pair paths of stage p < P − 1 and the last stage (module docstring), both directions.
-    Raises ValueError for p >= P − 1."""
+def regions(P: int, p: int, pivot: int) -> tuple[range, range]:
+    """The stages before and after p that a pair row of (p, pivot) prices by region (pivot left
+    out: module docstring)."""
+    L = P - 1
+    return (range(1 if pivot == 0 else 0, p), range(p + 1, P if pivot == 0 else L))
+
+
+def pair_shapes(cs: CompiledSchedule, p: int, pivot: int | None = None) -> PairShapes:
+    """The pair paths of stage p and the pivot stage (the last by default, or the first; module
+    docstring), both directions.
+
+    Raises:
+        ValueError: a pivot other than 0 / P − 1, or p equal to it or out of range."""
     P, V = cs.P, cs.V
     L = P - 1
-    if not 0 <= p < L:
-        raise ValueError(f"stage {p}: give 0 <= p < P - 1 = {L}")
+    A = L if pivot is None else pivot
+    if A not in (0, L) or not 0 <= p < P or p == A:
+        raise ValueError(f"stage {p}, pivot {pivot}: give a pivot 0 or P - 1 = {L} and another stage p < P")
+    before, after = regions(P, p, A)
     child = data_children(cs)
     fwd, chunk, stage = cs.fwd, cs.chunk, cs.stage
-    on_p, on_L, hops, head, cnt, kbs, kms, grp = [], [], [], [], [], [], [], []
-    g = 0
-    for a, b in ((L, p), (p, L)):
+    on_p, on_A, hops, head, tail, cnt, kbs, kms = [], [], [], [], [], [], [], []
+    for a, b in ((A, p), (p, A)):
         oa, ob = [int(x) for x in cs.order[a]], [int(x) for x in cs.order[b]]
         pos_b = {o: t for t, o in enumerate(ob)}
         own_a, own_b = _own(cs, oa), _own(cs, ob)
@@ -194,24 +209,23 @@ def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
                 off = Ce[None] + mids_a[sel] + Cx[None]  # [J, 2, V, P], the chains' ops on a and b too
                 first = own_a[ys_a[sel] + 1] - own_a[tx] + off[:, :, :, a]
                 second = own_b[tyy + 1] - own_b[xs_a[sel]] + off[:, :, :, b]
-                reg, kb, km = _regions(off, p, L)
+                reg, kb, km = _regions(off, before, after)
                 on_p.append(first if a == p else second)
-                on_L.append(second if a == p else first)
+                on_A.append(second if a == p else first)
                 hops.append(he + hx + mh_a[sel])
-                head.append(off[:, :, 0, 0] if p > 0 else np.zeros((sel.size, 2)))
+                head.append(off[:, :, 0, 0] if 0 not in (p, A) else np.zeros((sel.size, 2)))
+                tail.append(off[:, :, V - 1, L] if L not in (p, A) else np.zeros((sel.size, 2)))
                 cnt.append(reg)
                 kbs.append(kb)
                 kms.append(km)
-                grp.append(np.full(sel.size, g))
-                g += 1
     if not on_p:
         z = np.zeros((0, 2, V))
-        return PairShapes(z, z, np.zeros(0), np.zeros((0, 2)), np.zeros((0, 4, 2)), np.zeros(0), np.zeros(0),
-                          np.zeros(0, dtype=np.int64))
+        return PairShapes(z, z, np.zeros(0), np.zeros((0, 2)), np.zeros((0, 2)), np.zeros((0, 4, 2)), np.zeros(0),
+                          np.zeros(0))
     k = cs.k
-    return PairShapes(np.concatenate(on_p) / k, np.concatenate(on_L) / k, np.concatenate(hops),
-                      np.concatenate(head) / k, np.concatenate(cnt) / k, np.concatenate(kbs) / k,
-                      np.concatenate(kms) / k, np.concatenate(grp))
+    return PairShapes(np.concatenate(on_p) / k, np.concatenate(on_A) / k, np.concatenate(hops),
+                      np.concatenate(head) / k, np.concatenate(tail) / k, np.concatenate(cnt) / k,
+                      np.concatenate(kbs) / k, np.concatenate(kms) / k)
 
 
 def _chunk_replay(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> np.ndarray:
@@ -273,34 +287,41 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[first], inv.reshape(-1)
 
 
-def _pair_rows(problem: Problem, su: IntegerSetup, p: int, sh: PairShapes, sl: StageLengths, sL: StageLengths,
-               Ev: np.ndarray, EvL: np.ndarray) -> _Rows:
-    """Stage p's :class:`_Rows` (module docstring): rows of one shape group with the same region
-    coefficients merged, keeping the largest constant over their y."""
+def _pair_rows(problem: Problem, su: IntegerSetup, p: int, A: int, sh: PairShapes, sl: StageLengths,
+               sA: StageLengths, Ev: np.ndarray, EvA: np.ndarray) -> _Rows:
+    """Stage p's :class:`_Rows` for the pivot stage A (module docstring): rows with the same region
+    coefficients merged, keeping the largest constant over their paths. The regions' layer counts
+    in terms of the DP's state (s layers placed before p, C0 of them in chunk 0, R last-chunk
+    layers after p) and the pivot's configuration (n_A layers, n0_A in chunk 0, nl_A in the last):
+    pivot P − 1: C0, s − C0, R − nl_A, N − s − n_p − n_A − (R − nl_A); pivot 0: C0 − n0_A,
+    s − n_A − (C0 − n0_A), R, N − s − n_p − R."""
     lay = su.layer
-    N, V = problem.N, sL.nv.shape[1]
+    N, V, L = problem.N, sA.nv.shape[1], problem.P - 1
     ms = np.array([lay.fwd_ms, lay.bwd_ms])
     coef = sh.counts @ ms  # [J, 4] ms per layer: A0, A1, BL, B0
-    hf, hb = problem.pa.head.fwd_ms, problem.pa.head.bwd_ms
-    fixed = sh.hops * su.p2p_ms + sh.head @ np.array([hf, hb])  # [J]
+    pa = problem.pa
+    fixed = (sh.hops * su.p2p_ms + sh.head @ np.array([pa.head.fwd_ms, pa.head.bwd_ms])
+             + sh.tail @ np.array([pa.tail.fwd_ms, pa.tail.bwd_ms]))  # [J]
     Sp = _stay_ms(su, p, sl, Ev, sh.on_p)  # [M, J]
-    SL = _stay_ms(su, su.cs.P - 1, sL, EvL, sh.on_L)  # [M_L, J]
+    SA = _stay_ms(su, A, sA, EvA, sh.on_A)  # [M_A, J]
     key = np.ascontiguousarray(np.concatenate([coef, sh.kb[:, None], sh.km[:, None]], axis=1).round(9) + 0.0)
     keys, inv = _unique_rows(key)
     n_p = sl.nv.sum(axis=1)
-    nL, nlL = sL.nv.sum(axis=1), sL.nv[:, V - 1]
+    nA, n0A, nlA = sA.nv.sum(axis=1), sA.nv[:, 0], sA.nv[:, V - 1]
     G = keys.shape[0]
-    const = np.full((G, n_p.size, nL.size), -np.inf)
-    step = max(1, int(ROWS_CHUNK // max(1, n_p.size * nL.size)))
+    const = np.full((G, n_p.size, nA.size), -np.inf)
+    step = max(1, int(ROWS_CHUNK // max(1, n_p.size * nA.size)))
     for t in range(G):
         j_all = np.flatnonzero(inv == t)
         for at in range(0, j_all.size, step):
             j = j_all[at:at + step]
-            np.maximum(const[t], (Sp[:, None, j] + SL[None, :, j] + fixed[None, None, j]).max(axis=2), out=const[t])
-    A0, A1, BL, B0, kb, km = (keys[:, i] for i in range(6))
-    const += (B0[:, None, None] * (N - n_p[None, :, None] - nL[None, None, :])
-              - (BL - B0)[:, None, None] * nlL[None, None, :])
-    return _Rows(const, A1 - B0, A0 - A1, BL - B0, kb, km)
+            np.maximum(const[t], (Sp[:, None, j] + SA[None, :, j] + fixed[None, None, j]).max(axis=2), out=const[t])
+    A0, A1, BL, B0, kb, km = (keys[:, i][:, None, None] for i in range(6))
+    if A == L:
+        const += B0 * (N - n_p[None, :, None] - nA[None, None, :]) - (BL - B0) * nlA[None, None, :]
+    else:
+        const += -(A0 - A1) * n0A[None, None, :] - A1 * nA[None, None, :] + B0 * (N - n_p[None, :, None])
+    return _Rows(const, (A1 - B0)[:, 0, 0], (A0 - A1)[:, 0, 0], (BL - B0)[:, 0, 0], kb[:, 0, 0], km[:, 0, 0])
 
 
 @dataclass
@@ -335,14 +356,16 @@ def _limit(slack: np.ndarray, a0: float | np.ndarray) -> np.ndarray:
 
 def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float | None = None,
                   rel_tol: float = 1e-4, work: float = WORK, max_configs: int = 200_000,
-                  deadline: float | None = None) -> PairDPBound | None:
+                  deadline: float | None = None, pivots: tuple[int, ...] | None = None) -> PairDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
     that is faster than ``upper_ms`` (a feasible step time; the result is at most it): the module
-    docstring's DP. ``lower_ms``: a bound already proven (the bisection starts there). None where
-    the bound does not apply (V = 1, B/W-split schedules, P < 2, more count vectors than
-    ``max_configs`` or pair paths than :data:`MAX_SHAPES`). Past ``work`` array elements or
-    ``deadline`` (time.monotonic()) the bisection stops and its last infeasible threshold is
-    returned (a proof)."""
+    docstring's DP with the last stage as the pivot (``pivots``: the pivots in turn, each
+    bisection starting from the value before it; the first stage, 0, is measured but not run by
+    default: docs/search.md). ``lower_ms``: a bound already
+    proven (the first bisection starts there). None where the bound does not apply (V != 2,
+    B/W-split schedules, P < 3, more count vectors than ``max_configs``, more pair-path work than
+    :data:`ROWS_WORK`). Past ``work`` array elements or ``deadline`` (time.monotonic()) a bisection
+    stops and its last infeasible threshold is returned (a proof)."""
     su = integer_setup(problem, V)
     if su is None or V != 2 or problem.P < 3 or not np.isfinite(upper_ms):
         return None
@@ -358,9 +381,6 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
     all_vecs = [count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), min(n_cap, N)) for p in range(P)]
     if sum(len(v) for v in all_vecs) > max_configs:
         return None
-    ops = max(len(o) for o in cs.order)
-    if 2 * L * ops * len(_anchors(cs, [int(x) for x in cs.order[0]], True)) ** 2 > MAX_SHAPES:
-        return None
     fr = row_frontiers(problem)
     screened = _screen(problem, su, paths, fr, all_vecs, cap)
     if screened is None:
@@ -373,72 +393,73 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
     if any(s is None for s in sls):
         return PairDPBound(cap, 0, 0, 0.0)
     Ev = [_chunk_replay(problem, su, p, sl.nv) for p, sl in enumerate(sls)]
-    sL = sls[L]
-    shapes = [pair_shapes(cs, p) for p in range(L)]
-    if sum(sh.hops.size * sls[p].nv.shape[0] for p, sh in enumerate(shapes)) * sL.nv.shape[0] > ROWS_WORK:
-        return None
-    rows = [_pair_rows(problem, su, p, shapes[p], sls[p], sL, Ev[p], Ev[L]) for p in range(L)]
-    # least replay per layer count of each stage, and its min-plus sums before p / between p and L
-    g = np.full((P, N + 1), np.inf)
+    g = np.full((P, N + 1), np.inf)  # least replay per layer count of each stage
     for q, sl in enumerate(sls):
         np.minimum.at(g[q], sl.nv.sum(axis=1), sl.E)
-    unit = np.full(N + 1, np.inf)
-    unit[0] = 0.0
-    pre, acc = [], unit
-    for q in range(P):
-        pre.append(np.where(np.isfinite(acc), acc, 0.0))
-        acc = _min_plus(acc, g[q])
-    mid = []
-    for p in range(P):
-        acc = unit
-        for q in range(p + 1, L):
-            acc = _min_plus(acc, g[q])
-        mid.append(np.where(np.isfinite(acc), acc, 0.0))
-    keep = _undominated_last(sL, rows, V)
-    dp = _PairThresholdDP(sls, rows, pre, mid, keep, N, V)
     lo_T = max(float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0, 0.0)
-    hi_T = cap
-    evals = 0
-    if lo_T >= hi_T:
-        return PairDPBound(hi_T, 0, keep.size, 0.0)
-    while hi_T - lo_T > rel_tol * hi_T:
-        if dp.work > work or (deadline is not None and time.monotonic() > deadline):
-            break
-        T = 0.5 * (lo_T + hi_T)
-        evals += 1
-        ok = dp.feasible(T, work)
-        if ok is None:
-            break  # the work cap cut this threshold short: not proven either way
-        if ok:
-            hi_T = T
-        else:
-            lo_T = T
-    return PairDPBound(lo_T, evals, keep.size, dp.work)
+    evals, spent, tried = 0, 0.0, 0
+    for A in ((L,) if pivots is None else pivots):
+        free = [p for p in range(P) if p != A]
+        shapes = {p: pair_shapes(cs, p, A) for p in free}
+        if sum(sh.hops.size * sls[p].nv.shape[0] for p, sh in shapes.items()) * sls[A].nv.shape[0] > ROWS_WORK:
+            return None if not evals else PairDPBound(lo_T, evals, tried, spent)
+        rows = {p: _pair_rows(problem, su, p, A, shapes[p], sls[p], sls[A], Ev[p], Ev[A]) for p in free}
+        tabs = {p: tuple(_replay_sum(g, regions(P, p, A)[k], N) for k in range(2)) for p in free}
+        keep = _undominated_pivot(sls[A], rows, V)
+        dp = _PairThresholdDP(sls, rows, tabs, A, keep, N, V)
+        tried += keep.size
+        hi_T = cap
+        while hi_T - lo_T > rel_tol * hi_T:
+            if spent + dp.work > work or (deadline is not None and time.monotonic() > deadline):
+                break
+            T = 0.5 * (lo_T + hi_T)
+            evals += 1
+            ok = dp.feasible(T, work - spent)
+            if ok is None:
+                break  # the work cap cut this threshold short: not proven either way
+            if ok:
+                hi_T = T
+            else:
+                lo_T = T
+        spent += dp.work
+    return PairDPBound(lo_T, evals, tried, spent)
 
 
-def _undominated_last(sL: StageLengths, rows: list[_Rows], V: int) -> np.ndarray:
-    """Indices of the last-stage configurations to try: within a DP move (layers, last-chunk
-    layers, chunk-0 layers) one whose own path lengths and every pair row constant are >= another's
-    is dropped (the DP of the other is feasible wherever its is)."""
-    vec = np.concatenate([sL.lengths] + [r.const.transpose(2, 0, 1).reshape(sL.nv.shape[0], -1) for r in rows],
-                         axis=1)
-    key = np.stack([sL.nv.sum(axis=1), sL.nv[:, V - 1], sL.nv[:, 0]], axis=1)
-    keep = []
+def _replay_sum(g: np.ndarray, stages: range, N: int) -> np.ndarray:
+    """float [N + 1] ms: the least Σ of the stages' least replay per micro-batch over the ways to
+    place k layers on ``stages`` (g [P, N + 1]: each stage's least replay per layer count; +inf
+    made 0: a count no placement reaches never occurs in a layout that fits)."""
+    acc = np.full(N + 1, np.inf)
+    acc[0] = 0.0
+    for q in stages:
+        acc = _min_plus(acc, g[q])
+    return np.where(np.isfinite(acc), acc, 0.0)
+
+
+def _undominated_pivot(sA: StageLengths, rows: dict[int, _Rows], V: int) -> np.ndarray:
+    """Indices of the pivot's configurations to try: within a DP move (layers, last-chunk layers,
+    chunk-0 layers) one whose own path lengths and every pair row constant are >= another's is
+    dropped (the DP of the other is feasible wherever its is)."""
+    M = sA.nv.shape[0]
+    vec = np.concatenate([sA.lengths] + [r.const.transpose(2, 0, 1).reshape(M, -1) for r in rows.values()], axis=1)
+    key = np.stack([sA.nv.sum(axis=1), sA.nv[:, V - 1], sA.nv[:, 0]], axis=1)
+    keep: list[int] = []
     for k in np.unique(key, axis=0):
         idx = np.flatnonzero((key == k).all(axis=1))
-        keep.extend(idx[pareto_mask(vec[idx], keep_ties=False)] if idx.size > 1 else idx)
+        keep.extend(idx[pareto_mask(vec[idx])] if idx.size > 1 else idx)
     return np.array(sorted(keep), dtype=np.int64)
 
 
 class _PairThresholdDP:
-    """The module docstring's DP over stages 0..L−1 with the last stage fixed, per threshold."""
+    """The module docstring's DP over the stages other than the pivot A, whose configuration is
+    fixed (the last stage: after the others; the first: before them), per threshold."""
 
-    def __init__(self, sls: list[StageLengths], rows: list[_Rows], pre: list[np.ndarray], mid: list[np.ndarray],
-                 last: np.ndarray, N: int, V: int) -> None:
-        self.sls, self.rows, self.pre, self.mid, self.last = sls, rows, pre, mid, last
+    def __init__(self, sls: list[StageLengths], rows: dict[int, _Rows], tabs: dict[int, tuple[np.ndarray, np.ndarray]],
+                 A: int, pivot_configs: np.ndarray, N: int, V: int) -> None:
+        self.sls, self.rows, self.tabs, self.A, self.pivot_configs = sls, rows, tabs, A, pivot_configs
         self.N, self.V, self.P = N, V, len(sls)
         self.work = 0.0
-        self.hint = int(last[0]) if last.size else -1  # the last configuration found feasible: tried first
+        self.hint = int(pivot_configs[0]) if pivot_configs.size else -1  # last found feasible: tried first
         # per configuration the largest threshold its DP was found infeasible at (feasibility only
         # grows with T, so it is infeasible below it too)
         self.dead: dict[int, float] = {}
@@ -451,33 +472,45 @@ class _PairThresholdDP:
         self.reach = [(r >= a) & (r <= b) & (left >= r + c) & (left <= d) for a, b, c, d in suf]
 
     def feasible(self, T: float, work: float) -> bool | None:
-        """Whether some kept last-stage configuration's DP reaches (N, 0) at T; None when the work
+        """Whether the DP of some kept pivot configuration reaches (N, 0) at T; None when the work
         cap is passed first."""
-        N, V, L = self.N, self.V, self.P - 1
+        N, V, L, A = self.N, self.V, self.P - 1, self.A
         thr1 = [_one_stay_thresholds(T, s, N) for s in self.sls]
-        sL = self.sls[L]
-        for i in sorted(self.last.tolist(), key=lambda j: j != self.hint):
+        sA = self.sls[A]
+        for i in sorted(self.pivot_configs.tolist(), key=lambda j: j != self.hint):
             if self.dead.get(i, -np.inf) >= T:
                 continue
-            C0 = np.full((N + 1, N + 1), np.inf)
-            C0[0, :] = 0.0
-            for p in range(L):
+            nt, n0, nl = int(sA.nv[i].sum()), int(sA.nv[i, 0]), int(sA.nv[i, V - 1])
+            C0: np.ndarray | None = np.full((N + 1, N + 1), np.inf)
+            if A == 0:  # stage 0 first: from (0, r) to (nt, r − nl) where its own paths hold
+                R = np.arange(N + 1 - nl)
+                ok = thr1[0][i, R] >= 0.0
+                C0[nt, R[ok]] = float(n0)
+                stages = range(1, L + 1)
+            else:
+                C0[0, :] = 0.0
+                stages = range(L)
+            for p in stages:
                 C0[~self.reach[p]] = np.inf
                 C0 = self._stage(T, p, int(i), C0, thr1[p])
                 if C0 is None:
                     break
                 if self.work > work:
                     return None
-            nt, nl = int(sL.nv[i].sum()), int(sL.nv[i, V - 1])
-            if C0 is not None and nt <= N and np.isfinite(C0[N - nt, nl]) and C0[N - nt, nl] <= thr1[L][i, 0]:
+            if A == 0:
+                done = C0 is not None and np.isfinite(C0[N, 0])
+            else:
+                done = (C0 is not None and nt <= N and np.isfinite(C0[N - nt, nl])
+                        and C0[N - nt, nl] <= thr1[L][i, 0])
+            if done:
                 self.hint = int(i)
                 return True
             self.dead[i] = max(self.dead.get(i, -np.inf), T)
         return False
 
     def _stage(self, T: float, p: int, i: int, C0: np.ndarray, thr1: np.ndarray) -> np.ndarray | None:
-        """The DP step over stage p for last-stage configuration i: C0 [N + 1, N + 1] before p ->
-        after p (None when no state is left)."""
+        """The DP step over stage p for pivot configuration i: C0 [N + 1, N + 1] before p -> after
+        p (None when no state is left)."""
         N, V = self.N, self.V
         s_f, r_f = np.nonzero(np.isfinite(C0))
         if s_f.size == 0:
@@ -491,22 +524,22 @@ class _PairThresholdDP:
         Rc = np.clip(R, 0, N)
         thr = thr1[np.arange(M)[:, None], Rc]  # [M, F]
         if rw.cS.size:
-            kL = int(self.sls[-1].nv[i].sum())
-            midk = N - s_f[None, :] - nt[:, None] - kL  # [M, F] layers between p and L
-            hm = np.where(midk >= 0, self.mid[p][np.clip(midk, 0, N)], 0.0)
-            hp = self.pre[p][s_f]  # [F]
+            nA = int(self.sls[self.A].nv[i].sum())
+            before, after = self.tabs[p]
+            kb = s_f - (nA if self.A == 0 else 0)  # layers in the region before p
+            hb = before[np.clip(kb, 0, N)]  # [F]
+            ka = N - s_f[None, :] - nt[:, None] - (nA if self.A != 0 else 0)  # [M, F] layers after p
+            ha = np.where(ka >= 0, after[np.clip(ka, 0, N)], 0.0)
             slack = (T - rw.const[:, :, i][:, :, None] - rw.cS[:, None, None] * s_f[None, None, :]
-                     - rw.cR[:, None, None] * Rc[None, :, :] - rw.kb[:, None, None] * hp[None, None, :]
-                     - rw.km[:, None, None] * hm[None, :, :])  # [G, M, F]
+                     - rw.cR[:, None, None] * Rc[None, :, :] - rw.kb[:, None, None] * hb[None, None, :]
+                     - rw.km[:, None, None] * ha[None, :, :])  # [G, M, F]
             lim = _limit(slack, rw.c0[:, None, None]).min(axis=0) + 1e-9
             np.minimum(thr, lim, out=thr)
             self.work += slack.size
         src = C0[s_f, r_f]  # [F]
         val = np.where(ok & (src[None, :] <= thr), src[None, :] + n0[:, None], np.inf)  # [M, F]
         new = np.full_like(C0, np.inf)
-        tgt_s = (s_f[None, :] + nt[:, None])[ok]
-        tgt_r = R[ok]
-        np.minimum.at(new, (tgt_s, tgt_r), val[ok])
+        np.minimum.at(new, ((s_f[None, :] + nt[:, None])[ok], R[ok]), val[ok])
         return new if np.isfinite(new).any() else None
 
 
