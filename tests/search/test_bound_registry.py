@@ -50,6 +50,7 @@ CASES = {
     "seqpipe k2": dict(seed=5, N=6, P=2, V=1, kinds=("select",), tight=1.0, schedule="seqpipe", split=2),
     "gpipe P3": dict(seed=6, N=6, P=3, V=1, kinds=("full",), tight=0.9, schedule="gpipe"),
     "static deltas V2": dict(seed=7, N=8, P=2, V=2, kinds=("full", "select"), tight=1.0, static_delta=True),
+    "1f1b P4 V2": dict(seed=9, N=10, P=4, V=2, kinds=("full", "select", "comm"), tight=0.9),
 }
 
 
@@ -136,10 +137,10 @@ def test_registry_passes_are_named_and_ordered() -> None:
     """The first pass bounds every V (path DP for V = 1, the split LP where a V has few splits, the
     Lagrangian for V > 1: no skip; the split LP first so that its split is the pass's seed); the
     later ones run against the incumbent, the stage DP again after the integer program (so that
-    its split does not join the program's starting layouts), the path LP last (only where a V's
-    gap is still over 2 %)."""
+    its split does not join the program's starting layouts), then the pair DP (V = 2), the path
+    LP last (only where a V's gap is still over 2 %)."""
     assert isinstance(REGISTRY[0], Pass) and REGISTRY[0].skip == "none"
     names = [b.name for b in REGISTRY[0].proofs]
     assert names == ["path DP", "split LP", "Lagrangian", "stage DP"]
-    assert [p.skip for p in REGISTRY[1:]] == ["upper", "dominated", "upper", "dominated"]
-    assert [p.name for p in REGISTRY[1:]] == ["device DP", "integer program", "stage DP", "path LP"]
+    assert [p.skip for p in REGISTRY[1:]] == ["upper", "dominated", "upper", "dominated", "dominated"]
+    assert [p.name for p in REGISTRY[1:]] == ["device DP", "integer program", "stage DP", "pair DP", "path LP"]
