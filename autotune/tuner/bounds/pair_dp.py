@@ -62,8 +62,9 @@ from autotune.tuner.problem import Problem
 #: × reached states (array elements, ~5 ns each); past it the bisection stops (its last infeasible
 #: threshold is the bound).
 WORK = 3e8
-#: Shape cap: pair paths (rows before merging) over all stages; a larger schedule is not priced
-#: (None).
+#: Shape cap: pair paths (rows before merging) over all stages, at most; a larger schedule is not
+#: priced (None): pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB for no rise, pp 16 ×
+#: vpp 2 × m 512 (1.5 M) takes ~3 s.
 MAX_SHAPES = 2_000_000
 #: Work cap of the rows' constants: Σ over stages of pair paths × configurations × last-stage
 #: configurations (array elements, ~5 ns each); a larger problem is not priced (None).
@@ -361,11 +362,14 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
     that is faster than ``upper_ms`` (a feasible step time; the result is at most it): the module
     docstring's DP with the last stage as the pivot (``pivots``: the pivots in turn, each
     bisection starting from the value before it; the first stage, 0, is measured but not run by
-    default: docs/search.md). ``lower_ms``: a bound already
-    proven (the first bisection starts there). None where the bound does not apply (V != 2,
-    B/W-split schedules, P < 3, more count vectors than ``max_configs``, more pair-path work than
-    :data:`ROWS_WORK`). Past ``work`` array elements or ``deadline`` (time.monotonic()) a bisection
-    stops and its last infeasible threshold is returned (a proof)."""
+    default: docs/search.md). ``lower_ms``: a bound already proven (the first bisection starts
+    there).
+
+    Returns :class:`PairDPBound`, or None where the bound does not apply (V != 2, B/W-split
+    schedules, P < 3, more count vectors than ``max_configs``, more pair paths than
+    :data:`MAX_SHAPES` or more pair-path work than :data:`ROWS_WORK`). Past ``work`` array
+    elements or ``deadline`` (time.monotonic()) a bisection stops and its last infeasible
+    threshold is returned (a proof). Raises nothing of its own."""
     su = integer_setup(problem, V)
     if su is None or V != 2 or problem.P < 3 or not np.isfinite(upper_ms):
         return None
@@ -380,6 +384,9 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
     n_cap = min(N, int(cap / (m * fb0)) + 1) if fb0 > 0 else N
     all_vecs = [count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), min(n_cap, N)) for p in range(P)]
     if sum(len(v) for v in all_vecs) > max_configs:
+        return None
+    ops = max(len(o) for o in cs.order)  # pair paths: 2 directions × entries × exits × y, per stage
+    if 2 * L * ops * len(_anchors(cs, [int(x) for x in cs.order[0]], True)) ** 2 > MAX_SHAPES:
         return None
     fr = row_frontiers(problem)
     screened = _screen(problem, su, paths, fr, all_vecs, cap)
