@@ -27,16 +27,19 @@ ROOT = Path(__file__).resolve().parents[2]
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), P=st.integers(3, 5), V=st.just(2), extra=st.integers(0, 3),
        kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
-       tight=st.floats(0.5, 1.3), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]), sdelta=st.booleans(),
-       first=st.booleans())
+       tight=st.floats(0.5, 1.3), sched=st.sampled_from([("1f1b", 1), ("1f1b_less_memory", 1), ("seqvpp", 2)]),
+       sdelta=st.booleans(), first=st.booleans())
 def test_pair_dp_between_the_stage_dp_and_the_enumerated_optimum(seed, P, V, extra, kinds, tight, sched,
                                                                   sdelta, first) -> None:
     """Two layer kinds (the relaxed layer and the kinds' least sums), p2p, head and tail, random
-    negative static deltas, the last or the first stage as the pivot: with the enumerated optimum
+    negative static deltas, 1F1B, less-memory and seqvpp with seq_split_num 2, the last or the
+    first stage as the pivot: with the enumerated optimum
     as the incumbent the bound is <= it, and >= the stage DP's (the same one-stay rows and
     relaxations, more paths), to the bisection's tolerance."""
     N = P * V + extra
-    problem = _random_problem(seed, N, P, V, kinds, tight, schedule=sched, static_delta=sdelta)
+    schedule, split = sched
+    m = 2 * -(-P // split) if schedule == "seqvpp" else None  # seqvpp: m a multiple of ceil(P / split)
+    problem = _random_problem(seed, N, P, V, kinds, tight, schedule=schedule, split=split, m=m, static_delta=sdelta)
     res = exact_optimum(problem)
     if res.best is None:
         return
@@ -116,6 +119,8 @@ def test_not_applicable_and_work_cap() -> None:
                                                 static_delta=False), 2)  # P = 2: the stage DP's pairs
     zb = _random_problem(3, 12, 4, 2, ("full",), 1.0, schedule="zero_bubble_v", m=8)
     assert not PairDP().applies(zb, 2)
+    with pytest.raises(ValueError, match="pivots"):
+        pair_dp_bound(problem, 2, upper_ms=opt, pivots=(1,))
     # no work allowed: the bisection stops at once and returns the proven start
     got = pair_dp_bound(problem, 2, upper_ms=opt, lower_ms=0.5 * opt, work=0.0)
     assert got is not None and got.bound_ms == pytest.approx(0.5 * opt)

@@ -69,6 +69,9 @@ MAX_SHAPES = 2_000_000
 #: Work cap of the rows' constants: Σ over stages of pair paths × configurations × last-stage
 #: configurations (array elements, ~5 ns each); a larger problem is not priced (None).
 ROWS_WORK = 2e8
+#: Array elements of one block of the DP step's row thresholds (rows × configurations × reached
+#: states; a few temporaries of this size live at once).
+STEP_ELEMENTS = 4_000_000
 #: Array elements per block when a row's constant is maximised over its paths.
 ROWS_CHUNK = 2_000_000
 #: The bound runs only where the V's certified gap is over this (below the search's default gap
@@ -359,8 +362,8 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
                   rel_tol: float = 1e-4, work: float = WORK, max_configs: int = 200_000,
                   deadline: float | None = None, pivots: tuple[int, ...] | None = None) -> PairDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
-    that is faster than ``upper_ms`` (a feasible step time; the result is at most it): the module
-    docstring's DP with the last stage as the pivot (``pivots``: the pivots in turn, each
+    that is faster than ``upper_ms`` (a feasible step time; the result is at most the larger of it
+    and ``lower_ms``): the module docstring's DP with the last stage as the pivot (``pivots``: the pivots in turn, each
     bisection starting from the value before it; the first stage, 0, is measured but not run by
     default: docs/search.md). ``lower_ms``: a bound already proven (the first bisection starts
     there).
@@ -369,13 +372,18 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
     schedules, P < 3, more count vectors than ``max_configs``, more pair paths than
     :data:`MAX_SHAPES` or more pair-path work than :data:`ROWS_WORK`). Past ``work`` array
     elements or ``deadline`` (time.monotonic()) a bisection stops and its last infeasible
-    threshold is returned (a proof). Raises nothing of its own."""
+    threshold is returned (a proof).
+
+    Raises:
+        ValueError: a pivot other than the first or the last stage."""
     su = integer_setup(problem, V)
     if su is None or V != 2 or problem.P < 3 or not np.isfinite(upper_ms):
         return None
     lay = su.layer
     P, N, m = problem.P, problem.N, problem.m
     L = P - 1
+    if pivots is not None and not set(pivots) <= {0, L}:
+        raise ValueError(f"pivots {pivots}: give the first (0) or the last stage ({L})")
     cs = su.cs
     cap = float(upper_ms)
     paths = stage_paths(cs, su.p2p_ms)
@@ -421,7 +429,7 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
                 break
             T = 0.5 * (lo_T + hi_T)
             evals += 1
-            ok = dp.feasible(T, work - spent)
+            ok = dp.feasible(T, work - spent, deadline)
             if ok is None:
                 break  # the work cap cut this threshold short: not proven either way
             if ok:
@@ -478,9 +486,9 @@ class _PairThresholdDP:
         left = N - np.arange(N + 1)[:, None]
         self.reach = [(r >= a) & (r <= b) & (left >= r + c) & (left <= d) for a, b, c, d in suf]
 
-    def feasible(self, T: float, work: float) -> bool | None:
+    def feasible(self, T: float, work: float, deadline: float | None = None) -> bool | None:
         """Whether the DP of some kept pivot configuration reaches (N, 0) at T; None when the work
-        cap is passed first."""
+        cap or the deadline (time.monotonic()) is passed first."""
         N, V, L, A = self.N, self.V, self.P - 1, self.A
         thr1 = [_one_stay_thresholds(T, s, N) for s in self.sls]
         sA = self.sls[A]
@@ -502,7 +510,7 @@ class _PairThresholdDP:
                 C0 = self._stage(T, p, int(i), C0, thr1[p])
                 if C0 is None:
                     break
-                if self.work > work:
+                if self.work > work or (deadline is not None and time.monotonic() > deadline):
                     return None
             if A == 0:
                 done = C0 is not None and np.isfinite(C0[N, 0])
@@ -537,12 +545,15 @@ class _PairThresholdDP:
             hb = before[np.clip(kb, 0, N)]  # [F]
             ka = N - s_f[None, :] - nt[:, None] - (nA if self.A != 0 else 0)  # [M, F] layers after p
             ha = np.where(ka >= 0, after[np.clip(ka, 0, N)], 0.0)
-            slack = (T - rw.const[:, :, i][:, :, None] - rw.cS[:, None, None] * s_f[None, None, :]
-                     - rw.cR[:, None, None] * Rc[None, :, :] - rw.kb[:, None, None] * hb[None, None, :]
-                     - rw.km[:, None, None] * ha[None, :, :])  # [G, M, F]
-            lim = _limit(slack, rw.c0[:, None, None]).min(axis=0) + 1e-9
-            np.minimum(thr, lim, out=thr)
-            self.work += slack.size
+            G = rw.cS.size
+            step = max(1, int(STEP_ELEMENTS // max(1, M * s_f.size)))  # rows per block: bounded temporaries
+            for a in range(0, G, step):
+                g = slice(a, min(G, a + step))
+                slack = (T - rw.const[g, :, i][:, :, None] - rw.cS[g, None, None] * s_f[None, None, :]
+                         - rw.cR[g, None, None] * Rc[None, :, :] - rw.kb[g, None, None] * hb[None, None, :]
+                         - rw.km[g, None, None] * ha[None, :, :])  # [rows, M, F]
+                np.minimum(thr, _limit(slack, rw.c0[g, None, None]).min(axis=0) + 1e-9, out=thr)
+                self.work += slack.size
         src = C0[s_f, r_f]  # [F]
         val = np.where(ok & (src[None, :] <= thr), src[None, :] + n0[:, None], np.inf)  # [M, F]
         new = np.full_like(C0, np.inf)
