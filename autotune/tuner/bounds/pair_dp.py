@@ -63,9 +63,9 @@ from autotune.tuner.problem import Problem
 #: threshold is the bound).
 WORK = 3e8
 #: Shape cap: pair paths (rows before merging) over all stages, at most; a larger schedule is not
-#: priced (None): pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB for no rise, pp 16 ×
-#: vpp 2 × m 512 (1.5 M) takes ~3 s.
-MAX_SHAPES = 2_000_000
+#: priced (None): pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512
+#: (1.5 M) 3.5 s, both for no rise; pp 16 × vpp 2 × m 256 (0.77 M) takes ~1 s.
+MAX_SHAPES = 1_000_000
 #: Work cap of the rows' constants: Σ over stages of pair paths × configurations × last-stage
 #: configurations (array elements, ~5 ns each); a larger problem is not priced (None).
 ROWS_WORK = 2e8
