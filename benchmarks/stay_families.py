@@ -70,10 +70,10 @@ def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p
     time. A DP over the ops in topological order with state (stays so far, whether the last edge
     was program order); memory ~16 · ops · B · (k_max + 1) bytes.
 
-    ``stay_on`` bool [B, P] (or [P]): only paths whose stays all lie on the stages marked in row b
-    count for batch entry b (program-order edges into ops of other stages are left out); with
-    [V, P] durations and a [B, P] mask, the one layout is measured under every row of the mask
-    (:func:`pair_stays`).
+    ``stay_on`` bool [B, P] (or [P]: the same for every layout): only paths whose stays all lie on
+    the stages marked in row b count for batch entry b (program-order edges into ops of other
+    stages are left out); with [V, P] durations and a [B, P] mask, the one layout is measured
+    under every row of the mask (:func:`pair_stays`).
 
     Raises:
         ValueError: the schedule splits the backward (B/W ops), k_max < 0, durations not of shape
@@ -98,6 +98,8 @@ def stay_lengths(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, p
         mask = mask.reshape(-1, cs.P)
         if f.shape[0] == 1 and mask.shape[0] > 1:
             f, b = np.repeat(f, mask.shape[0], axis=0), np.repeat(b, mask.shape[0], axis=0)
+        if mask.shape[0] == 1 and f.shape[0] > 1:
+            mask = np.repeat(mask, f.shape[0], axis=0)  # one mask for every layout
         if mask.shape[0] != f.shape[0]:
             raise ValueError(f"stay_on has {mask.shape[0]} rows for {f.shape[0]} layouts")
     B, K1 = f.shape[0], k_max + 1

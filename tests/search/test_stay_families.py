@@ -154,7 +154,7 @@ def test_stays_on_chosen_stages(P, V, rounds, seed, p2p, sched):
     assert (diag >= got - 1e-9).all()
 
 
-def test_stay_on_refuses_bad_masks():
+def test_stay_on_refuses_bad_masks_and_broadcasts_one():
     from benchmarks.stay_families import stay_lengths
     cs = compile_schedule("1f1b", 2, 1, 2, 1)
     f, b = np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])
@@ -162,6 +162,10 @@ def test_stay_on_refuses_bad_masks():
         stay_lengths(cs, f, b, 0.0, 2, stay_on=np.ones(3, dtype=bool))
     with pytest.raises(ValueError, match="rows"):
         stay_lengths(cs, np.stack([f, f]), np.stack([b, b]), 0.0, 2, stay_on=np.ones((3, 2), dtype=bool))
+    # one [P] mask for a batch: every layout under it
+    one = stay_lengths(cs, f, b, 0.0, 2, stay_on=np.array([True, False]))
+    both = stay_lengths(cs, np.stack([f, f]), np.stack([b, b]), 0.0, 2, stay_on=np.array([True, False]))
+    assert both.shape == (2, 3) and np.array_equal(both[0], one) and np.array_equal(both[1], one)
 
 
 def test_pair_stays_hand_counted_pp2():

@@ -1,4 +1,4 @@
-"""Last-stage pair DP lower bound for pp_interleave_num > 1 (pure numpy, no Optuna; issue 17).
+"""Last-stage pair DP lower bound for pp_interleave_num 2 (pure numpy, no Optuna; issue 17).
 
 Why. The stage DP (:mod:`autotune.tuner.bounds.stage_dp`) prices the paths that stay on one stage,
 exactly over integer splits, and on the dense rows of ``benchmarks/scaling.py`` that family is
@@ -29,7 +29,8 @@ recompute classes free per layer, each stage's least replay that fits its memory
   others N − s − n_p − n_L less those; the head's ms at its exact count; and each region's least
   backward count times the least replay of its stages (min-plus convolutions over the stages'
   least replay per layer count: before p a function of s, between p and L of N − s − n_p − n_L).
-Rows of one (direction, x, y') with the same region coefficients keep the largest value over y.
+Rows with the same region coefficients (whatever their direction, x, y' and y) are one row with
+the largest constant for each pair of configurations (of p and of L).
 
 DP. The stage DP's threshold DP (state (s, last-chunk layers still to place), value "fewest
 chunk-0 layers placed"), with the last stage's configuration c_L fixed: a pair row of stage p is
@@ -40,6 +41,11 @@ V's bound so far and the incumbent gives the bound (the last infeasible T, a pro
 A c_L whose every row constant and own path length is >= another's with the same DP move is
 dropped. Work: per threshold and c_L, the rows × configurations × reached states of each stage
 (:data:`WORK` caps the sum; deterministic).
+
+V = 2 only: with more chunks the middle ones' layers are not in the DP's state, their regions take
+the least coefficient of the chunks they hold, and on pp 4 × vpp 3 and pp 16 × vpp 3 the bound
+did not rise. The first stage as the pivot (the same rows with stage 0's configuration fixed
+before the DP's first step) was measured and left out: docs/search.md, the pair-DP round.
 """
 
 from __future__ import annotations
@@ -49,22 +55,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_mask
 from autotune.cost.simulate import CompiledSchedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import data_children, dependency_chain, stage_paths
-from autotune.tuner.bounds._relax import IntegerSetup, count_vectors, integer_setup, row_frontiers
+from autotune.tuner.bounds._relax import IntegerSetup, integer_setup, row_frontiers
 from autotune.tuner.bounds.stage_dp import (StageLengths, _least_replay, _rooms, _screen, _stage_configs,
-                                            other_replay, stage_lengths)
+                                            group_lengths, least_replay_by_count, min_plus, move_keys,
+                                            other_replay, reach_masks, stage_lengths, stage_vectors,
+                                            threshold_limit, undominated_by_move)
 from autotune.tuner.problem import Problem
 
 #: Work cap: Σ over thresholds, last-stage configurations and stages of pair rows × configurations
-#: × reached states (array elements, ~5 ns each); past it the bisection stops (its last infeasible
-#: threshold is the bound).
-WORK = 3e8
-#: Shape cap: pair paths (rows before merging) over all stages, at most; a larger schedule is not
-#: priced (None): pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512
-#: (1.5 M) 3.5 s, both for no rise; pp 16 × vpp 2 × m 256 (0.77 M) takes ~1 s.
+#: × reached states (array elements, ~10 ns each); past it the bisection stops (its last
+#: infeasible threshold is the bound).
+WORK = 2e8
+#: Shape cap: pair paths (2 directions × entries × exits × middle ops y, per stage: at most
+#: 2 · (1 + 2V)² · the ops of a stage) over all stages; a larger schedule is not priced (None):
+#: pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512 (1.5 M) 3.5–4.3 s,
+#: both for no rise; pp 16 × vpp 2 × m 256 (0.77 M) takes ~1 s.
 MAX_SHAPES = 1_000_000
 #: Work cap of the rows' constants: Σ over stages of pair paths × configurations × last-stage
 #: configurations (array elements, ~5 ns each); a larger problem is not priced (None).
@@ -81,21 +89,18 @@ MIN_GAP = 0.005
 
 @dataclass(frozen=True)
 class PairShapes:
-    """Pair paths of a stage p and the pivot stage A (the first or the last; module docstring), one
-    row per path: op counts on p and on A on_p, on_A float [J, 2 (F, B), V] (divided by
-    ``seq_split_num``, the chains' ops there included), cross-stage hops [J], the off-pair chains'
-    counts of the head's mini-stage (0, 0) and of the tail's (V − 1, P − 1), head, tail [J, 2 (F, B)]
-    (0 where that stage is p or A), per region the least count counts [J, 4, 2 (F, B)] — chunk 0 of
-    the stages before p (A0), their other chunks (A1, capped at A0), the last chunk of the stages
-    after p (BL), their other chunks (B0) — and the least backward count before p (kb) and after
-    p (km). The regions leave A out: before p are the stages [0, p) for A = P − 1 and [1, p) for
-    A = 0, after p the stages (p, P − 1) and (p, P − 1] respectively."""
+    """Pair paths of a stage p and the last stage L (module docstring), one row per path: op
+    counts on p and on L on_p, on_L float [J, 2 (F, B), V] (divided by ``seq_split_num``, the
+    chains' ops there included), cross-stage hops [J], the off-pair chains' counts of the head's
+    mini-stage (0, 0) head [J, 2 (F, B)] (0 when p = 0), per region the least count, counts
+    [J, 4, 2 (F, B)]: chunk 0 of the stages before p (A0), their other chunks (A1, capped at A0),
+    the last chunk of the stages between p and L (BL), their other chunks (B0), and the least
+    backward count before p (kb) and between (km), [J] each."""
 
     on_p: np.ndarray
-    on_A: np.ndarray
+    on_L: np.ndarray
     hops: np.ndarray
     head: np.ndarray
-    tail: np.ndarray
     counts: np.ndarray
     kb: np.ndarray
     km: np.ndarray
@@ -122,11 +127,18 @@ def _anchors(cs: CompiledSchedule, order: list[int], first: bool) -> list[int]:
     return sorted(at)
 
 
-def _regions(off: np.ndarray, before: range, after: range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def region_stages(P: int, p: int) -> tuple[range, range]:
+    """The stages a pair row of stage p and the last stage prices by region: those before p and
+    those between p and the last stage."""
+    return range(0, p), range(p + 1, P - 1)
+
+
+def _region_counts(off: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Off-pair counts off float [J, 2, V, P] -> (per-region least counts [J, 4 (A0, A1, BL, B0),
-    2 (F, B)], least backward count over the stages ``before`` [J] and ``after`` [J]); a region
+    2 (F, B)], least backward count before p [J], between p and the last stage [J]); a region
     without stages counts 0. A1 is capped at A0 so that the C0 coefficient A0 − A1 stays >= 0."""
-    J, _, V, _ = off.shape
+    J, _, V, P = off.shape
+    before, between = region_stages(P, p)
     out = np.zeros((J, 4, 2))
     kb = np.zeros(J)
     km = np.zeros(J)
@@ -136,8 +148,8 @@ def _regions(off: np.ndarray, before: range, after: range) -> tuple[np.ndarray, 
         out[:, 0] = low[:, :, 0]
         out[:, 1] = np.minimum(low[:, :, 1:].min(axis=2), out[:, 0]) if V > 1 else low[:, :, 0]
         kb = off[:, 1, :, sl].min(axis=(1, 2))
-    if len(after):
-        sl = slice(after.start, after.stop)
+    if len(between):
+        sl = slice(between.start, between.stop)
         low = off[:, :, :, sl].min(axis=3)
         out[:, 2] = low[:, :, V - 1]
         out[:, 3] = low[:, :, :V - 1].min(axis=2)
@@ -145,29 +157,19 @@ def _regions(off: np.ndarray, before: range, after: range) -> tuple[np.ndarray, 
     return out, kb, km
 
 
-def regions(P: int, p: int, pivot: int) -> tuple[range, range]:
-    """The stages before and after p that a pair row of (p, pivot) prices by region (pivot left
-    out: module docstring)."""
-    L = P - 1
-    return (range(1 if pivot == 0 else 0, p), range(p + 1, P if pivot == 0 else L))
-
-
-def pair_shapes(cs: CompiledSchedule, p: int, pivot: int | None = None) -> PairShapes:
-    """The pair paths of stage p and the pivot stage (the last by default, or the first; module
-    docstring), both directions.
+def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
+    """The pair paths of stage p and the last stage (module docstring), both directions.
 
     Raises:
-        ValueError: a pivot other than 0 / P − 1, or p equal to it or out of range."""
+        ValueError: p is not one of the stages 0 .. P − 2."""
     P, V = cs.P, cs.V
     L = P - 1
-    A = L if pivot is None else pivot
-    if A not in (0, L) or not 0 <= p < P or p == A:
-        raise ValueError(f"stage {p}, pivot {pivot}: give a pivot 0 or P - 1 = {L} and another stage p < P")
-    before, after = regions(P, p, A)
+    if not 0 <= p < L:
+        raise ValueError(f"stage {p}: give 0 <= p < P - 1 = {L}")
     child = data_children(cs)
     fwd, chunk, stage = cs.fwd, cs.chunk, cs.stage
-    on_p, on_A, hops, head, tail, cnt, kbs, kms = [], [], [], [], [], [], [], []
-    for a, b in ((A, p), (p, A)):
+    on_p, on_L, hops, head, cnt, kbs, kms = [], [], [], [], [], [], []
+    for a, b in ((L, p), (p, L)):
         oa, ob = [int(x) for x in cs.order[a]], [int(x) for x in cs.order[b]]
         pos_b = {o: t for t, o in enumerate(ob)}
         own_a, own_b = _own(cs, oa), _own(cs, ob)
@@ -190,9 +192,7 @@ def pair_shapes(cs: CompiledSchedule, p: int, pivot: int | None = None) -> PairS
                     C[0 if fwd[z] else 1, chunk[z], stage[z]] += 1
                 walks[cls] = (((bool(fwd[z]), int(chunk[z])) if z != y and stage[z] == b else None), C, h)
             to, C, h = walks[cls]
-            if to is None:
-                continue
-            z = unit_op.get((int(cs.mb[y]),) + to)
+            z = None if to is None else unit_op.get((int(cs.mb[y]),) + to)
             if z is None:
                 continue
             ys.append(ty)
@@ -213,23 +213,21 @@ def pair_shapes(cs: CompiledSchedule, p: int, pivot: int | None = None) -> PairS
                 off = Ce[None] + mids_a[sel] + Cx[None]  # [J, 2, V, P], the chains' ops on a and b too
                 first = own_a[ys_a[sel] + 1] - own_a[tx] + off[:, :, :, a]
                 second = own_b[tyy + 1] - own_b[xs_a[sel]] + off[:, :, :, b]
-                reg, kb, km = _regions(off, before, after)
+                reg, kb, km = _region_counts(off, p)
                 on_p.append(first if a == p else second)
-                on_A.append(second if a == p else first)
+                on_L.append(second if a == p else first)
                 hops.append(he + hx + mh_a[sel])
-                head.append(off[:, :, 0, 0] if 0 not in (p, A) else np.zeros((sel.size, 2)))
-                tail.append(off[:, :, V - 1, L] if L not in (p, A) else np.zeros((sel.size, 2)))
+                head.append(off[:, :, 0, 0] if p > 0 else np.zeros((sel.size, 2)))
                 cnt.append(reg)
                 kbs.append(kb)
                 kms.append(km)
     if not on_p:
         z = np.zeros((0, 2, V))
-        return PairShapes(z, z, np.zeros(0), np.zeros((0, 2)), np.zeros((0, 2)), np.zeros((0, 4, 2)), np.zeros(0),
-                          np.zeros(0))
+        return PairShapes(z, z, np.zeros(0), np.zeros((0, 2)), np.zeros((0, 4, 2)), np.zeros(0), np.zeros(0))
     k = cs.k
-    return PairShapes(np.concatenate(on_p) / k, np.concatenate(on_A) / k, np.concatenate(hops),
-                      np.concatenate(head) / k, np.concatenate(tail) / k, np.concatenate(cnt) / k,
-                      np.concatenate(kbs) / k, np.concatenate(kms) / k)
+    return PairShapes(np.concatenate(on_p) / k, np.concatenate(on_L) / k, np.concatenate(hops),
+                      np.concatenate(head) / k, np.concatenate(cnt) / k, np.concatenate(kbs) / k,
+                      np.concatenate(kms) / k)
 
 
 def _chunk_replay(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> np.ndarray:
@@ -259,29 +257,6 @@ def _stay_ms(su: IntegerSetup, p: int, sl: StageLengths, Ev: np.ndarray, counts:
     return fv @ counts[:, 0].T + bv @ cB.T + rep
 
 
-def _min_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(a ⊕ b)[k] = min_i a[i] + b[k − i] over float [N + 1] arrays (+inf: no way)."""
-    n = a.size
-    out = np.full(n, np.inf)
-    for i in np.flatnonzero(np.isfinite(a)):
-        np.minimum(out[i:], a[i] + b[:n - i], out=out[i:])
-    return out
-
-
-@dataclass
-class _Rows:
-    """Stage p's pair rows for every last-stage configuration: const float [G, M, M_L] ms and per
-    row the coefficients on s (cS), C0 (c0 >= 0), R (cR), the least replay before p (kb) and
-    between p and L (km)."""
-
-    const: np.ndarray
-    cS: np.ndarray
-    c0: np.ndarray
-    cR: np.ndarray
-    kb: np.ndarray
-    km: np.ndarray
-
-
 def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct rows of a C-contiguous float [J, d] array, int [J]: each row's index among them),
     by the rows' bytes (a 1-D sort; ``np.unique(axis=0)`` sorts column by column, ~50 × slower
@@ -291,153 +266,60 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[first], inv.reshape(-1)
 
 
-def _pair_rows(problem: Problem, su: IntegerSetup, p: int, A: int, sh: PairShapes, sl: StageLengths,
-               sA: StageLengths, Ev: np.ndarray, EvA: np.ndarray) -> _Rows:
-    """Stage p's :class:`_Rows` for the pivot stage A (module docstring): rows with the same region
-    coefficients merged, keeping the largest constant over their paths. The regions' layer counts
-    in terms of the DP's state (s layers placed before p, C0 of them in chunk 0, R last-chunk
-    layers after p) and the pivot's configuration (n_A layers, n0_A in chunk 0, nl_A in the last):
-    pivot P − 1: C0, s − C0, R − nl_A, N − s − n_p − n_A − (R − nl_A); pivot 0: C0 − n0_A,
-    s − n_A − (C0 − n0_A), R, N − s − n_p − R."""
+@dataclass
+class _Rows:
+    """Stage p's pair rows for every last-stage configuration: const float [G, M, M_L] ms and per
+    row the coefficients (ms per layer) on s (cS), C0 (c0 >= 0) and R (cR), and the backward
+    counts that multiply the least replay before p (kb) and between p and the last stage (km)."""
+
+    const: np.ndarray
+    cS: np.ndarray
+    c0: np.ndarray
+    cR: np.ndarray
+    kb: np.ndarray
+    km: np.ndarray
+
+
+def _pair_rows(problem: Problem, su: IntegerSetup, p: int, sh: PairShapes, sl: StageLengths, sL: StageLengths,
+               Ev: np.ndarray, EvL: np.ndarray) -> _Rows:
+    """Stage p's :class:`_Rows` (module docstring): rows with the same region coefficients merged,
+    keeping the largest constant over their paths. The regions' layer counts in terms of the DP's
+    state (s layers placed before p, C0 of them in chunk 0, R last-chunk layers after p) and the
+    last stage's configuration (n_L layers, nl_L in the last chunk): C0, s − C0, R − nl_L and
+    N − s − n_p − n_L − (R − nl_L)."""
     lay = su.layer
-    N, V, L = problem.N, sA.nv.shape[1], problem.P - 1
-    ms = np.array([lay.fwd_ms, lay.bwd_ms])
-    coef = sh.counts @ ms  # [J, 4] ms per layer: A0, A1, BL, B0
-    pa = problem.pa
-    fixed = (sh.hops * su.p2p_ms + sh.head @ np.array([pa.head.fwd_ms, pa.head.bwd_ms])
-             + sh.tail @ np.array([pa.tail.fwd_ms, pa.tail.bwd_ms]))  # [J]
+    N, V = problem.N, sL.nv.shape[1]
+    coef = sh.counts @ np.array([lay.fwd_ms, lay.bwd_ms])  # [J, 4] ms per layer: A0, A1, BL, B0
+    head = problem.pa.head
+    fixed = sh.hops * su.p2p_ms + sh.head @ np.array([head.fwd_ms, head.bwd_ms])  # [J]
     Sp = _stay_ms(su, p, sl, Ev, sh.on_p)  # [M, J]
-    SA = _stay_ms(su, A, sA, EvA, sh.on_A)  # [M_A, J]
+    SL = _stay_ms(su, su.cs.P - 1, sL, EvL, sh.on_L)  # [M_L, J]
     key = np.ascontiguousarray(np.concatenate([coef, sh.kb[:, None], sh.km[:, None]], axis=1).round(9) + 0.0)
     keys, inv = _unique_rows(key)
     n_p = sl.nv.sum(axis=1)
-    nA, n0A, nlA = sA.nv.sum(axis=1), sA.nv[:, 0], sA.nv[:, V - 1]
+    nL, nlL = sL.nv.sum(axis=1), sL.nv[:, V - 1]
     G = keys.shape[0]
-    const = np.full((G, n_p.size, nA.size), -np.inf)
-    step = max(1, int(ROWS_CHUNK // max(1, n_p.size * nA.size)))
+    const = np.full((G, n_p.size, nL.size), -np.inf)
+    step = max(1, int(ROWS_CHUNK // max(1, n_p.size * nL.size)))
     for t in range(G):
         j_all = np.flatnonzero(inv == t)
         for at in range(0, j_all.size, step):
             j = j_all[at:at + step]
-            np.maximum(const[t], (Sp[:, None, j] + SA[None, :, j] + fixed[None, None, j]).max(axis=2), out=const[t])
-    A0, A1, BL, B0, kb, km = (keys[:, i][:, None, None] for i in range(6))
-    if A == L:
-        const += B0 * (N - n_p[None, :, None] - nA[None, None, :]) - (BL - B0) * nlA[None, None, :]
-    else:
-        const += -(A0 - A1) * n0A[None, None, :] - A1 * nA[None, None, :] + B0 * (N - n_p[None, :, None])
-    return _Rows(const, (A1 - B0)[:, 0, 0], (A0 - A1)[:, 0, 0], (BL - B0)[:, 0, 0], kb[:, 0, 0], km[:, 0, 0])
+            np.maximum(const[t], (Sp[:, None, j] + SL[None, :, j] + fixed[None, None, j]).max(axis=2), out=const[t])
+    A0, A1, BL, B0, kb, km = (keys[:, i] for i in range(6))
+    const += (B0[:, None, None] * (N - n_p[None, :, None] - nL[None, None, :])
+              - (BL - B0)[:, None, None] * nlL[None, None, :])
+    return _Rows(const, A1 - B0, A0 - A1, BL - B0, kb, km)
 
 
 @dataclass
 class PairDPBound:
-    """Result of :func:`pair_dp_bound`: the bound (ms), thresholds tried, last-stage
-    configurations kept and work spent (array elements)."""
+    """Result of :func:`pair_dp_bound`: the bound (ms), thresholds tried and work spent (array
+    elements)."""
 
     bound_ms: float
     evaluations: int
-    last_configs: int
     work: float
-
-
-def _one_stay_thresholds(T: float, sl: StageLengths, N: int) -> np.ndarray:
-    """float [M, N + 1]: per configuration and R (last-chunk layers after the stage) the largest
-    C0 that keeps every one-stay path <= T (the stage DP's rule)."""
-    coef, grp = np.unique(np.round(np.stack([sl.alpha0, sl.alphaR], axis=1), 9), axis=0, return_inverse=True)
-    grp = grp.reshape(-1)
-    R = np.arange(N + 1, dtype=np.float64)
-    out = np.full((sl.nv.shape[0], N + 1), np.inf)
-    for g in range(coef.shape[0]):
-        slack = T - sl.lengths[:, grp == g].max(axis=1)[:, None] - coef[g, 1] * R[None, :]
-        np.minimum(out, _limit(slack, coef[g, 0]), out=out)
-    return out + 1e-9
-
-
-def _limit(slack: np.ndarray, a0: float | np.ndarray) -> np.ndarray:
-    """slack / a0 where a0 > 0; else +inf where slack >= 0 (to 1e-9), -inf elsewhere."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(a0 > 0, slack / np.where(a0 > 0, a0, 1.0), np.where(slack >= -1e-9, np.inf, -np.inf))
-
-
-def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float | None = None,
-                  rel_tol: float = 1e-4, work: float = WORK, max_configs: int = 200_000,
-                  deadline: float | None = None, pivots: tuple[int, ...] | None = None) -> PairDPBound | None:
-    """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
-    that is faster than ``upper_ms`` (a feasible step time; the result is at most the larger of it
-    and ``lower_ms``): the module docstring's DP with the last stage as the pivot (``pivots``: the pivots in turn, each
-    bisection starting from the value before it; the first stage, 0, is measured but not run by
-    default: docs/search.md). ``lower_ms``: a bound already proven (the first bisection starts
-    there).
-
-    Returns :class:`PairDPBound`, or None where the bound does not apply (V != 2, B/W-split
-    schedules, P < 3, more count vectors than ``max_configs``, more pair paths than
-    :data:`MAX_SHAPES` or more pair-path work than :data:`ROWS_WORK`). Past ``work`` array
-    elements or ``deadline`` (time.monotonic()) a bisection stops and its last infeasible
-    threshold is returned (a proof).
-
-    Raises:
-        ValueError: a pivot other than the first or the last stage."""
-    su = integer_setup(problem, V)
-    if su is None or V != 2 or problem.P < 3 or not np.isfinite(upper_ms):
-        return None
-    lay = su.layer
-    P, N, m = problem.P, problem.N, problem.m
-    L = P - 1
-    if pivots is not None and not set(pivots) <= {0, L}:
-        raise ValueError(f"pivots {pivots}: give the first (0) or the last stage ({L})")
-    cs = su.cs
-    cap = float(upper_ms)
-    paths = stage_paths(cs, su.p2p_ms)
-    lo, hi = problem.bounds(V)
-    fb0 = lay.fwd_ms + lay.bwd_ms
-    n_cap = min(N, int(cap / (m * fb0)) + 1) if fb0 > 0 else N
-    all_vecs = [count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), min(n_cap, N)) for p in range(P)]
-    if sum(len(v) for v in all_vecs) > max_configs:
-        return None
-    ops = max(len(o) for o in cs.order)  # pair paths: 2 directions × entries × exits × y, per stage
-    if 2 * L * ops * len(_anchors(cs, [int(x) for x in cs.order[0]], True)) ** 2 > MAX_SHAPES:
-        return None
-    fr = row_frontiers(problem)
-    screened = _screen(problem, su, paths, fr, all_vecs, cap)
-    if screened is None:
-        return PairDPBound(cap, 0, 0, 0.0)
-    configs = [_stage_configs(problem, su, p, paths[p], fr, vecs, cap) for p, vecs in enumerate(screened)]
-    if any(c is None for c in configs):
-        return PairDPBound(cap, 0, 0, 0.0)
-    H = other_replay(configs, N)
-    sls = [stage_lengths(problem, su, p, paths[p], fr, cf, H[p], cap) for p, cf in enumerate(configs)]
-    if any(s is None for s in sls):
-        return PairDPBound(cap, 0, 0, 0.0)
-    Ev = [_chunk_replay(problem, su, p, sl.nv) for p, sl in enumerate(sls)]
-    g = np.full((P, N + 1), np.inf)  # least replay per layer count of each stage
-    for q, sl in enumerate(sls):
-        np.minimum.at(g[q], sl.nv.sum(axis=1), sl.E)
-    lo_T = max(float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0, 0.0)
-    evals, spent, tried = 0, 0.0, 0
-    for A in ((L,) if pivots is None else pivots):
-        free = [p for p in range(P) if p != A]
-        shapes = {p: pair_shapes(cs, p, A) for p in free}
-        if sum(sh.hops.size * sls[p].nv.shape[0] for p, sh in shapes.items()) * sls[A].nv.shape[0] > ROWS_WORK:
-            return None if not evals else PairDPBound(lo_T, evals, tried, spent)
-        rows = {p: _pair_rows(problem, su, p, A, shapes[p], sls[p], sls[A], Ev[p], Ev[A]) for p in free}
-        tabs = {p: tuple(_replay_sum(g, regions(P, p, A)[k], N) for k in range(2)) for p in free}
-        keep = _undominated_pivot(sls[A], rows, V)
-        dp = _PairThresholdDP(sls, rows, tabs, A, keep, N, V)
-        tried += keep.size
-        hi_T = cap
-        while hi_T - lo_T > rel_tol * hi_T:
-            if spent + dp.work > work or (deadline is not None and time.monotonic() > deadline):
-                break
-            T = 0.5 * (lo_T + hi_T)
-            evals += 1
-            ok = dp.feasible(T, work - spent, deadline)
-            if ok is None:
-                break  # the work cap cut this threshold short: not proven either way
-            if ok:
-                hi_T = T
-            else:
-                lo_T = T
-        spent += dp.work
-    return PairDPBound(lo_T, evals, tried, spent)
 
 
 def _replay_sum(g: np.ndarray, stages: range, N: int) -> np.ndarray:
@@ -447,85 +329,147 @@ def _replay_sum(g: np.ndarray, stages: range, N: int) -> np.ndarray:
     acc = np.full(N + 1, np.inf)
     acc[0] = 0.0
     for q in stages:
-        acc = _min_plus(acc, g[q])
+        acc = min_plus(acc, g[q])
     return np.where(np.isfinite(acc), acc, 0.0)
 
 
-def _undominated_pivot(sA: StageLengths, rows: dict[int, _Rows], V: int) -> np.ndarray:
-    """Indices of the pivot's configurations to try: within a DP move (layers, last-chunk layers,
-    chunk-0 layers) one whose own path lengths and every pair row constant are >= another's is
-    dropped (the DP of the other is feasible wherever its is)."""
-    M = sA.nv.shape[0]
-    vec = np.concatenate([sA.lengths] + [r.const.transpose(2, 0, 1).reshape(M, -1) for r in rows.values()], axis=1)
-    key = np.stack([sA.nv.sum(axis=1), sA.nv[:, V - 1], sA.nv[:, 0]], axis=1)
-    keep: list[int] = []
-    for k in np.unique(key, axis=0):
-        idx = np.flatnonzero((key == k).all(axis=1))
-        keep.extend(idx[pareto_mask(vec[idx])] if idx.size > 1 else idx)
-    return np.array(sorted(keep), dtype=np.int64)
+def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float | None = None,
+                  rel_tol: float = 1e-4, work: float = WORK, max_configs: int = 200_000,
+                  deadline: float | None = None) -> PairDPBound | None:
+    """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
+    that is faster than ``upper_ms`` (a feasible step time; the result is at most the larger of it
+    and ``lower_ms``): the module docstring's DP. ``lower_ms``: a bound already proven (the
+    bisection starts there).
+
+    Returns :class:`PairDPBound`, or None where the bound does not apply (V != 2, B/W-split
+    schedules, P < 3, more pair paths than :data:`MAX_SHAPES`, more count vectors than
+    ``max_configs``, more pair-path work than :data:`ROWS_WORK`, or ``deadline``
+    (time.monotonic()) passed before the DP). Past ``work`` array elements or ``deadline`` the
+    bisection stops and its last infeasible threshold is returned (a proof). Raises nothing of its
+    own."""
+    su = integer_setup(problem, V)
+    if su is None or V != 2 or problem.P < 3 or not np.isfinite(upper_ms):
+        return None
+    P, N = problem.P, problem.N
+    L = P - 1
+    cs = su.cs
+    if 2 * L * max(len(o) for o in cs.order) * (1 + 2 * V) ** 2 > MAX_SHAPES:
+        return None
+    cap = float(upper_ms)
+    paths = stage_paths(cs, su.p2p_ms)
+    all_vecs = stage_vectors(problem, su, V, cap, max_configs)
+    if all_vecs is None:
+        return None
+    fr = row_frontiers(problem)
+    screened = _screen(problem, su, paths, fr, all_vecs, cap)
+    if screened is None:
+        return PairDPBound(cap, 0, 0.0)  # no layout is faster than the incumbent
+    configs = [_stage_configs(problem, su, p, paths[p], fr, vecs, cap) for p, vecs in enumerate(screened)]
+    if any(c is None for c in configs):
+        return PairDPBound(cap, 0, 0.0)
+    H = other_replay(configs, N)
+    sls = [stage_lengths(problem, su, p, paths[p], fr, cf, H[p], cap) for p, cf in enumerate(configs)]
+    if any(s is None for s in sls):
+        return PairDPBound(cap, 0, 0.0)
+    Ev = [_chunk_replay(problem, su, p, sl.nv) for p, sl in enumerate(sls)]
+    shapes = []
+    for p in range(L):
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        shapes.append(pair_shapes(cs, p))
+    if sum(sh.hops.size * sls[p].nv.shape[0] for p, sh in enumerate(shapes)) * sls[L].nv.shape[0] > ROWS_WORK:
+        return None
+    rows = []
+    for p in range(L):
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        rows.append(_pair_rows(problem, su, p, shapes[p], sls[p], sls[L], Ev[p], Ev[L]))
+    g = least_replay_by_count([sl.nv for sl in sls], [sl.E for sl in sls], N)
+    tabs = [tuple(_replay_sum(g, r, N) for r in region_stages(P, p)) for p in range(L)]
+    keep = _undominated_last(sls[L], rows)
+    dp = _PairThresholdDP(sls, rows, tabs, keep, N, V)
+    lo_T = max(float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0, 0.0)
+    hi_T = cap
+    evals = 0
+    while hi_T - lo_T > rel_tol * hi_T:
+        if dp.work >= work or (deadline is not None and time.monotonic() > deadline):
+            break
+        T = 0.5 * (lo_T + hi_T)
+        evals += 1
+        ok = dp.feasible(T, work, deadline)
+        if ok is None:
+            break  # the work cap or the deadline cut this threshold short: not proven either way
+        if ok:
+            hi_T = T
+        else:
+            lo_T = T
+    return PairDPBound(lo_T, evals, dp.work)
+
+
+def _undominated_last(sL: StageLengths, rows: list[_Rows]) -> np.ndarray:
+    """Indices of the last stage's configurations to try: within a DP move one whose own path
+    lengths and every pair row constant are >= another's is dropped (the DP of the other is
+    feasible wherever its is; :func:`~autotune.tuner.bounds.stage_dp.undominated_by_move`)."""
+    M = sL.nv.shape[0]
+    vec = np.concatenate([sL.lengths] + [r.const.transpose(2, 0, 1).reshape(M, -1) for r in rows], axis=1)
+    return np.flatnonzero(undominated_by_move(move_keys(sL.nv), vec, keep_ties=False))
 
 
 class _PairThresholdDP:
-    """The module docstring's DP over the stages other than the pivot A, whose configuration is
-    fixed (the last stage: after the others; the first: before them), per threshold."""
+    """The module docstring's DP over stages 0 .. P − 2 with the last stage's configuration fixed
+    (checked after them), per threshold."""
 
-    def __init__(self, sls: list[StageLengths], rows: dict[int, _Rows], tabs: dict[int, tuple[np.ndarray, np.ndarray]],
-                 A: int, pivot_configs: np.ndarray, N: int, V: int) -> None:
-        self.sls, self.rows, self.tabs, self.A, self.pivot_configs = sls, rows, tabs, A, pivot_configs
+    def __init__(self, sls: list[StageLengths], rows: list[_Rows], tabs: list[tuple[np.ndarray, np.ndarray]],
+                 last: np.ndarray, N: int, V: int) -> None:
+        self.sls, self.rows, self.tabs, self.last = sls, rows, tabs, last
         self.N, self.V, self.P = N, V, len(sls)
         self.work = 0.0
-        self.hint = int(pivot_configs[0]) if pivot_configs.size else -1  # last found feasible: tried first
+        self.groups = [group_lengths(s.lengths, s.alpha0, s.alphaR) for s in sls]  # one-stay paths
+        self.hint = int(last[0]) if last.size else -1  # the last configuration found feasible: tried first
         # per configuration the largest threshold its DP was found infeasible at (feasibility only
         # grows with T, so it is infeasible below it too)
         self.dead: dict[int, float] = {}
-        # states before stage p that can still reach (N, 0) (the stage DP's rule)
         ext = np.array([[nv[:, V - 1].min(), nv[:, V - 1].max(), (nv.sum(axis=1) - nv[:, V - 1]).min(),
                          nv.sum(axis=1).max()] for nv in (s.nv for s in sls)])
-        suf = np.cumsum(ext[::-1], axis=0)[::-1]
-        r = np.arange(N + 1)[None, :]
-        left = N - np.arange(N + 1)[:, None]
-        self.reach = [(r >= a) & (r <= b) & (left >= r + c) & (left <= d) for a, b, c, d in suf]
+        self.reach = reach_masks(ext, N)
+
+    def _one_stay(self, T: float, p: int) -> np.ndarray:
+        """float [M, N + 1]: per configuration of stage p and R the largest C0 that keeps every
+        one-stay path <= T (the stage DP's rule)."""
+        gbase, a0, aR = self.groups[p]
+        R = np.arange(self.N + 1, dtype=np.float64)
+        slack = T - gbase[:, :, None] - aR[None, :, None] * R[None, None, :]
+        return threshold_limit(slack, a0[None, :, None]).min(axis=1) + 1e-9
 
     def feasible(self, T: float, work: float, deadline: float | None = None) -> bool | None:
-        """Whether the DP of some kept pivot configuration reaches (N, 0) at T; None when the work
-        cap or the deadline (time.monotonic()) is passed first."""
-        N, V, L, A = self.N, self.V, self.P - 1, self.A
-        thr1 = [_one_stay_thresholds(T, s, N) for s in self.sls]
-        sA = self.sls[A]
-        for i in sorted(self.pivot_configs.tolist(), key=lambda j: j != self.hint):
+        """Whether the DP of some kept last-stage configuration reaches (N, 0) at T; None when the
+        work cap or the deadline (time.monotonic()) is passed first."""
+        N, V, L = self.N, self.V, self.P - 1
+        thr1 = [self._one_stay(T, p) for p in range(self.P)]
+        sL = self.sls[L]
+        for i in sorted(self.last.tolist(), key=lambda j: j != self.hint):
             if self.dead.get(i, -np.inf) >= T:
                 continue
-            nt, n0, nl = int(sA.nv[i].sum()), int(sA.nv[i, 0]), int(sA.nv[i, V - 1])
             C0: np.ndarray | None = np.full((N + 1, N + 1), np.inf)
-            if A == 0:  # stage 0 first: from (0, r) to (nt, r − nl) where its own paths hold
-                R = np.arange(N + 1 - nl)
-                ok = thr1[0][i, R] >= 0.0
-                C0[nt, R[ok]] = float(n0)
-                stages = range(1, L + 1)
-            else:
-                C0[0, :] = 0.0
-                stages = range(L)
-            for p in stages:
+            C0[0, :] = 0.0
+            for p in range(L):
                 C0[~self.reach[p]] = np.inf
                 C0 = self._stage(T, p, int(i), C0, thr1[p])
                 if C0 is None:
                     break
-                if self.work > work or (deadline is not None and time.monotonic() > deadline):
+                if self.work >= work or (deadline is not None and time.monotonic() > deadline):
                     return None
-            if A == 0:
-                done = C0 is not None and np.isfinite(C0[N, 0])
-            else:
-                done = (C0 is not None and nt <= N and np.isfinite(C0[N - nt, nl])
-                        and C0[N - nt, nl] <= thr1[L][i, 0])
-            if done:
+            nt, nl = int(sL.nv[i].sum()), int(sL.nv[i, V - 1])
+            if (C0 is not None and nt <= N and np.isfinite(C0[N - nt, nl])
+                    and C0[N - nt, nl] <= thr1[L][i, 0]):
                 self.hint = int(i)
                 return True
             self.dead[i] = max(self.dead.get(i, -np.inf), T)
         return False
 
     def _stage(self, T: float, p: int, i: int, C0: np.ndarray, thr1: np.ndarray) -> np.ndarray | None:
-        """The DP step over stage p for pivot configuration i: C0 [N + 1, N + 1] before p -> after
-        p (None when no state is left)."""
+        """The DP step over stage p for last-stage configuration i: C0 [N + 1, N + 1] before p ->
+        after p (None when no state is left)."""
         N, V = self.N, self.V
         s_f, r_f = np.nonzero(np.isfinite(C0))
         if s_f.size == 0:
@@ -539,20 +483,18 @@ class _PairThresholdDP:
         Rc = np.clip(R, 0, N)
         thr = thr1[np.arange(M)[:, None], Rc]  # [M, F]
         if rw.cS.size:
-            nA = int(self.sls[self.A].nv[i].sum())
-            before, after = self.tabs[p]
-            kb = s_f - (nA if self.A == 0 else 0)  # layers in the region before p
-            hb = before[np.clip(kb, 0, N)]  # [F]
-            ka = N - s_f[None, :] - nt[:, None] - (nA if self.A != 0 else 0)  # [M, F] layers after p
-            ha = np.where(ka >= 0, after[np.clip(ka, 0, N)], 0.0)
+            before, between = self.tabs[p]
+            hb = before[s_f]  # [F] least replay of the stages before p
+            k = N - s_f[None, :] - nt[:, None] - int(self.sls[-1].nv[i].sum())  # [M, F] layers between
+            hm = np.where(k >= 0, between[np.clip(k, 0, N)], 0.0)
             G = rw.cS.size
             step = max(1, int(STEP_ELEMENTS // max(1, M * s_f.size)))  # rows per block: bounded temporaries
             for a in range(0, G, step):
                 g = slice(a, min(G, a + step))
                 slack = (T - rw.const[g, :, i][:, :, None] - rw.cS[g, None, None] * s_f[None, None, :]
                          - rw.cR[g, None, None] * Rc[None, :, :] - rw.kb[g, None, None] * hb[None, None, :]
-                         - rw.km[g, None, None] * ha[None, :, :])  # [rows, M, F]
-                np.minimum(thr, _limit(slack, rw.c0[g, None, None]).min(axis=0) + 1e-9, out=thr)
+                         - rw.km[g, None, None] * hm[None, :, :])  # [rows, M, F]
+                np.minimum(thr, threshold_limit(slack, rw.c0[g, None, None]).min(axis=0) + 1e-9, out=thr)
                 self.work += slack.size
         src = C0[s_f, r_f]  # [F]
         val = np.where(ok & (src[None, :] <= thr), src[None, :] + n0[:, None], np.inf)  # [M, F]
@@ -579,4 +521,4 @@ class PairDP:
         res = pair_dp_bound(problem, V, upper_ms=up, lower_ms=lo, deadline=ctx.deadline)
         if res is None:
             return None
-        return BoundOutcome(res.bound_ms, None, {"evaluations": res.evaluations})
+        return BoundOutcome(res.bound_ms, None, {"evaluations": res.evaluations, "work": res.work})

@@ -246,28 +246,39 @@ def _least_replay(problem: Problem, p: int, fr: RowFrontiers, nv: np.ndarray, ro
     return E
 
 
+def min_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(a ⊕ b)[k] = min_i a[i] + b[k − i] over float [N + 1] arrays (ms; +inf: no way)."""
+    n = a.size
+    out = np.full(n, np.inf)
+    for i in np.flatnonzero(np.isfinite(a)):
+        np.minimum(out[i:], a[i] + b[:n - i], out=out[i:])
+    return out
+
+
+def least_replay_by_count(nvs: list[np.ndarray], Es: list[np.ndarray], N: int) -> np.ndarray:
+    """float [P, N + 1] ms: per stage q the least replay per micro-batch E (Es[q] [M_q]) over its
+    configurations nvs[q] int [M_q, V] holding n layers (+inf: none holds n)."""
+    g = np.full((len(nvs), N + 1), np.inf)
+    for q, (nv, E) in enumerate(zip(nvs, Es)):
+        np.minimum.at(g[q], nv.sum(axis=1), E)
+    return g
+
+
 def other_replay(configs: list[_StageConfigs], N: int) -> np.ndarray:
     """float [P, N + 1] ms: H[p, k], the least Σ_{q != p} E_q of k layers placed on the stages
     other than p, each stage q holding one of its fitting configurations (E_q its least replay
     per micro-batch, summed over its chunks); +inf when no such placement exists. Min-plus
-    convolutions of g_q[n] = least E_q of a configuration with n layers, prefix and suffix."""
+    convolutions (:func:`min_plus`) of g_q[n] = least E_q of a configuration with n layers
+    (:func:`least_replay_by_count`), prefix and suffix."""
     P = len(configs)
-    g = np.full((P, N + 1), np.inf)
-    for q, c in enumerate(configs):
-        np.minimum.at(g[q], c.nv.sum(axis=1), c.E)
-
-    def conv(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # (a ⊕ b)[k] = min_i a[i] + b[k − i]
-        out = np.full(N + 1, np.inf)
-        for i in np.flatnonzero(np.isfinite(a)):
-            np.minimum(out[i:], a[i] + b[:N + 1 - i], out=out[i:])
-        return out
+    g = least_replay_by_count([c.nv for c in configs], [c.E for c in configs], N)
     unit = np.full(N + 1, np.inf)
     unit[0] = 0.0
     pre, suf = [unit], [unit]
     for q in range(P - 1):
-        pre.append(conv(pre[-1], g[q]))
-        suf.append(conv(suf[-1], g[P - 1 - q]))
-    return np.stack([conv(pre[p], suf[P - 1 - p]) for p in range(P)])
+        pre.append(min_plus(pre[-1], g[q]))
+        suf.append(min_plus(suf[-1], g[P - 1 - q]))
+    return np.stack([min_plus(pre[p], suf[P - 1 - p]) for p in range(P)])
 
 
 def _fewest_count_replay(sp: StagePaths, E: np.ndarray) -> np.ndarray:
@@ -279,7 +290,7 @@ def _fewest_count_replay(sp: StagePaths, E: np.ndarray) -> np.ndarray:
 def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray, own: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(ok bool [M], lengths float [ok.sum(), Q] ms): each configuration's path lengths with the
-    replay counted (:func:`_stage_table`'s rule, its docstring), for the configurations whose
+    replay counted (:func:`stage_lengths`' rule, its docstring), for the configurations whose
     other stages can hold the remaining layers (``ok``: H finite there)."""
     h = H[H.size - 1 - cf.nv.sum(axis=1)]  # [M]: H is indexed by the N − n layers elsewhere
     ok = np.isfinite(h)
@@ -290,7 +301,7 @@ def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray, own: np.ndarr
 class StageLengths(NamedTuple):
     """Stage p's configurations that can still hold a threshold under the cap, with their path
     lengths: layer counts nv int [M, V], least replay E [M] (ms per micro-batch), every one-stay
-    path's length with its replay lengths [M, Q] (ms, :func:`_stage_table`'s rule) and each path's
+    path's length with its replay lengths [M, Q] (ms, :func:`stage_lengths`' rule) and each path's
     ms per chunk-0 layer before the stage alpha0 [Q] and per last-chunk layer after it alphaR [Q]."""
 
     nv: np.ndarray
@@ -332,39 +343,78 @@ def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr
     return StageLengths(nv, E, base, alpha0, alphaR)
 
 
-def stage_table(nv: np.ndarray, lengths: np.ndarray, alpha0: np.ndarray, alphaR: np.ndarray) -> _StageTable:
-    """The DP's :class:`_StageTable` of one stage from its configurations nv int [M, V] (M >= 1)
-    and their path lengths [M, Q] (ms) with each path's ms per chunk-0 layer before the stage
-    alpha0 [Q] and per last-chunk layer after it alphaR [Q]: paths with the same coefficients keep
-    their largest length, configurations are grouped by DP move (layers, last-chunk layers, chunk-0
-    layers) and, within a group, one whose every group length is >= another's is dropped."""
-    V = nv.shape[1]
+def group_lengths(lengths: np.ndarray, alpha0: np.ndarray, alphaR: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Paths with the same coefficients differ only in their constant: (the largest length of
+    each coefficient group [M, G] ms, the groups' ms per chunk-0 layer before the stage a0 [G] and
+    per last-chunk layer after it aR [G]) from every path's length [M, Q] and coefficients alpha0,
+    alphaR [Q] (ms per layer)."""
     coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
     grp = grp.reshape(-1)
-    gbase = np.full((nv.shape[0], coef.shape[0]), -np.inf)
+    gbase = np.full((lengths.shape[0], coef.shape[0]), -np.inf)
     for g in range(coef.shape[0]):
         gbase[:, g] = lengths[:, grp == g].max(axis=1)
-    # configs with the same DP move (layers, chunk-0 layers, last-chunk layers) form a group
-    key = np.stack([nv.sum(axis=1), nv[:, V - 1], nv[:, 0]], axis=1)  # layers, last, chunk 0
+    return gbase, coef[:, 0], coef[:, 1]
+
+
+def move_keys(nv: np.ndarray) -> np.ndarray:
+    """int [M, 3]: each configuration's DP move (layers, last-chunk layers, chunk-0 layers) from
+    its layer counts nv int [M, V]."""
+    return np.stack([nv.sum(axis=1), nv[:, -1], nv[:, 0]], axis=1)
+
+
+def undominated_by_move(key: np.ndarray, vec: np.ndarray, keep_ties: bool) -> np.ndarray:
+    """bool [M]: configurations not dominated within their DP move (rows of ``key`` [M, 3] alike):
+    one whose every value of ``vec`` [M, d] (path constants, ms) is >= another's never helps the
+    DP (``keep_ties``: equal rows all kept, else the first)."""
+    keep = np.ones(key.shape[0], dtype=bool)
+    _, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    for g in np.flatnonzero(np.bincount(inv) > 1):
+        idx = np.flatnonzero(inv == g)
+        keep[idx] = pareto_mask(vec[idx], keep_ties=keep_ties)
+    return keep
+
+
+def _table(nv: np.ndarray, lengths: np.ndarray, alpha0: np.ndarray, alphaR: np.ndarray) -> _StageTable:
+    """The DP's :class:`_StageTable` of one stage from its configurations nv int [M, V] (M >= 1)
+    and their path lengths [M, Q] (ms) with each path's ms per chunk-0 layer before the stage
+    alpha0 [Q] and per last-chunk layer after it alphaR [Q] (:func:`group_lengths`), configurations
+    sorted by DP move and those dominated within one dropped (:func:`undominated_by_move`)."""
+    gbase, a0, aR = group_lengths(lengths, alpha0, alphaR)
+    key = move_keys(nv)
     order = np.lexsort(key.T[::-1])
     nv, gbase, key = nv[order], gbase[order], key[order]
-    starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
-    # within a group a config whose every path constant is >= another's never helps
-    keep = np.ones(nv.shape[0], dtype=bool)
-    for a, b in zip(starts, np.append(starts[1:], nv.shape[0])):
-        if b - a > 1:
-            keep[a:b] = pareto_mask(gbase[a:b], keep_ties=True)
+    keep = undominated_by_move(key, gbase, keep_ties=True)
     nv, gbase, key = nv[keep], gbase[keep], key[keep]
     starts = np.flatnonzero(np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)]))
-    return _StageTable(nv, gbase, coef[:, 0], coef[:, 1], key[starts], starts)
+    return _StageTable(nv, gbase, a0, aR, key[starts], starts)
+
+
+def threshold_limit(slack: np.ndarray, a0: np.ndarray | float) -> np.ndarray:
+    """The largest C0 with a0 · C0 <= slack (ms; a0 >= 0 ms per chunk-0 layer, broadcast): slack /
+    a0 where a0 > 0, else +inf where slack >= 0 (to 1e-9 ms) and -inf elsewhere."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(a0 > 0, slack / np.where(a0 > 0, a0, 1.0), np.where(slack >= -1e-9, np.inf, -np.inf))
+
+
+def reach_masks(ext: np.ndarray, N: int) -> list[np.ndarray]:
+    """bool [N + 1, N + 1] per stage p: the DP states (s layers placed, r last-chunk layers left)
+    before p that can still reach (N, 0), from ext int [P, 4] — each stage's least / most
+    last-chunk layers, least other layers and most layers: r within [Σ nl_min, Σ nl_max] and the
+    N − s layers left within [r + Σ (nt − nl)_min, Σ nt_max], sums over stages p..P-1."""
+    suf = np.cumsum(ext[::-1], axis=0)[::-1]  # [P, 4] sums over stages p..P-1
+    r = np.arange(N + 1)[None, :]
+    left = N - np.arange(N + 1)[:, None]  # layers left after s placed
+    return [(r >= a) & (r <= b) & (left >= r + c) & (left <= d) for a, b, c, d in suf]
 
 
 def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: _StageConfigs,
                  H: np.ndarray, cap_ms: float | None = None) -> _StageTable | None:
     """The :class:`_StageTable` of stage p from its fitting configurations ``cf``
-    (:func:`stage_lengths`, then :func:`stage_table`); None when no configuration is left."""
+    (:func:`stage_lengths`, then :func:`_table`); None when no configuration is left."""
     sl = stage_lengths(problem, su, p, sp, fr, cf, H, cap_ms)
-    return None if sl is None else stage_table(sl.nv, sl.lengths, sl.alpha0, sl.alphaR)
+    return None if sl is None else _table(sl.nv, sl.lengths, sl.alpha0, sl.alphaR)
 
 
 class _ThresholdDP:
@@ -378,15 +428,9 @@ class _ThresholdDP:
             keys = t.keys
             brk = np.flatnonzero(np.concatenate([[True], np.any(keys[1:, :2] != keys[:-1, :2], axis=1), [True]]))
             self.moves.append([(int(a), int(b)) for a, b in zip(brk[:-1], brk[1:])])
-        # states before stage p that can still reach (N, 0): with the stages' least / most layers
-        # and last-chunk layers from p on, r last-chunk layers left within [Σ nl_min, Σ nl_max]
-        # and the N − s layers left within [r + Σ (nt − nl)_min, Σ nt_max]
         ext = np.array([[k[:, 1].min(), k[:, 1].max(), (k[:, 0] - k[:, 1]).min(), k[:, 0].max()]
                         for k in (t.keys for t in tabs)]).reshape(-1, 4)
-        suf = np.cumsum(ext[::-1], axis=0)[::-1]  # [P, 4] sums over stages p..P-1
-        r = np.arange(N + 1)[None, :]
-        left = N - np.arange(N + 1)[:, None]  # layers left after s placed
-        self.reach = [(r >= a) & (r <= b) & (left >= r + c) & (left <= d) for a, b, c, d in suf]
+        self.reach = reach_masks(ext, N)
 
     def thresholds(self, T: float, p: int, upto: int | None = None) -> np.ndarray:
         """[M, R]: the largest C0 that keeps every path of config i <= T (R after stage p; the
@@ -395,10 +439,7 @@ class _ThresholdDP:
         a0, aR = t.a0, t.aR
         Rg = self.Rg if upto is None else self.Rg[:upto]
         slack = T - t.gbase[:, :, None] - aR[None, :, None] * Rg[None, None, :]  # M G R
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lim = np.where(a0[None, :, None] > 0, slack / a0[None, :, None],
-                           np.where(slack >= -1e-9, np.inf, -np.inf))
-        return lim.min(axis=1) + 1e-9
+        return threshold_limit(slack, a0[None, :, None]).min(axis=1) + 1e-9
 
     def feasible(self, T: float) -> list[np.ndarray] | None:
         """The DP tables C0 before each stage and after the last one when T is feasible, else
@@ -492,6 +533,29 @@ def _screen(problem: Problem, su: IntegerSetup, paths: list[StagePaths], fr: Row
     return out
 
 
+def stage_vectors(problem: Problem, su: IntegerSetup, V: int, upper_ms: float | None,
+                  max_configs: int) -> list[list[tuple[int, ...]]] | None:
+    """Every stage's layer-count vectors (chunk layers within the problem's bounds; None past
+    ``max_configs`` in all). With a feasible step time ``upper_ms`` (ms) a stage holds at most
+    upper_ms / (m · (f + b0)) + 1 layers: its own ops are one path. The cap is checked on the
+    total before any table (pp8 vpp4 m128, 256 layers: ~58,900 a stage, 471,000 in all; 6.9 CPU s
+    of tables were built and dropped when it was checked after the first stages' tables)."""
+    lay = su.layer
+    P, N, m = problem.P, problem.N, problem.m
+    lo, hi = problem.bounds(V)
+    fb0 = lay.fwd_ms + lay.bwd_ms
+    n_cap = N
+    if upper_ms is not None and np.isfinite(upper_ms) and fb0 > 0:
+        n_cap = min(n_cap, int(upper_ms / (m * fb0)) + 1)
+    out, total = [], 0
+    for p in range(P):
+        out.append(count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), min(n_cap, N)))
+        total += len(out[-1])
+        if total > max_configs:
+            return None
+    return out
+
+
 def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
                    lower_ms: float | None = None, rel_tol: float = 1e-4,
                    max_configs: int = 200_000, deadline: float | None = None) -> StageDPBound | None:
@@ -508,25 +572,12 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     su = integer_setup(problem, V)
     if su is None:
         return None
-    lay = su.layer
-    P, N, m = problem.P, problem.N, problem.m
+    N = problem.N
     paths = stage_paths(su.cs, su.p2p_ms)
-    lo, hi = problem.bounds(V)
-    fb0 = lay.fwd_ms + lay.bwd_ms
-    # a stage's own ops are one path: m·Σ n (f + b0) <= T; and static alone must fit
-    n_cap = N
-    if upper_ms is not None and np.isfinite(upper_ms) and fb0 > 0:
-        n_cap = min(n_cap, int(upper_ms / (m * fb0)) + 1)
-    # every stage's count vectors before any table: the cap is checked on their total, not
-    # after the first stages' tables (pp8 vpp4 m128, 256 layers: ~58,900 a stage, 471,000 in all;
-    # 6.9 CPU s of tables were built and dropped before)
-    all_vecs = []
-    total = 0
-    for p in range(P):
-        all_vecs.append(count_vectors(lo[:, p], np.minimum(hi[:, p], n_cap), min(n_cap, N)))
-        total += len(all_vecs[-1])
-        if total > max_configs:
-            return None
+    all_vecs = stage_vectors(problem, su, V, upper_ms, max_configs)
+    if all_vecs is None:
+        return None
+    total = sum(len(v) for v in all_vecs)
     fr = row_frontiers(problem)
     # a feasible layout's step time: no T above it is ever tried, so the tables drop what cannot
     # hold one below it, and a DP without a way through means no layout is faster than it
