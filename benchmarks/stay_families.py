@@ -308,9 +308,9 @@ def main() -> None:
                          "(0: none; k >= 2 costs about a second a move on pp 16 x vpp 2 x m 64, "
                          "~100 s on pp 32 x vpp 4 x m 256)")
     ap.add_argument("--pairs", action="store_true",
-                    help="also say, per layout, which two stages hold its longest two-stay path, and the "
-                         "longest one with a stay on the first or the last stage against the rest "
-                         "(P(P+1)/2 two-stay walks a layout)")
+                    help="also say, per layout, which two stages hold its longest two-stay path ('2-stay on'), "
+                         "the longest with a stay on the first or the last stage ('ends') and the longest "
+                         "with both stays on other stages ('inner') (P(P+1)/2 two-stay walks a layout)")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     a = ap.parse_args()
     if not 1 <= a.k <= 8:

@@ -71,7 +71,7 @@ from autotune.tuner.problem import Problem
 WORK = 2e8
 #: Shape cap: pair paths (2 directions × entries × exits × middle ops y, per stage: at most
 #: 2 · (1 + 2V)² · the ops of a stage) over all stages; a larger schedule is not priced (None):
-#: pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512 (1.5 M) 3.5–4.3 s,
+#: pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512 (1.5 M) 2.0–4.3 s,
 #: both for no rise; pp 16 × vpp 2 × m 256 (0.77 M) takes ~1 s.
 MAX_SHAPES = 1_000_000
 #: Work cap of the rows' constants: Σ over stages of pair paths × configurations × last-stage
