@@ -332,8 +332,8 @@ def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr
     alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
     # paths with the same (alpha0, alphaR) differ only in their constant: the replay is priced
     # where it can lift a path above its group's longest
-    _, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
-    _, base = _with_replay(sp, cf, H, _own_replay(problem, su, p, fr, sp, cf.nv, cf.E, base, grp.reshape(-1)))
+    _, grp = _coefficient_groups(alpha0, alphaR)
+    _, base = _with_replay(sp, cf, H, _own_replay(problem, su, p, fr, sp, cf.nv, cf.E, base, grp))
     nv, E = cf.nv, cf.E
     if cap_ms is not None:
         under = _under_cap(base, cap_ms)
@@ -343,14 +343,20 @@ def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr
     return StageLengths(nv, E, base, alpha0, alphaR)
 
 
+def _coefficient_groups(alpha0: np.ndarray, alphaR: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct (alpha0, alphaR) pairs [G, 2] ms per layer, rounded to 1e-9; int [Q]: each
+    path's group) of the paths' coefficients alpha0, alphaR [Q]."""
+    coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
+    return coef, grp.reshape(-1)
+
+
 def group_lengths(lengths: np.ndarray, alpha0: np.ndarray, alphaR: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Paths with the same coefficients differ only in their constant: (the largest length of
     each coefficient group [M, G] ms, the groups' ms per chunk-0 layer before the stage a0 [G] and
     per last-chunk layer after it aR [G]) from every path's length [M, Q] and coefficients alpha0,
     alphaR [Q] (ms per layer)."""
-    coef, grp = np.unique(np.round(np.stack([alpha0, alphaR], axis=1), 9), axis=0, return_inverse=True)
-    grp = grp.reshape(-1)
+    coef, grp = _coefficient_groups(alpha0, alphaR)
     gbase = np.full((lengths.shape[0], coef.shape[0]), -np.inf)
     for g in range(coef.shape[0]):
         gbase[:, g] = lengths[:, grp == g].max(axis=1)
