@@ -199,7 +199,10 @@ def test_lp_path_phase_raises_the_capped_bound_on_scaling_p4_vpp3() -> None:
     (lp_rounds 0) it proved 4,311.78 ms; 20 rounds of LP path generation (the LP alone: 4,132.98
     ms) let the integer solves start from a family that already cuts the fractional minimisers:
     4,351.51 ms under the same cap (the program's converged optimum, with a 10x cap, is 4,369.03
-    ms). Every value stays below the incumbent layout, re-simulated here. The LP alone depends on
+    ms). Each of those solves finishes (HiGHS proves its optimum), so the lazy loop goes on to
+    NODE_WORK_CONVERGING x the cap: 4,365.62 ms after 7 solves (the 8th is cut); the search's
+    certified gap on this row 1.03 -> 0.69 %. Every value stays below the incumbent layout,
+    re-simulated here. The LP alone depends on
     HiGHS' pivoting path: the memory rows' room growing by the shared feasibility tolerance
     (autotune.cost.budget, 2e-8 MiB here) moved it from 4,130.90 ms; the final bound is the same."""
     import sys
@@ -219,9 +222,29 @@ def test_lp_path_phase_raises_the_capped_bound_on_scaling_p4_vpp3() -> None:
     lp_only = milp_bound(problem, 3, upper_ms=4396.53, max_solves=0)
     assert lp_only.bound_ms == pytest.approx(4132.98, abs=0.05)
     b = milp_bound(problem, 3, upper_ms=4396.53)
-    assert b.bound_ms == pytest.approx(4351.51, abs=0.05)
-    assert b.bound_ms > 4311.78 + 30.0  # the value without the LP phase
+    assert b.bound_ms == pytest.approx(4365.62, abs=0.05) and b.solves == 7
+    assert b.bound_ms > 4351.51 + 10.0  # the value when the first cap ended the loop
     assert b.bound_ms <= inc.step_ms
+
+
+def test_a_solve_cut_by_its_node_limit_ends_the_lazy_loop() -> None:
+    """The converging extension (NODE_WORK_CONVERGING) holds only while every solve finishes: on
+    the same P4 V3 m8 problem a cap of 2e11 work units (~220 nodes, where the first solve needs
+    ~700) cuts the first solve, and the loop stops there with the extension as without it (it
+    would have 3 x the cap left otherwise). The cut solve's dual bound (4,153.95 ms) is below the
+    finished solves' but still a proof."""
+    import sys
+
+    from autotune.tuner.bounds.milp import _milp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from scaling import build
+
+    problem = build(4, 3, 8, 32, "dense", "tight")
+    got = [_milp(problem, 3, layouts=None, upper_ms=4396.53, node_work=2e11, max_solves=12, deadline=None,
+                 converging=c)[0] for c in (1.0, 3.0)]
+    assert [g.solves for g in got] == [1, 1]
+    assert got[0].bound_ms == got[1].bound_ms == pytest.approx(4153.95, abs=0.05)
 
 
 def test_integer_program_runs_on_pp8_vpp4_and_proves_the_dense_corner() -> None:
