@@ -42,6 +42,11 @@ def test_pair_dp_between_the_stage_dp_and_the_enumerated_optimum(seed, P, V, ext
     assert got is not None
     assert got.bound_ms <= opt * (1 + 1e-9)
     assert got.bound_ms >= stage_dp_bound(problem, V, upper_ms=opt, rel_tol=1e-6).bound_ms * (1 - 1e-5)
+    # a looser incumbent: the feasible thresholds above the optimum drop configurations on the way
+    # down (restrict). Never above the optimum, and never above the bound with the optimum as the
+    # cap (whose tables keep fewer configurations: the other stages' replay is a least over them)
+    loose = pair_dp_bound(problem, V, upper_ms=1.5 * opt, lower_ms=0.0, rel_tol=1e-6)
+    assert loose is not None and loose.bound_ms <= min(opt, got.bound_ms) * (1 + 1e-5)
 
 
 @pytest.mark.parametrize("sched,P,V,m", [("1f1b", 4, 2, 8), ("1f1b_less_memory", 4, 2, 8), ("1f1b", 5, 3, 10),
@@ -93,11 +98,25 @@ def _scaling(P: int, V: int, m: int, L: int):
 def test_scaling_rows_pinned() -> None:
     """scaling.py's P16 V2 m64 L64 and P8 V2 m64 L128 dense tight rows, the search's answers as
     the incumbent and its bounds as the start: 18,294.8 -> 18,418.3 ms (certified gap 1.53 ->
-    0.85 %) and 61,647.6 -> 61,845.2 ms (1.44 -> 1.12 %). The stage DP alone gives 18,289.9 and
-    61,439.5 there (its family's limits, measured by stay_families.py: 18,293.3 and 61,704.0)."""
-    for (P, L, ans, lo, want) in ((16, 64, 18574.5, 18294.8, 18418.3), (8, 128, 62534.9, 61647.6, 61845.2)):
+    0.85 %) and 61,647.6 -> 61,862.5 ms (1.44 -> 1.09 %; 61,845.2 before the regions' replay was
+    taken again over the configurations left under each feasible threshold). The stage DP alone
+    gives 18,289.9 and 61,439.5 there (its family's limits, measured by stay_families.py: 18,293.3
+    and 61,704.0)."""
+    for (P, L, ans, lo, want) in ((16, 64, 18574.5, 18294.8, 18418.3), (8, 128, 62534.9, 61647.6, 61862.5)):
         got = pair_dp_bound(_scaling(P, 2, 64, L), 2, upper_ms=ans, lower_ms=lo)
         assert got is not None and got.bound_ms == pytest.approx(want, abs=1.0)
+
+
+def test_an_early_incumbent_does_not_cost_the_rise() -> None:
+    """scaling.py's P16 V2 m64 L128 dense tight inside the search: the pair DP runs with the
+    incumbent of that moment, 34,525.95 ms (the kicks later find 33,730.0), from the bound
+    33,479.89. Each feasible threshold now drops the configurations whose own paths pass it and
+    takes the regions' replay again over those left (``restrict``): 33,547.32 ms after 9
+    thresholds within the work cap. Without that the first thresholds walked every
+    configuration under 34,526 and the cap cut the 5th before any was infeasible: no rise
+    (33,479.89)."""
+    got = pair_dp_bound(_scaling(16, 2, 64, 128), 2, upper_ms=34525.95, lower_ms=33479.89)
+    assert got is not None and got.bound_ms == pytest.approx(33547.32, abs=0.5)
 
 
 def test_not_applicable_and_work_cap() -> None:
