@@ -394,7 +394,7 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
             return None
         rows.append(_pair_rows(problem, su, p, shapes[p], sls[p], sls[L], Ev[p], Ev[L]))
     keep = _undominated_last(sls[L], rows)
-    dp = _PairThresholdDP(sls, rows, keep, N, V)
+    dp = _PairThresholdDP(sls, rows, keep, N, V, [sp.a_b for sp in paths], H)
     lo_T = max(float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0, 0.0)
     hi_T = cap
     evals = 0
@@ -403,12 +403,15 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
             break
         T = 0.5 * (lo_T + hi_T)
         evals += 1
-        ok = dp.feasible(T, work, deadline)
+        at = dp.restricted(T)  # the configurations that can hold T (shares dp's memo)
+        ok = False if at is None else at.feasible(T, work, deadline)  # at.work starts at dp.work
+        if at is not None and at is not dp:
+            dp.work, dp.hint = at.work, at.hint
         if ok is None:
             break  # the work cap or the deadline cut this threshold short: not proven either way
         if ok:
             hi_T = T
-            dp.restrict(hi_T)
+            dp = at  # every later threshold is below T
         else:
             lo_T = T
     return PairDPBound(lo_T, evals, dp.work)
@@ -440,43 +443,77 @@ def _extents(sls: list[StageLengths]) -> np.ndarray:
 
 class _PairThresholdDP:
     """The module docstring's DP over stages 0 .. P − 2 with the last stage's configuration fixed
-    (checked after them), per threshold."""
+    (checked after them), per threshold. ``aB`` [P] per stage: each one-stay path's backward ops
+    on the other stages (``StagePaths.a_b``), which multiply the other stages' least replay H in
+    the paths' lengths (:func:`~autotune.tuner.bounds.stage_dp.stage_lengths`); ``H`` float [P, N + 1]
+    ms: that least replay as the lengths were priced with it (:func:`other_replay`)."""
 
-    def __init__(self, sls: list[StageLengths], rows: list[_Rows], last: np.ndarray, N: int, V: int) -> None:
+    def __init__(self, sls: list[StageLengths], rows: list[_Rows], last: np.ndarray, N: int, V: int,
+                 aB: list[np.ndarray], H: np.ndarray) -> None:
         self.sls, self.rows, self.last = sls, rows, last
-        self.tabs = _region_tabs(sls, N)
         self.N, self.V, self.P = N, V, len(sls)
+        self.aB, self.H = aB, H
         self.work = 0.0
-        self.groups = [group_lengths(s.lengths, s.alpha0, s.alphaR) for s in sls]  # one-stay paths
-        self.hint = int(last[0]) if last.size else -1  # the last configuration found feasible: tried first
-        # per configuration the largest threshold its DP was found infeasible at (feasibility only
-        # grows with T, so it is infeasible below it too)
+        self.lid = np.arange(sls[-1].nv.shape[0])  # each last-stage configuration's index in the first table
+        self.hint = int(last[0]) if last.size else -1  # (first-table index) the last one found feasible: tried first
+        # per last-stage configuration (first-table index) the largest threshold its DP was found
+        # infeasible at (feasibility only grows with T, so it is infeasible below it too)
         self.dead: dict[int, float] = {}
-        self.reach = reach_masks(_extents(sls), N)
+        self._derived()
 
-    def restrict(self, T: float) -> None:
-        """Drop the configurations that no threshold below T can use: every one-stay path's
-        coefficients are >= 0, so a configuration whose own path lengths pass T is infeasible
-        below it (``_under_cap``'s tolerance), nor can a region hold it, so the regions' replay
-        sums are taken again over the configurations left. Thresholds after a feasible one are
-        lower, and every one then walks fewer configurations: with the search's early incumbent
-        as the cap (pp 16 × vpp 2 × m 64: 34,526 ms against the answer's 33,730) the work cap
-        cut the bisection after 4 thresholds, before its first infeasible one."""
-        keep = [_under_cap(s.lengths, T) for s in self.sls]
-        if all(k.all() for k in keep):
-            return
-        L = self.P - 1
-        old_last = np.flatnonzero(keep[L])  # old index of each kept last-stage configuration
-        self.sls = [StageLengths(s.nv[k], s.E[k], s.lengths[k], s.alpha0, s.alphaR) for s, k in zip(self.sls, keep)]
-        self.rows = [_Rows(r.const[:, keep[p]][:, :, keep[L]], r.cS, r.c0, r.cR, r.kb, r.km)
-                     for p, r in enumerate(self.rows)]
-        self.groups = [group_lengths(s.lengths, s.alpha0, s.alphaR) for s in self.sls]
-        new_of = {int(o): n for n, o in enumerate(old_last)}
-        self.last = np.array([new_of[int(i)] for i in self.last if int(i) in new_of], dtype=np.int64)
-        self.dead = {new_of[i]: t for i, t in self.dead.items() if i in new_of}
-        self.hint = new_of.get(self.hint, int(self.last[0]) if self.last.size else -1)
+    def _derived(self) -> None:
+        """The tables that follow from the configurations: one-stay groups, reach masks and the
+        regions' replay sums."""
+        self.groups = [group_lengths(s.lengths, s.alpha0, s.alphaR) for s in self.sls]  # one-stay paths
         self.reach = reach_masks(_extents(self.sls), self.N)
         self.tabs = _region_tabs(self.sls, self.N)
+
+    def restricted(self, T: float) -> _PairThresholdDP | None:
+        """This DP for thresholds <= T only (self when nothing changes; None when some stage has
+        no configuration left: nothing is feasible at T). A configuration whose own one-stay path
+        lengths pass T can hold no threshold <= T (every coefficient of those paths is >= 0;
+        ``_under_cap``'s tolerance); without it the other stages' least replay H can only rise,
+        which lengthens the paths of the configurations left: repeated until nothing changes.
+        The regions' replay sums are taken again over what is left. It shares ``dead`` with self
+        (first-table indices). With the search's early incumbent as the cap (pp 16 × vpp 2 × m 64:
+        34,526 ms against the answer's 33,730) the work cap had cut the bisection after 4
+        thresholds, before its first infeasible one."""
+        sls, H, L, N = self.sls, self.H, self.P - 1, self.N
+        keeps = [np.ones(s.nv.shape[0], dtype=bool) for s in sls]
+        changed = False
+        while True:
+            keep = [_under_cap(s.lengths, T) for s in sls]
+            if all(k.all() for k in keep):
+                break
+            changed = True
+            if not all(k.any() for k in keep):
+                return None
+            sls = [StageLengths(s.nv[k], s.E[k], s.lengths[k], s.alpha0, s.alphaR) for s, k in zip(sls, keep)]
+            keeps = [kk.copy() for kk in keeps]
+            for kk, k in zip(keeps, keep):
+                kk[np.flatnonzero(kk)] = k
+            H2 = other_replay(sls, N)
+            out = []
+            for p, s in enumerate(sls):
+                n_oth = N - s.nv.sum(axis=1)
+                rise = H2[p][n_oth] - H[p][n_oth]  # >= 0: a least over fewer configurations
+                lengths = s.lengths + np.maximum(np.nan_to_num(rise, posinf=0.0), 0.0)[:, None] * self.aB[p][None, :]
+                lengths[~np.isfinite(H2[p][n_oth])] = np.inf  # the others can no longer hold the rest
+                out.append(s._replace(lengths=lengths))
+            sls, H = out, H2
+        if not changed:
+            return self
+        new = object.__new__(_PairThresholdDP)
+        new.__dict__.update(self.__dict__)
+        new.sls, new.H = sls, H
+        new.rows = [_Rows(r.const[:, keeps[p]][:, :, keeps[L]], r.cS, r.c0, r.cR, r.kb, r.km)
+                    for p, r in enumerate(self.rows)]
+        pos = np.full(keeps[L].size, -1)
+        pos[np.flatnonzero(keeps[L])] = np.arange(int(keeps[L].sum()))
+        new.last = pos[self.last][pos[self.last] >= 0]
+        new.lid = self.lid[keeps[L]]
+        new._derived()
+        return new
 
     def _one_stay(self, T: float, p: int) -> np.ndarray:
         """float [M, N + 1]: per configuration of stage p and R the largest C0 that keeps every
@@ -492,8 +529,8 @@ class _PairThresholdDP:
         N, V, L = self.N, self.V, self.P - 1
         thr1 = [self._one_stay(T, p) for p in range(self.P)]
         sL = self.sls[L]
-        for i in sorted(self.last.tolist(), key=lambda j: j != self.hint):
-            if self.dead.get(i, -np.inf) >= T:
+        for i in sorted(self.last.tolist(), key=lambda j: int(self.lid[j]) != self.hint):
+            if self.dead.get(int(self.lid[i]), -np.inf) >= T:
                 continue
             C0: np.ndarray | None = np.full((N + 1, N + 1), np.inf)
             C0[0, :] = 0.0
@@ -507,9 +544,9 @@ class _PairThresholdDP:
             nt, nl = int(sL.nv[i].sum()), int(sL.nv[i, V - 1])
             if (C0 is not None and nt <= N and np.isfinite(C0[N - nt, nl])
                     and C0[N - nt, nl] <= thr1[L][i, 0]):
-                self.hint = int(i)
+                self.hint = int(self.lid[i])
                 return True
-            self.dead[i] = max(self.dead.get(i, -np.inf), T)
+            self.dead[int(self.lid[i])] = max(self.dead.get(int(self.lid[i]), -np.inf), T)
         return False
 
     def _stage(self, T: float, p: int, i: int, C0: np.ndarray, thr1: np.ndarray) -> np.ndarray | None:
