@@ -43,7 +43,7 @@ def test_pair_dp_between_the_stage_dp_and_the_enumerated_optimum(seed, P, V, ext
     assert got.bound_ms <= opt * (1 + 1e-9)
     assert got.bound_ms >= stage_dp_bound(problem, V, upper_ms=opt, rel_tol=1e-6).bound_ms * (1 - 1e-5)
     # a looser incumbent: the feasible thresholds above the optimum drop configurations on the way
-    # down (restrict). Never above the optimum, and never above the bound with the optimum as the
+    # down (restricted). Never above the optimum, and never above the bound with the optimum as the
     # cap (whose tables keep fewer configurations: the other stages' replay is a least over them)
     loose = pair_dp_bound(problem, V, upper_ms=1.5 * opt, lower_ms=0.0, rel_tol=1e-6)
     assert loose is not None and loose.bound_ms <= min(opt, got.bound_ms) * (1 + 1e-5)
@@ -111,7 +111,7 @@ def test_an_early_incumbent_does_not_cost_the_rise() -> None:
     """scaling.py's P16 V2 m64 L128 dense tight inside the search: the pair DP runs with the
     incumbent of that moment, 34,525.95 ms (the kicks later find 33,730.0), from the bound
     33,479.89. Each feasible threshold now drops the configurations whose own paths pass it and
-    takes the regions' replay again over those left (``restrict``): 33,547.32 ms after 9
+    takes the regions' replay again over those left (``restricted``): 33,547.32 ms after 9
     thresholds within the work cap. Without that the first thresholds walked every
     configuration under 34,526 and the cap cut the 5th before any was infeasible: no rise
     (33,479.89)."""
