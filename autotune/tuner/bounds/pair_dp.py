@@ -20,8 +20,11 @@ length.
 Length, bounded below with the stage DP's relaxations (the cheapest layer kinds' least sums,
 recompute classes free per layer, each stage's least replay that fits its memory rows):
 - on p and on L, the exact op counts (the chains' ops there included) at the configuration's
-  forward / backward ms, and replay at least max(E × the stay's fewest backward ops of a chunk,
-  max over chunks v of the stay's chunk-v backward ops × the least chunk-v replay that fits);
+  forward / backward ms, and replay at least t × W(1 − θ, θ) for each θ of :data:`THETAS`, where
+  W(w) is the least replay weighted by w over the recompute choices that fit (per memory row)
+  and t the largest factor with t·(1 − θ, θ) <= the stay's backward ops per chunk (W is
+  homogeneous and nondecreasing in w); θ = 0, 1 give each chunk's least replay, θ = 1/2 the
+  stage's least replay E times the stay's fewest backward ops of a chunk;
 - on the other stages, per region (the stages before p; those between p and L) and chunk, the
   least count over the region's stages times the region's layers of that chunk at the relaxed
   layer's ms: the chunk-0 layers before p are the stage DP's C0, the others before p are s − C0
@@ -230,31 +233,60 @@ def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
                       np.concatenate(kms) / k)
 
 
+#: Chunk weightings (1 − θ, θ) at which each configuration's least weighted replay is priced for
+#: the stays (:func:`_chunk_replay`, :func:`_stay_ms`): every 1/16, and every 1/32 near 1/2, where
+#: the long stays sit (a walk over most of a stage's program has about as many backward ops of
+#: each chunk). θ = 0, 1/2, 1 alone were the rule before (each chunk's least replay, and E / 2).
+#: Measured with the answers as the incumbent (docs/search.md): pp 8 × vpp 2 × m 64 61,862.5 ms
+#: with those three, 61,893.7 with every 1/8 or 1/16, 62,080.9 with every 1/32 or this set;
+#: pp 16 × vpp 2 × m 64 × 64 layers 18,418.3 with the three or the 1/32 near 1/2 alone, 18,431.4
+#: with every 1/16. Pricing cost grows with the count (pp 32 × vpp 2 × m 64: 1.2 s with the
+#: three, 4.2 s with these 21, 5.1 s with 33).
+THETAS = np.unique(np.concatenate([np.linspace(0.0, 1.0, 17), np.arange(13, 20) / 32]))
+
+
 def _chunk_replay(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> np.ndarray:
-    """float [M, V] ms: for configurations nv int [M, V] of stage p, the least replay of chunk v
-    alone over the recompute choices that fit every memory row (0 where none is priced finite: the
-    configurations kept all fit)."""
-    V = nv.shape[1]
+    """float [M, K] ms: for configurations nv int [M, 2] of stage p, the least replay weighted by
+    (1 − θ, θ) for each θ of :data:`THETAS`, over the recompute choices that fit (per memory row,
+    the largest over the rows: :func:`~autotune.tuner.bounds._weighted.worst_row_weighted`; 0
+    where none is priced finite: the configurations kept all fit)."""
     fr = row_frontiers(problem)
     rows, room = _rooms(problem, su, p, nv)
-    out = np.zeros((nv.shape[0], V))
-    for v in range(V):
-        w = np.zeros(V)
-        w[v] = 1.0
-        e = _least_replay(problem, p, fr, nv, rows, room, w)
-        out[:, v] = np.where(np.isfinite(e), e, 0.0)
+    out = np.zeros((nv.shape[0], THETAS.size))
+    for k, th in enumerate(THETAS):
+        e = _least_replay(problem, p, fr, nv, rows, room, np.array([1.0 - th, th]))
+        out[:, k] = np.where(np.isfinite(e), e, 0.0)
     return out
 
 
+def _stay_scale(cB: np.ndarray) -> np.ndarray:
+    """float [J, K]: for a stay with backward ops (b0, b1) per chunk (cB [J, 2]) and each θ of
+    :data:`THETAS` the largest t with t·(1 − θ, θ) <= (b0, b1) componentwise. The least weighted
+    replay W(w) = max over memory rows of the least w·x over the choices x >= 0 that fit the row is
+    homogeneous and nondecreasing in w, so W(b0, b1) >= t · W(1 − θ, θ) for every θ."""
+    b0, b1 = cB[:, 0:1], cB[:, 1:2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.minimum(np.where(THETAS < 1, b0 / (1.0 - THETAS), np.inf),
+                       np.where(THETAS > 0, b1 / THETAS, np.inf))
+    return np.where(np.isfinite(t), t, 0.0)
+
+
 def _stay_ms(su: IntegerSetup, p: int, sl: StageLengths, Ev: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """float [M, J] ms of stays on stage p with op counts [J, 2, V], for its configurations ``sl``
-    (least replay E) and least chunk replay Ev [M, V]: forward and backward ms (the layer kinds'
-    least sums and the head / tail) and the replay bound of the module docstring."""
+    """float [M, J] ms of stays on stage p with op counts [J, 2, 2], for its configurations ``sl``
+    and their sampled weighted least replay Ev [M, K] (:func:`_chunk_replay`): forward and
+    backward ms (the layer kinds' least sums and the head / tail) and the replay bound
+    max over θ of t_θ × Ev[θ] (:func:`_stay_scale`), in blocks of stays (bounded temporaries)."""
     fv = su.mix.fwd(sl.nv) + su.end_fwd_ms[:, p]  # [M, V]
     bv = su.mix.bwd(sl.nv) + su.end_bwd_ms[:, p]
     cB = counts[:, 1]  # [J, V]
-    rep = np.maximum(sl.E[:, None] * cB.min(axis=1)[None, :], (Ev[:, None, :] * cB[None, :, :]).max(axis=2))
-    return fv @ counts[:, 0].T + bv @ cB.T + rep
+    t = _stay_scale(cB)  # [J, K]
+    out = fv @ counts[:, 0].T + bv @ cB.T
+    M, J = out.shape
+    step = max(1, int(ROWS_CHUNK // max(1, M * THETAS.size)))
+    for a in range(0, J, step):
+        j = slice(a, min(J, a + step))
+        out[:, j] += (Ev[:, None, :] * t[None, j, :]).max(axis=2)
+    return out
 
 
 def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
