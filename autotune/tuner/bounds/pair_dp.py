@@ -77,9 +77,16 @@ WORK = 2e8
 #: pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512 (1.5 M) 2.0–4.3 s,
 #: both for no rise; pp 16 × vpp 2 × m 256 (0.77 M) takes ~1 s.
 MAX_SHAPES = 1_000_000
+#: The bisection's stop (relative width of the last bracket). A bracket of 1e-4 left up to 6 ms
+#: of the pp 16 × vpp 2 × 256-layer relaxed optimum unproven (64,411.6 against 64,412.7 ms at
+#: 1e-5, 3 more thresholds near the optimum, where the restricted tables are small).
+REL_TOL = 1e-5
 #: Work cap of the rows' constants: Σ over stages of pair paths × configurations × last-stage
 #: configurations (array elements, ~5 ns each); a larger problem is not priced (None).
-ROWS_WORK = 2e8
+#: scaling.py's pp 16 × vpp 2 × m 64 × 256 layers needs 1.13e9 (~115 configurations a stage):
+#: at 2e8 it returned None in 2.4 s, at 2e9 it proves 64,412.7 ms in 6.7 s (from 63,878.6, the
+#: answer 65,054.8 as incumbent; 290 MiB peak). The other V = 2 rows need 0.8e7-1.3e8.
+ROWS_WORK = 2e9
 #: Array elements of one block of the DP step's row thresholds (rows × configurations × reached
 #: states; a few temporaries of this size live at once).
 STEP_ELEMENTS = 4_000_000
@@ -375,7 +382,7 @@ def _replay_sum(g: np.ndarray, stages: range, N: int) -> np.ndarray:
 
 
 def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float | None = None,
-                  rel_tol: float = 1e-4, work: float = WORK, max_configs: int = 200_000,
+                  rel_tol: float = REL_TOL, work: float = WORK, max_configs: int = 200_000,
                   deadline: float | None = None) -> PairDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
     that is faster than ``upper_ms`` (a feasible step time; the result is at most the larger of it
