@@ -202,7 +202,7 @@ def test_deadline_stops_the_tables_and_keeps_the_bisection_proven(monkeypatch) -
 
 def _configs(*stages):
     """Stage configurations for :func:`stage_dp.other_replay` from (nv rows, E values) pairs."""
-    return [stage_dp._StageConfigs(np.array(nv).reshape(-1, 2), np.array(E, float), np.zeros((len(E), 1)))
+    return [stage_dp.StageConfigs(np.array(nv).reshape(-1, 2), np.array(E, float), np.zeros((len(E), 1)))
             for nv, E in stages]
 
 
@@ -243,7 +243,7 @@ def test_other_stages_replay_raises_the_bound() -> None:
     peak): 57.10 ms without that term, 58.72 with it, the enumerated optimum 61.84 ms. On
     scaling.py's P32 V2 m64 L128 dense tight problem (its answer 20,052.8 ms as the incumbent):
     18,826.4 → 19,152.0 ms (certified gap 6.51 → 4.70 %); 19,156.9 ms since the screen
-    (``_screen``) takes each other stage's least replay over only its configurations that can
+    (``screen_configs``) takes each other stage's least replay over only its configurations that can
     still hold a layout faster than the incumbent. (Both without the chunk-weighted own replay,
     which came later: tests/search/test_chunk_weighted_replay.py.)"""
     problem, V = small_vpp_problem(7, 8, 3, 2, ("full",), 0.7, "1f1b", False)
@@ -304,7 +304,7 @@ def test_least_replay_is_memoised_per_count_vector(monkeypatch) -> None:
 def _unscreened(problem, V, **kw):
     """:func:`stage_dp_bound` without its screen (every count vector under the cap priced)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stage_dp, "_screen", lambda problem, su, paths, fr, all_vecs, cap: all_vecs)
+        mp.setattr(stage_dp, "screen_configs", lambda problem, su, paths, fr, all_vecs, cap: all_vecs)
         return stage_dp_bound(problem, V, **kw)
 
 

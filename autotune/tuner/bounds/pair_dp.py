@@ -62,10 +62,10 @@ from autotune.cost.simulate import CompiledSchedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import data_children, dependency_chain, stage_paths
 from autotune.tuner.bounds._relax import IntegerSetup, integer_setup, row_frontiers
-from autotune.tuner.bounds.stage_dp import (StageLengths, _least_replay, _rooms, _screen, _stage_configs, _under_cap,
-                                            group_lengths, least_replay_by_count, min_plus, move_keys,
-                                            other_replay, reach_masks, stage_lengths, stage_vectors,
-                                            threshold_limit, undominated_by_move)
+from autotune.tuner.bounds.stage_dp import (StageConfigs, StageLengths, group_lengths, least_replay,
+                                            least_replay_by_count, min_plus, move_keys, other_replay, reach_masks,
+                                            screen_configs, stage_configs, stage_lengths, stage_rooms,
+                                            stage_vectors, threshold_limit, undominated_by_move, under_cap)
 from autotune.tuner.problem import Problem
 
 #: Work cap: Σ over thresholds, last-stage configurations and stages of pair rows × configurations
@@ -258,10 +258,10 @@ def _chunk_replay(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) ->
     the largest over the rows: :func:`~autotune.tuner.bounds._weighted.worst_row_weighted`; 0
     where none is priced finite: the configurations kept all fit)."""
     fr = row_frontiers(problem)
-    rows, room = _rooms(problem, su, p, nv)
+    rows, room = stage_rooms(problem, su, p, nv)
     out = np.zeros((nv.shape[0], THETAS.size))
     for k, th in enumerate(THETAS):
-        e = _least_replay(problem, p, fr, nv, rows, room, np.array([1.0 - th, th]))
+        e = least_replay(problem, p, fr, nv, rows, room, np.array([1.0 - th, th]))
         out[:, k] = np.where(np.isfinite(e), e, 0.0)
     return out
 
@@ -409,10 +409,10 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
     if all_vecs is None:
         return None
     fr = row_frontiers(problem)
-    screened = _screen(problem, su, paths, fr, all_vecs, cap)
+    screened = screen_configs(problem, su, paths, fr, all_vecs, cap)
     if screened is None:
         return PairDPBound(cap, 0, 0.0)  # no layout is faster than the incumbent
-    configs = [_stage_configs(problem, su, p, paths[p], fr, vecs, cap) for p, vecs in enumerate(screened)]
+    configs = [stage_configs(problem, su, p, paths[p], fr, vecs, cap) for p, vecs in enumerate(screened)]
     if any(c is None for c in configs):
         return PairDPBound(cap, 0, 0.0)
     H = other_replay(configs, N)
@@ -511,7 +511,7 @@ class _PairThresholdDP:
         """This DP for thresholds <= T only (self when nothing changes; None when some stage has
         no configuration left: nothing is feasible at T). A configuration whose own one-stay path
         lengths pass T can hold no threshold <= T (every coefficient of those paths is >= 0;
-        ``_under_cap``'s tolerance); without it the other stages' least replay H can only rise,
+        ``under_cap``'s tolerance); without it the other stages' least replay H can only rise,
         which lengthens the paths of the configurations left: repeated until nothing changes.
         The regions' replay sums are taken again over what is left. It shares ``dead`` with self
         (first-table indices). With the search's early incumbent as the cap (pp 16 × vpp 2 × m 64:
@@ -521,7 +521,7 @@ class _PairThresholdDP:
         keeps = [np.ones(s.nv.shape[0], dtype=bool) for s in sls]
         changed = False
         while True:
-            keep = [_under_cap(s.lengths, T) for s in sls]
+            keep = [under_cap(s.lengths, T) for s in sls]
             if all(k.all() for k in keep):
                 break
             changed = True
@@ -531,7 +531,7 @@ class _PairThresholdDP:
             keeps = [kk.copy() for kk in keeps]
             for kk, k in zip(keeps, keep):
                 kk[np.flatnonzero(kk)] = k
-            H2 = other_replay(sls, N)
+            H2 = other_replay([StageConfigs(s.nv, s.E, s.lengths) for s in sls], N)  # (base unused there)
             out = []
             for p, s in enumerate(sls):
                 n_oth = N - s.nv.sum(axis=1)

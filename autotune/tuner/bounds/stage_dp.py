@@ -105,7 +105,7 @@ class _StageTable(NamedTuple):
     starts: np.ndarray
 
 
-class _StageConfigs(NamedTuple):
+class StageConfigs(NamedTuple):
     """Stage p's configurations that fit (and pass ``cap_ms``): layer counts nv int [M, V], their
     least replay E float [M] (ms per micro-batch, summed over the chunks) and their path lengths
     without replay base [M, Q] (ms)."""
@@ -123,16 +123,16 @@ class _StageConfigs(NamedTuple):
 MAX_WEIGHTINGS = 8
 
 
-def _under_cap(base: np.ndarray, cap_ms: float) -> np.ndarray:
+def under_cap(base: np.ndarray, cap_ms: float) -> np.ndarray:
     """bool [M]: configurations whose every path length (base [M, Q], ms) is at most ``cap_ms``,
     to a relative 1e-6 (the incumbent's own configurations stay)."""
     return base.max(axis=1, initial=-np.inf) <= cap_ms + 1e-6 * (1.0 + abs(cap_ms))
 
 
-def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers,
+def stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers,
                    vecs: list[tuple[int, ...]] | np.ndarray, cap_ms: float | None = None,
-                   floor: bool = False) -> _StageConfigs | None:
-    """The :class:`_StageConfigs` of stage p over the layer-count vectors ``vecs``; None when no
+                   floor: bool = False) -> StageConfigs | None:
+    """The :class:`StageConfigs` of stage p over the layer-count vectors ``vecs``; None when no
     configuration fits the memory budget. With ``cap_ms`` (ms), configurations whose paths
     without replay already pass it are dropped before their replay is priced (they can hold no
     threshold T <= cap_ms; the bisection of :func:`stage_dp_bound` stays there), and None also
@@ -154,22 +154,22 @@ def _stage_configs(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, f
             + (sp.c0_f * hf + sp.c0_b * hb if p else 0.0)
             + (sp.r_f * tf + sp.r_b * tb if p < P - 1 else 0.0))  # [M, Q] without the replay
     if cap_ms is not None:
-        under = _under_cap(base, cap_ms)
+        under = under_cap(base, cap_ms)
         nv, base = nv[under], base[under]
-    rows, room = _rooms(problem, su, p, nv)
+    rows, room = stage_rooms(problem, su, p, nv)
     if floor:
         E = worst_row_floor(fr, nv, rows, room)
         fin = np.isfinite(E)  # +inf: over the budget for sure (dropped below)
         E[fin] = np.maximum(0.0, E[fin] - 1e-9 * (1.0 + E[fin]))  # a float margin under the exact values
     else:
-        E = _least_replay(problem, p, fr, nv, rows, room)
+        E = least_replay(problem, p, fr, nv, rows, room)
     fits = np.isfinite(E)
     if not fits.any():
         return None
-    return _StageConfigs(nv[fits], E[fits], base[fits])
+    return StageConfigs(nv[fits], E[fits], base[fits])
 
 
-def _rooms(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stage_rooms(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Stage p's undominated memory rows (live counts [R, V], :func:`~autotune.tuner.bounds._relax.live_rows`)
     and, for configurations nv int [M, V], the MiB left to the layers' activations under each
     (room [M, R]: the budget less the static MiB and the head / tail terms)."""
@@ -185,7 +185,7 @@ def _own_replay(problem: Problem, su: IntegerSetup, p: int, fr: RowFrontiers, sp
     ``lengths`` [M, Q], the paths' lengths so far), and, where the stage has at most
     :data:`MAX_WEIGHTINGS` distinct weightings, the least replay weighted by the path's backward
     ops per chunk (:func:`~autotune.tuner.bounds._weighted.worst_row_weighted`, once per weighting
-    of :func:`~autotune.tuner.bounds._weighted.chunk_weights`, memoised as :func:`_least_replay`).
+    of :func:`~autotune.tuner.bounds._weighted.chunk_weights`, memoised as :func:`least_replay`).
     A path with 49 backward ops of chunk 0 and 64 of chunk 1 was charged 49 × (x_0 + x_1); now
     49·x_0 + 64·x_1 at its least over the recompute choices that fit. On scaling.py (the answers
     as ``upper_ms``) the stage DP of P32 V2 m64 L128 dense rises from 19,156.9 to 19,383.3 ms
@@ -206,19 +206,19 @@ def _own_replay(problem: Problem, su: IntegerSetup, p: int, fr: RowFrontiers, sp
     most = lengths + E[:, None] * (sp.cB.max(axis=1) - sp.cB.min(axis=1))[None, :]  # [M, Q] at most
     tol = 1e-9 * (1.0 + np.abs(gmax[:, grp]))
     lifts = np.isfinite(E)[:, None] & (which >= 0)[None, :] & (most > gmax[:, grp] + tol)  # [M, Q]
-    rows, room = _rooms(problem, su, p, nv)
+    rows, room = stage_rooms(problem, su, p, nv)
     for d in range(cw.shape[0]):
         q = np.flatnonzero(which == d)
         i = np.flatnonzero(lifts[:, q].any(axis=1))
         if i.size == 0:
             continue
-        Wd = _least_replay(problem, p, fr, nv[i], rows, room[i], cw[d])
+        Wd = least_replay(problem, p, fr, nv[i], rows, room[i], cw[d])
         Wd = np.where(np.isfinite(Wd), Wd, 0.0)  # E's own test decides what fits (float edges)
         out[np.ix_(i, q)] = np.maximum(out[np.ix_(i, q)], Wd[:, None] * scale[None, q])
     return out
 
 
-def _least_replay(problem: Problem, p: int, fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray,
+def least_replay(problem: Problem, p: int, fr: RowFrontiers, nv: np.ndarray, rows: np.ndarray,
                   room: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """:func:`~autotune.tuner.bounds._relax.worst_row_extra` of stage p's configurations nv int
     [M, V] (room [M, R] MiB), or with chunk ``weights`` [V] its weighted form
@@ -264,7 +264,7 @@ def least_replay_by_count(nvs: list[np.ndarray], Es: list[np.ndarray], N: int) -
     return g
 
 
-def other_replay(configs: list[_StageConfigs], N: int) -> np.ndarray:
+def other_replay(configs: list[StageConfigs], N: int) -> np.ndarray:
     """float [P, N + 1] ms: H[p, k], the least Σ_{q != p} E_q of k layers placed on the stages
     other than p, each stage q holding one of its fitting configurations (E_q its least replay
     per micro-batch, summed over its chunks); +inf when no such placement exists. Min-plus
@@ -287,7 +287,7 @@ def _fewest_count_replay(sp: StagePaths, E: np.ndarray) -> np.ndarray:
     return E[:, None] * sp.cB.min(axis=1)[None, :]
 
 
-def _with_replay(sp: StagePaths, cf: _StageConfigs, H: np.ndarray, own: np.ndarray | None = None
+def _with_replay(sp: StagePaths, cf: StageConfigs, H: np.ndarray, own: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(ok bool [M], lengths float [ok.sum(), Q] ms): each configuration's path lengths with the
     replay counted (:func:`stage_lengths`' rule, its docstring), for the configurations whose
@@ -311,7 +311,7 @@ class StageLengths(NamedTuple):
     alphaR: np.ndarray
 
 
-def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: _StageConfigs,
+def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: StageConfigs,
                   H: np.ndarray, cap_ms: float | None = None) -> StageLengths | None:
     """The :class:`StageLengths` of stage p from its fitting configurations ``cf``: every path's
     length is its length without replay, plus its replay on the stage (:func:`_own_replay`: the
@@ -325,9 +325,9 @@ def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr
     ok, base = _with_replay(sp, cf, H)
     keep = np.flatnonzero(ok)
     if cap_ms is not None:
-        under = _under_cap(base, cap_ms)
+        under = under_cap(base, cap_ms)
         keep, base = keep[under], base[under]
-    cf = _StageConfigs(cf.nv[keep], cf.E[keep], cf.base[keep])
+    cf = StageConfigs(cf.nv[keep], cf.E[keep], cf.base[keep])
     alpha0 = sp.c0_f * lay.fwd_ms + sp.c0_b * lay.bwd_ms  # [Q] ms per chunk-0 layer before p
     alphaR = sp.r_f * lay.fwd_ms + sp.r_b * lay.bwd_ms  # [Q] ms per last-chunk layer after p
     # paths with the same (alpha0, alphaR) differ only in their constant: the replay is priced
@@ -336,7 +336,7 @@ def stage_lengths(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr
     _, base = _with_replay(sp, cf, H, _own_replay(problem, su, p, fr, sp, cf.nv, cf.E, base, grp))
     nv, E = cf.nv, cf.E
     if cap_ms is not None:
-        under = _under_cap(base, cap_ms)
+        under = under_cap(base, cap_ms)
         nv, E, base = nv[under], E[under], base[under]
     if nv.shape[0] == 0:
         return None
@@ -415,7 +415,7 @@ def reach_masks(ext: np.ndarray, N: int) -> list[np.ndarray]:
     return [(r >= a) & (r <= b) & (left >= r + c) & (left <= d) for a, b, c, d in suf]
 
 
-def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: _StageConfigs,
+def _stage_table(problem: Problem, su: IntegerSetup, p: int, sp: StagePaths, fr: RowFrontiers, cf: StageConfigs,
                  H: np.ndarray, cap_ms: float | None = None) -> _StageTable | None:
     """The :class:`_StageTable` of stage p from its fitting configurations ``cf``
     (:func:`stage_lengths`, then :func:`_table`); None when no configuration is left."""
@@ -506,13 +506,13 @@ class _ThresholdDP:
         return split
 
 
-def _screen(problem: Problem, su: IntegerSetup, paths: list[StagePaths], fr: RowFrontiers,
+def screen_configs(problem: Problem, su: IntegerSetup, paths: list[StagePaths], fr: RowFrontiers,
             all_vecs: list, cap: float) -> list[np.ndarray] | None:
     """Each stage's count vectors that can still hold a layout faster than ``cap`` (ms), judged
     with lower bounds before any least replay is priced exactly: :func:`_stage_table`'s path test
     (path without replay + the stage's least replay × its fewest backward ops of a chunk + the
     other stages' least replay × ``a_b``) with the linear relaxation's floor of each least replay
-    (:func:`_stage_configs` with ``floor``) and the other stages' term from those floors
+    (:func:`stage_configs` with ``floor``) and the other stages' term from those floors
     (:func:`other_replay`). Every term is <= its exact value, so a vector dropped here would be
     dropped by the exact test too, on any subset of the other stages' vectors; the exact tables
     are then built on what is left (fewer configurations elsewhere only raise the other stages'
@@ -524,7 +524,7 @@ def _screen(problem: Problem, su: IntegerSetup, paths: list[StagePaths], fr: Row
     N = problem.N
     pre = []
     for p, vecs in enumerate(all_vecs):
-        cf = _stage_configs(problem, su, p, paths[p], fr, vecs, cap, floor=True)
+        cf = stage_configs(problem, su, p, paths[p], fr, vecs, cap, floor=True)
         if cf is None:
             return None
         pre.append(cf)
@@ -532,7 +532,7 @@ def _screen(problem: Problem, su: IntegerSetup, paths: list[StagePaths], fr: Row
     out = []
     for p, cf in enumerate(pre):
         ok, lengths = _with_replay(paths[p], cf, H[p])
-        keep = cf.nv[ok][_under_cap(lengths, cap)]
+        keep = cf.nv[ok][under_cap(lengths, cap)]
         if keep.shape[0] == 0:
             return None
         out.append(keep)
@@ -589,14 +589,14 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     # hold one below it, and a DP without a way through means no layout is faster than it
     cap = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else None
     if cap is not None:
-        all_vecs = _screen(problem, su, paths, fr, all_vecs, cap)
+        all_vecs = screen_configs(problem, su, paths, fr, all_vecs, cap)
         if all_vecs is None:
             return StageDPBound(cap, 0, total)
     configs = []
     for p, vecs in enumerate(all_vecs):
         if deadline is not None and time.monotonic() > deadline:
             return None
-        cf = _stage_configs(problem, su, p, paths[p], fr, vecs, cap)
+        cf = stage_configs(problem, su, p, paths[p], fr, vecs, cap)
         if cf is None:
             return StageDPBound(float("inf") if cap is None else cap, 0, total)
         configs.append(cf)
