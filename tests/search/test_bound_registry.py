@@ -133,6 +133,35 @@ def test_tighten_skips_a_v_that_cannot_change_the_minimum() -> None:
     assert c.calls == [2, 3]
 
 
+def test_tighten_tells_each_v_the_least_bound_of_the_others() -> None:
+    """ctx.others_ms is the least bound the other V's hold when a V's proofs run (a bound may
+    spend work past its base cap only below it, milp's extend_below), None when no other V
+    holds one; it follows the bounds raised earlier in the same pass."""
+    problem = _random_problem(2, 12, 2, 1, ("full",), 1.0)
+    problem = Problem(problem.pa, P=2, m=problem.m, hbm_mib=problem.hbm_mib, vpp_candidates=(1, 2, 3),
+                      kinds=("full",))
+
+    class Seeing:
+        name = "seeing"
+
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, float | None]] = []
+
+        def applies(self, problem: Problem, V: int) -> bool:
+            return V > 1
+
+        def bound(self, problem, V, ctx):
+            self.seen.append((V, ctx.others_ms))
+            return BoundOutcome((ctx.lower_ms or 0.0) + 5.0)
+
+    c = Seeing()
+    tighten(problem, (c,), {1: 20.0, 2: 12.0, 3: 11.0}, skip="none")
+    assert c.seen == [(2, 11.0), (3, 17.0)]  # V = 2 sees min(20, 11); V = 3 sees min(20, 12 + 5)
+    c = Seeing()
+    tighten(problem, (c,), {2: 12.0}, skip="none")
+    assert c.seen == [(2, None), (3, 17.0)]  # no other V held a proof yet
+
+
 def test_registry_passes_are_named_and_ordered() -> None:
     """The first pass bounds every V (path DP for V = 1, the split LP where a V has few splits, the
     Lagrangian for V > 1: no skip; the split LP first so that its split is the pass's seed); the

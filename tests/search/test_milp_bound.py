@@ -247,6 +247,19 @@ def test_a_solve_cut_by_its_node_limit_ends_the_lazy_loop() -> None:
     assert got[0].bound_ms == got[1].bound_ms == pytest.approx(4153.95, abs=0.05)
 
 
+def test_the_extension_stops_where_another_v_holds_the_least_bound() -> None:
+    """With ``extend_below`` (the least bound of the other V's) at 4,352 ms the P4 V3 m8 loop
+    extends past its first cap while its bound is below that: solves 1-2 finish at 4,306.1 and
+    4,351.5, the third at 4,352.8, and then the cap is 1 x again, already spent: 3 solves, not 7."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from scaling import build
+
+    b = milp_bound(build(4, 3, 8, 32, "dense", "tight"), 3, upper_ms=4396.53, extend_below=4352.0)
+    assert b.solves == 3 and b.bound_ms == pytest.approx(4352.76, abs=0.05)
+
+
 def test_integer_program_runs_on_pp8_vpp4_and_proves_the_dense_corner() -> None:
     """benchmarks/scaling.py's P8 V4 m128 L256 dense tight: its first LP has ~161,000 cells, under
     MAX_LP_CELLS (175,000; it was skipped at 150,000). From the stage DP's 222,129.8 ms it proves

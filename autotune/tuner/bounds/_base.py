@@ -71,6 +71,9 @@ class BoundContext:
         deadline: ``time.monotonic()`` safety limit, or None.
         target_gap: the search's certified-gap stop (a fraction, ``--gap``) or None; a bound that
             also finds layouts may stop once its bound is within it of its best one.
+        others_ms: the least bound of the other V's when this V's proofs run (ms; set by
+            :func:`tighten`) or None (no other V holds a proof); above it this V no longer holds
+            the least bound over V, so a bound may spend work past its own base cap only below it.
     """
 
     upper_ms: float | None = None
@@ -78,6 +81,7 @@ class BoundContext:
     layouts: tuple[Candidate, ...] = ()
     deadline: float | None = None
     target_gap: float | None = None
+    others_ms: float | None = None
 
 
 class LowerBound(Protocol):
@@ -165,7 +169,8 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             lower = per_v[V] if np.isfinite(per_v[V]) else None
             if lower is not None and ctx.deadline is not None and time.monotonic() > ctx.deadline:
                 continue  # past the deadline: a V that holds a proof keeps it (anytime)
-            out = proof.bound(problem, V, replace(ctx, lower_ms=lower))
+            others = [per_v[W] for W in per_v if W != V and np.isfinite(per_v[W])]
+            out = proof.bound(problem, V, replace(ctx, lower_ms=lower, others_ms=min(others) if others else None))
             if out is None:
                 continue
             per_v[V] = max(per_v[V], float(out.bound_ms))

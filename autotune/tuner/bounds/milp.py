@@ -75,7 +75,11 @@ NODE_WORK = 1.5e12
 #: solve cut by its node limit ends it. On small programs a solve converges in a few hundred nodes
 #: and each new one raises the bound: scaling.py's pp 4 × vpp 3 × m 8 × 32 layers 4,351.5 ms
 #: (1×, 3 solves) → 4,358.8 (2×) → 4,368.6 (4×, 8 solves); where the first solve is cut (pp 8 ×
-#: vpp 2 × m 64, pp 16 × vpp 2 × m 16, the shipped examples) nothing changes. Deterministic.
+#: vpp 2 × m 64, pp 16 × vpp 2 × m 16, the shipped examples) nothing changes. Only while the V
+#: holds the least bound over V (``extend_below``, the search's other V's): on the corpus's
+#: Qwen2-57B, YiZhao-12B 8k and Llama-2-70B 32p the extension had raised a vpp 3 bound far above
+#: vpp 4's (which stayed the least) for 4.5–8 CPU s each and no change to the search's bound.
+#: Deterministic.
 NODE_WORK_CONVERGING = 3.0
 #: Work cap of :func:`milp_recompute` (same units as NODE_WORK; the pinned split solves in a few
 #: hundred nodes on the benchmark problems).
@@ -123,7 +127,7 @@ class MilpBound:
 def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
                lower_ms: float | None = None, upper_ms: float | None = None,
                node_work: float = NODE_WORK, max_solves: int = MAX_SOLVES,
-               deadline: float | None = None) -> MilpBound | None:
+               deadline: float | None = None, extend_below: float | None = None) -> MilpBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V.
 
     See the module docstring for the model. Args:
@@ -135,12 +139,16 @@ def milp_bound(problem: Problem, V: int, *, layouts: list | None = None,
             program infeasible, no layout beats ``upper_ms`` and it is returned as the bound.
         node_work, max_solves: work caps (Σ nodes × (variables × rows)² over all solves, solves);
         deadline: time.monotonic() safety limit.
+        extend_below: the work past ``node_work`` (:data:`NODE_WORK_CONVERGING`) is spent only
+            while the bound is below this (ms; the least bound of the other V's: above it this
+            V no longer holds the least bound over V), None: no such limit.
 
     Returns None when the bound does not apply (V = 1, a schedule that splits B/W, non-default
     pipeline positions), its program is over :data:`MAX_LP_CELLS`, or scipy is missing.
     """
     out = _milp(problem, V, layouts=layouts, lower_ms=lower_ms, upper_ms=upper_ms, node_work=node_work,
-                max_solves=max_solves, deadline=deadline, converging=NODE_WORK_CONVERGING)
+                max_solves=max_solves, deadline=deadline, converging=NODE_WORK_CONVERGING,
+                extend_below=extend_below)
     return None if out is None else out[0]
 
 
@@ -507,12 +515,13 @@ class _Model:
 def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | None = None,
           upper_ms: float | None = None, node_work: float, max_solves: int, deadline: float | None,
           fixed: np.ndarray | None = None, lp_rounds: int | None = None,
-          converging: float = 1.0) -> tuple[MilpBound, list[np.ndarray]] | None:
+          converging: float = 1.0, extend_below: float | None = None
+          ) -> tuple[MilpBound, list[np.ndarray]] | None:
     """The lazy loop of :func:`milp_bound`; with ``fixed`` (int [V, P]) the split is pinned and
     the recompute classes are modelled exactly (see :func:`milp_recompute`). While every solve
-    so far reached its optimum the work cap is ``converging`` × ``node_work``
-    (:data:`NODE_WORK_CONVERGING`). Returns (result, every solve's class counts float [V, P, C],
-    in solve order)."""
+    so far reached its optimum, and the bound is below ``extend_below`` (when given), the work
+    cap is ``converging`` × ``node_work`` (:data:`NODE_WORK_CONVERGING`). Returns (result, every
+    solve's class counts float [V, P, C], in solve order)."""
     su = integer_setup(problem, V)
     if su is None:
         return None
@@ -544,7 +553,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     converged = False
     all_y: list[np.ndarray] = []
     work = 0.0
-    limit = float(node_work)  # converging × node_work while every solve HiGHS ran finished
+    limit = float(node_work)  # converging × node_work while every solve finished (and below extend_below)
     finished = True
     if not model.exact:
         lp = _lp_paths(model, bounds, LP_ROUNDS if lp_rounds is None else lp_rounds, deadline)
@@ -561,7 +570,6 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         # a finished solve (status 0) proves its family's optimum; while every solve has, the cap
         # is the converging one; the first cut by its node limit (or the deadline) ends that
         finished = finished and res.status == 0
-        limit = float(node_work) * (converging if finished else 1.0)
         if res.status == 2:  # infeasible: nothing fits, or nothing beats upper_ms
             return MilpBound(float(upper_ms) if has_upper else float("inf"), split,
                              len(model.path_rows), solves, True), all_y
@@ -571,6 +579,8 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         if dual is not None and np.isfinite(dual):
             # HiGHS proves within its feasibility tolerances (1e-6): keep that much below
             best = max(best, highs_proven(dual))
+        extend = finished and (extend_below is None or best < extend_below)
+        limit = float(node_work) * (converging if extend else 1.0)
         if res.x is None:
             break
         n, y, fx, bx = model.solution(res.x, whole=True)
@@ -635,7 +645,7 @@ class IntegerProgram:
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
         mb = milp_bound(problem, V, layouts=[c for c in ctx.layouts if c.V == V], lower_ms=ctx.lower_ms,
-                        upper_ms=ctx.upper_ms, deadline=ctx.deadline)
+                        upper_ms=ctx.upper_ms, deadline=ctx.deadline, extend_below=ctx.others_ms)
         if mb is None:
             return None
         return BoundOutcome(mb.bound_ms, mb.split, {"solves": mb.solves, "paths": mb.paths})
