@@ -95,40 +95,52 @@ def test_tighten_keeps_the_largest_proof_and_the_least_v() -> None:
     assert toy.bound_ms < alone.bound_ms  # the toy bound is weak: the others are tighter here
 
 
+def _three_v_problem() -> Problem:
+    """A pp 2 problem with pp_interleave_num candidates 1, 2, 3 (for :func:`tighten`'s rules)."""
+    problem = _random_problem(2, 12, 2, 1, ("full",), 1.0)
+    return Problem(problem.pa, P=2, m=problem.m, hbm_mib=problem.hbm_mib, vpp_candidates=(1, 2, 3),
+                   kinds=("full",))
+
+
+class _Recording:
+    """A toy proof for V > 1 that raises the V's bound by ``step`` ms and records (V, ctx.others_ms)."""
+
+    name = "recording"
+
+    def __init__(self, step: float = 1.0) -> None:
+        self.step = step
+        self.seen: list[tuple[int, float | None]] = []
+
+    @property
+    def calls(self) -> list[int]:
+        return [V for V, _ in self.seen]
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return V > 1
+
+    def bound(self, problem, V, ctx):
+        self.seen.append((V, ctx.others_ms))
+        return BoundOutcome((ctx.lower_ms or 0.0) + self.step)
+
+
 def test_tighten_skips_a_v_that_cannot_change_the_minimum() -> None:
     """With skip="dominated" the V's are taken by ascending bound and a V is not raised when a V
     that will not be raised already holds a bound at or below it; "upper" skips a V whose bound
     is at or above the incumbent; "none" raises every V."""
-    problem = _random_problem(2, 12, 2, 1, ("full",), 1.0)
-    problem = Problem(problem.pa, P=2, m=problem.m, hbm_mib=problem.hbm_mib, vpp_candidates=(1, 2, 3),
-                      kinds=("full",))
-
-    class Counting:
-        name = "counting"
-
-        def __init__(self) -> None:
-            self.calls: list[int] = []
-
-        def applies(self, problem: Problem, V: int) -> bool:
-            return V > 1
-
-        def bound(self, problem, V, ctx):
-            self.calls.append(V)
-            return BoundOutcome(ctx.lower_ms + 1.0)
-
+    problem = _three_v_problem()
     per_v = {1: 10.0, 2: 12.0, 3: 11.0}
-    c = Counting()
+    c = _Recording()
     t = tighten(problem, (c,), per_v, skip="dominated")
     # V = 1 is never raised (no proof applies) and holds 10 <= both: nothing can change the minimum
     assert c.calls == [] and t.per_v_ms == per_v
-    c = Counting()
+    c = _Recording()
     t = tighten(problem, (c,), {1: 20.0, 2: 12.0, 3: 11.0}, skip="dominated")
     assert c.calls == [3]  # then V = 2: V = 3 (now 12) is at or below it
     assert t.per_v_ms == {1: 20.0, 2: 12.0, 3: 12.0} and t.bound_ms == 12.0
-    c = Counting()
+    c = _Recording()
     tighten(problem, (c,), {1: 20.0, 2: 12.0, 3: 11.0}, ctx=BoundContext(upper_ms=11.5), skip="upper")
     assert c.calls == [3]
-    c = Counting()
+    c = _Recording()
     tighten(problem, (c,), {1: 20.0, 2: 12.0, 3: 11.0}, skip="none")
     assert c.calls == [2, 3]
 
@@ -137,27 +149,11 @@ def test_tighten_tells_each_v_the_least_bound_of_the_others() -> None:
     """ctx.others_ms is the least bound the other V's hold when a V's proofs run (a bound may
     spend work past its base cap only below it, milp's extend_below), None when no other V
     holds one; it follows the bounds raised earlier in the same pass."""
-    problem = _random_problem(2, 12, 2, 1, ("full",), 1.0)
-    problem = Problem(problem.pa, P=2, m=problem.m, hbm_mib=problem.hbm_mib, vpp_candidates=(1, 2, 3),
-                      kinds=("full",))
-
-    class Seeing:
-        name = "seeing"
-
-        def __init__(self) -> None:
-            self.seen: list[tuple[int, float | None]] = []
-
-        def applies(self, problem: Problem, V: int) -> bool:
-            return V > 1
-
-        def bound(self, problem, V, ctx):
-            self.seen.append((V, ctx.others_ms))
-            return BoundOutcome((ctx.lower_ms or 0.0) + 5.0)
-
-    c = Seeing()
+    problem = _three_v_problem()
+    c = _Recording(5.0)
     tighten(problem, (c,), {1: 20.0, 2: 12.0, 3: 11.0}, skip="none")
     assert c.seen == [(2, 11.0), (3, 17.0)]  # V = 2 sees min(20, 11); V = 3 sees min(20, 12 + 5)
-    c = Seeing()
+    c = _Recording(5.0)
     tighten(problem, (c,), {2: 12.0}, skip="none")
     assert c.seen == [(2, None), (3, 17.0)]  # no other V held a proof yet
 
