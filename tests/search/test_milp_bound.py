@@ -200,9 +200,9 @@ def test_lp_path_phase_raises_the_capped_bound_on_scaling_p4_vpp3() -> None:
     ms) let the integer solves start from a family that already cuts the fractional minimisers:
     4,351.51 ms under the same cap (the program's converged optimum, with a 10x cap, is 4,369.03
     ms). Each of those solves finishes (HiGHS proves its optimum), so the lazy loop goes on to
-    NODE_WORK_CONVERGING x the cap: 4,365.62 ms after 7 solves (the 8th is cut); the search's
-    certified gap on this row 1.03 -> 0.69 %. Every value stays below the incumbent layout,
-    re-simulated here. The LP alone depends on
+    NODE_WORK_CONVERGING x the cap: 4,365.62 ms from 6 finished solves (the 7th, on what is left
+    of the cap, is cut); the search's certified gap on this row 1.03 -> 0.69 %. Every value stays
+    below the incumbent layout, re-simulated here. The LP alone depends on
     HiGHS' pivoting path: the memory rows' room growing by the shared feasibility tolerance
     (autotune.cost.budget, 2e-8 MiB here) moved it from 4,130.90 ms; the final bound is the same."""
     import sys

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.bounds._paths import critical_path
-from autotune.tuner.bounds.pair_dp import THETAS, PairDP, _stay_scale, pair_dp_bound, pair_shapes, region_stages
+from autotune.tuner.bounds.pair_dp import (THETAS, PairDP, _PairThresholdDP, _setup, _stay_scale, pair_dp_bound,
+                                           pair_shapes, region_stages)
 from autotune.tuner.bounds.stage_dp import stage_dp_bound
 from autotune.tuner.exact import exact_optimum
 from tests.search.test_exact_bounds import _random_problem
@@ -108,6 +109,32 @@ def test_scaling_rows_pinned() -> None:
         assert got is not None and got.bound_ms == pytest.approx(want, abs=1.0)
 
 
+def test_restricted_tables_nest_and_share_the_memo() -> None:
+    """_PairThresholdDP.restricted on a pp 4 × vpp 2 problem built with 1.5 × its optimum as the
+    cap: nothing to drop at the cap (the DP itself); restricting to T2 directly or through T1 > T2
+    gives the same tables (the same first-table indices of the last stage's configurations, path
+    lengths, other stages' replay H); the memo is shared; a threshold no configuration holds
+    answers None; and the DP restricted to the optimum is feasible there (a bound)."""
+    problem = _random_problem(5, 11, 4, 2, ("full", "select", "comm"), 0.8, schedule="1f1b", static_delta=True)
+    opt = exact_optimum(problem).best.step_ms
+    dp = _setup(problem, 2, 1.5 * opt, 200_000, None)
+    assert isinstance(dp, _PairThresholdDP)
+    assert dp.restricted(1.5 * opt) is dp
+    T1, T2 = 1.2 * opt, opt
+    a = dp.restricted(T1)
+    assert a is not None and a is not dp and a.memo is dp.memo
+    b, c = a.restricted(T2), dp.restricted(T2)
+    assert b is not None and c is not None
+    assert np.array_equal(b.lid, c.lid) and np.array_equal(b.lid[b.last], c.lid[c.last])
+    assert np.allclose(b.H, c.H)
+    for sb, sc in zip(b.sls, c.sls):
+        assert np.array_equal(sb.nv, sc.nv) and np.allclose(sb.lengths, sc.lengths)
+    assert sum(s.nv.shape[0] for s in c.sls) < sum(s.nv.shape[0] for s in dp.sls)
+    assert dp.restricted(0.0) is None
+    assert c.feasible(T2 * (1 + 1e-9), float("inf")) is True
+
+
+@pytest.mark.slow
 def test_256_layers_within_the_rows_cap() -> None:
     """scaling.py's P16 V2 m64 L256 dense tight (1.13e9 row elements, ~115 configurations a
     stage): under ROWS_WORK 2e9 the pair DP proves 64,412.7 ms from the stage DP's 63,878.6 with

@@ -137,7 +137,8 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
     Args:
         problem: the tuning problem; proofs: the bounds, in order.
         per_v_ms: the bound per V so far (ms); V's missing start at -inf (no proof yet).
-        ctx: shared context (``upper_ms``, ``layouts``, ``deadline``); ``lower_ms`` is set per V.
+        ctx: shared context (``upper_ms``, ``layouts``, ``deadline``); ``lower_ms`` (the V's bound so
+            far) and ``others_ms`` (the least bound of the other V's) are set per V.
 
     Past ``ctx.deadline`` a V that already holds a proof runs no further proof (the first proof
     of a V without one always runs, so every V keeps a valid bound).

@@ -74,8 +74,10 @@ NODE_WORK = 1.5e12
 #: the lazy loop of :func:`milp_bound` may go on up to this many times :data:`NODE_WORK`; the first
 #: solve cut by its node limit ends it. On small programs a solve converges in a few hundred nodes
 #: and each new one raises the bound: scaling.py's pp 4 × vpp 3 × m 8 × 32 layers 4,351.5 ms
-#: (1×, 3 solves) → 4,358.8 (2×) → 4,368.6 (4×, 8 solves); where the first solve is cut (pp 8 ×
-#: vpp 2 × m 64, pp 16 × vpp 2 × m 16, the shipped examples) nothing changes. Only while the V
+#: (1×, 3 solves) → 4,358.8 (2×) → 4,365.6 (3×, 6 solves finished and a 7th cut, 11.7 s) →
+#: 4,368.6 (4×, 8 solves, 13.9 s): 3× is the most that keeps that row near 10 s of bound work, and already within 1 %;
+#: where the first solve is cut (pp 8 × vpp 2 × m 64, pp 16 × vpp 2 × m 16, pp 8 × vpp 4 × m 128,
+#: the shipped examples) nothing changes. Only while the V
 #: holds the least bound over V (``extend_below``, the search's other V's): on the corpus's
 #: Qwen2-57B, YiZhao-12B 8k and Llama-2-70B 32p the extension had raised a vpp 3 bound far above
 #: vpp 4's (which stayed the least) for 4.5–8 CPU s each and no change to the search's bound.

@@ -42,8 +42,11 @@ R may have any sign; the one on C0 is >= 0, so fewer C0 is never worse and the D
 the relaxed problem). T is feasible when the DP of some c_L reaches (N, 0); bisection between the
 V's bound so far and the incumbent gives the bound (the last infeasible T, a proof at any stop).
 A c_L whose every row constant and own path length is >= another's with the same DP move is
-dropped. Work: per threshold and c_L, the rows × configurations × reached states of each stage
-(:data:`WORK` caps the sum; deterministic).
+dropped. Each threshold T runs on the configurations that can hold it: one whose own one-stay
+paths pass T is dropped, the other stages' least replay is taken again over those left (it can
+only rise), to a fixpoint (:meth:`_PairThresholdDP.restricted`); after a feasible T the
+bisection keeps that restricted DP. Work: per threshold and c_L, the rows × configurations ×
+reached states of each stage (:data:`WORK` caps the sum; deterministic).
 
 V = 2 only: with more chunks the middle ones' layers are not in the DP's state, their regions take
 the least coefficient of the chunks they hold, and on pp 4 × vpp 3 and pp 16 × vpp 3 the bound
@@ -54,7 +57,7 @@ before the DP's first step) was measured and left out: docs/search.md, the pair-
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -80,7 +83,7 @@ MAX_SHAPES = 1_000_000
 #: The bisection's stop (relative width of the last bracket). A bracket of 1e-4 left up to 6 ms
 #: of the pp 16 × vpp 2 × 256-layer relaxed optimum unproven (64,411.6 against 64,412.7 ms at
 #: 1e-5, 3 more thresholds near the optimum, where the restricted tables are small).
-REL_TOL = 1e-5
+BISECTION_REL_TOL = 1e-5
 #: Work cap of the rows' constants: Σ over stages of pair paths × configurations × last-stage
 #: configurations (array elements, ~5 ns each); a larger problem is not priced (None).
 #: scaling.py's pp 16 × vpp 2 × m 64 × 256 layers needs 1.13e9 (~115 configurations a stage):
@@ -241,7 +244,8 @@ def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
 
 
 #: Chunk weightings (1 − θ, θ) at which each configuration's least weighted replay is priced for
-#: the stays (:func:`_chunk_replay`, :func:`_stay_ms`): every 1/16, and every 1/32 near 1/2, where
+#: the stays (:func:`_chunk_replay`, :func:`_stay_ms`): θ float [K = 21], sorted, in [0, 1]:
+#: every 1/16, and every 1/32 from 13/32 to 19/32 (near 1/2), where
 #: the long stays sit (a walk over most of a stage's program has about as many backward ops of
 #: each chunk). θ = 0, 1/2, 1 alone were the rule before (each chunk's least replay, and E / 2).
 #: Measured with the answers as the incumbent (docs/search.md): pp 8 × vpp 2 × m 64 61,862.5 ms
@@ -267,15 +271,15 @@ def _chunk_replay(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) ->
 
 
 def _stay_scale(cB: np.ndarray) -> np.ndarray:
-    """float [J, K]: for a stay with backward ops (b0, b1) per chunk (cB [J, 2]) and each θ of
-    :data:`THETAS` the largest t with t·(1 − θ, θ) <= (b0, b1) componentwise. The least weighted
-    replay W(w) = max over memory rows of the least w·x over the choices x >= 0 that fit the row is
-    homogeneous and nondecreasing in w, so W(b0, b1) >= t · W(1 − θ, θ) for every θ."""
+    """float [J, K] (K = THETAS.size; backward ops, a count): for a stay with backward ops
+    (b0, b1) per chunk (cB [J, 2]) and each θ of :data:`THETAS` the largest t with
+    t·(1 − θ, θ) <= (b0, b1) componentwise (θ = 0: t = b0; θ = 1: t = b1). The least weighted
+    replay W(w) (ms) = max over memory rows of the least w·x over the choices x >= 0 that fit the
+    row is homogeneous and nondecreasing in w, so W(b0, b1) >= t · W(1 − θ, θ) for every θ."""
     b0, b1 = cB[:, 0:1], cB[:, 1:2]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.minimum(np.where(THETAS < 1, b0 / (1.0 - THETAS), np.inf),
-                       np.where(THETAS > 0, b1 / THETAS, np.inf))
-    return np.where(np.isfinite(t), t, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # θ = 0 or 1: np.where drops that side
+        return np.minimum(np.where(THETAS < 1, b0 / (1.0 - THETAS), np.inf),
+                          np.where(THETAS > 0, b1 / THETAS, np.inf))
 
 
 def _stay_ms(su: IntegerSetup, p: int, sl: StageLengths, Ev: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -382,7 +386,7 @@ def _replay_sum(g: np.ndarray, stages: range, N: int) -> np.ndarray:
 
 
 def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float | None = None,
-                  rel_tol: float = REL_TOL, work: float = WORK, max_configs: int = 200_000,
+                  rel_tol: float = BISECTION_REL_TOL, work: float = WORK, max_configs: int = 200_000,
                   deadline: float | None = None) -> PairDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
     that is faster than ``upper_ms`` (a feasible step time; the result is at most the larger of it
@@ -395,15 +399,45 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
     (time.monotonic()) passed before the DP). Past ``work`` array elements or ``deadline`` the
     bisection stops and its last infeasible threshold is returned (a proof). Raises nothing of its
     own."""
+    if V != 2 or problem.P < 3 or not np.isfinite(upper_ms):
+        return None
+    dp = _setup(problem, V, float(upper_ms), max_configs, deadline)
+    if not isinstance(dp, _PairThresholdDP):
+        return dp
+    lo_T = max(float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0, 0.0)
+    hi_T = float(upper_ms)
+    evals = 0
+    while hi_T - lo_T > rel_tol * hi_T:
+        if dp.memo.work >= work or (deadline is not None and time.monotonic() > deadline):
+            break
+        T = 0.5 * (lo_T + hi_T)
+        evals += 1
+        at = dp.restricted(T)  # the configurations that can hold T (the same memo as dp)
+        ok = False if at is None else at.feasible(T, work, deadline)
+        if ok is None:
+            break  # the work cap or the deadline cut this threshold short: not proven either way
+        if ok:
+            hi_T = T
+            dp = at  # every later threshold is below T
+        else:
+            lo_T = T
+    return PairDPBound(lo_T, evals, dp.memo.work)
+
+
+def _setup(problem: Problem, V: int, cap: float, max_configs: int, deadline: float | None
+           ) -> _PairThresholdDP | PairDPBound | None:
+    """The DP of :func:`pair_dp_bound` for thresholds <= ``cap`` (ms): the stage tables, the pair
+    rows and the last stage's configurations to try; or its result when there is nothing to
+    bisect (:class:`PairDPBound` at ``cap``: no layout is faster) or None (the bound does not
+    apply, a work cap, the deadline)."""
     su = integer_setup(problem, V)
-    if su is None or V != 2 or problem.P < 3 or not np.isfinite(upper_ms):
+    if su is None:
         return None
     P, N = problem.P, problem.N
     L = P - 1
     cs = su.cs
     if 2 * L * max(len(o) for o in cs.order) * (1 + 2 * V) ** 2 > MAX_SHAPES:
         return None
-    cap = float(upper_ms)
     paths = stage_paths(cs, su.p2p_ms)
     all_vecs = stage_vectors(problem, su, V, cap, max_configs)
     if all_vecs is None:
@@ -433,27 +467,8 @@ def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float 
             return None
         rows.append(_pair_rows(problem, su, p, shapes[p], sls[p], sls[L], Ev[p], Ev[L]))
     keep = _undominated_last(sls[L], rows)
-    dp = _PairThresholdDP(sls, rows, keep, N, V, [sp.a_b for sp in paths], H)
-    lo_T = max(float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0, 0.0)
-    hi_T = cap
-    evals = 0
-    while hi_T - lo_T > rel_tol * hi_T:
-        if dp.work >= work or (deadline is not None and time.monotonic() > deadline):
-            break
-        T = 0.5 * (lo_T + hi_T)
-        evals += 1
-        at = dp.restricted(T)  # the configurations that can hold T (shares dp's memo)
-        ok = False if at is None else at.feasible(T, work, deadline)  # at.work starts at dp.work
-        if at is not None and at is not dp:
-            dp.work, dp.hint = at.work, at.hint
-        if ok is None:
-            break  # the work cap or the deadline cut this threshold short: not proven either way
-        if ok:
-            hi_T = T
-            dp = at  # every later threshold is below T
-        else:
-            lo_T = T
-    return PairDPBound(lo_T, evals, dp.work)
+    return _PairThresholdDP(sls, rows, keep, np.arange(sls[L].nv.shape[0]), N, V, [sp.a_b for sp in paths], H,
+                            _Memo(hint=int(keep[0]) if keep.size else -1))
 
 
 def _undominated_last(sL: StageLengths, rows: list[_Rows]) -> np.ndarray:
@@ -466,18 +481,29 @@ def _undominated_last(sL: StageLengths, rows: list[_Rows]) -> np.ndarray:
 
 
 def _extents(sls: list[StageLengths]) -> np.ndarray:
-    """int [P, 4]: per stage its least / most last-chunk layers, least other layers and most layers
-    (:func:`~autotune.tuner.bounds.stage_dp.reach_masks`' input); a stage with no configuration
-    left reaches nothing (least > most)."""
+    """int [P, 4]: per stage (each with at least one configuration) its least / most last-chunk
+    layers, least other layers and most layers (:func:`~autotune.tuner.bounds.stage_dp.reach_masks`'
+    input)."""
     V = sls[0].nv.shape[1]
     out = []
     for nv in (s.nv for s in sls):
-        if nv.shape[0] == 0:
-            out.append([1, 0, 1, 0])
-            continue
         nt, nl = nv.sum(axis=1), nv[:, V - 1]
         out.append([nl.min(), nl.max(), (nt - nl).min(), nt.max()])
     return np.array(out, dtype=np.int64)
+
+
+@dataclass
+class _Memo:
+    """What the thresholds of one bisection share, whatever configurations each one runs on:
+    the work spent (array elements), the last-stage configuration last found feasible (``hint``,
+    tried first) and per last-stage configuration the largest threshold (ms) its DP was found
+    infeasible at (``dead``; feasibility only grows with T, and a restricted DP is feasible at
+    no T where the DP it came from is not). Configurations are named by their index in the first
+    table (``_PairThresholdDP.lid``)."""
+
+    hint: int = -1
+    work: float = 0.0
+    dead: dict[int, float] = field(default_factory=dict)
 
 
 class _PairThresholdDP:
@@ -487,36 +513,29 @@ class _PairThresholdDP:
     the paths' lengths (:func:`~autotune.tuner.bounds.stage_dp.stage_lengths`); ``H`` float [P, N + 1]
     ms: that least replay as the lengths were priced with it (:func:`other_replay`)."""
 
-    def __init__(self, sls: list[StageLengths], rows: list[_Rows], last: np.ndarray, N: int, V: int,
-                 aB: list[np.ndarray], H: np.ndarray) -> None:
-        self.sls, self.rows, self.last = sls, rows, last
+    def __init__(self, sls: list[StageLengths], rows: list[_Rows], last: np.ndarray, lid: np.ndarray, N: int,
+                 V: int, aB: list[np.ndarray], H: np.ndarray, memo: _Memo) -> None:
+        """``last``: the last-stage configurations to try (indices into ``sls[-1]``); ``lid``
+        int [M_L]: each last-stage configuration's index in the first table; ``memo``: shared
+        with every DP restricted from this one."""
+        self.sls, self.rows, self.last, self.lid = sls, rows, last, lid
         self.N, self.V, self.P = N, V, len(sls)
-        self.aB, self.H = aB, H
-        self.work = 0.0
-        self.lid = np.arange(sls[-1].nv.shape[0])  # each last-stage configuration's index in the first table
-        self.hint = int(last[0]) if last.size else -1  # (first-table index) the last one found feasible: tried first
-        # per last-stage configuration (first-table index) the largest threshold its DP was found
-        # infeasible at (feasibility only grows with T, so it is infeasible below it too)
-        self.dead: dict[int, float] = {}
-        self._derived()
-
-    def _derived(self) -> None:
-        """The tables that follow from the configurations: one-stay groups, reach masks and the
-        regions' replay sums."""
+        self.aB, self.H, self.memo = aB, H, memo
         self.groups = [group_lengths(s.lengths, s.alpha0, s.alphaR) for s in self.sls]  # one-stay paths
         self.reach = reach_masks(_extents(self.sls), self.N)
-        self.tabs = _region_tabs(self.sls, self.N)
+        self.tabs = _region_tabs(sls, N)
 
     def restricted(self, T: float) -> _PairThresholdDP | None:
-        """This DP for thresholds <= T only (self when nothing changes; None when some stage has
+        """This DP for thresholds <= T (ms) only (self when nothing changes; None when some stage has
         no configuration left: nothing is feasible at T). A configuration whose own one-stay path
         lengths pass T can hold no threshold <= T (every coefficient of those paths is >= 0;
         ``under_cap``'s tolerance); without it the other stages' least replay H can only rise,
         which lengthens the paths of the configurations left: repeated until nothing changes.
-        The regions' replay sums are taken again over what is left. It shares ``dead`` with self
-        (first-table indices). With the search's early incumbent as the cap (pp 16 × vpp 2 × m 64:
-        34,526 ms against the answer's 33,730) the work cap had cut the bisection after 4
-        thresholds, before its first infeasible one."""
+        The regions' replay sums are taken again over what is left; the memo is shared. With
+        the search's early incumbent as the cap (pp 16 × vpp 2 × m 64: 34,526 ms against the
+        answer's 33,730) the work cap had cut the bisection after 4 thresholds, before its first
+        infeasible one. (Its own cost, a few min-plus convolutions per round, is not counted in
+        the work.)"""
         sls, H, L, N = self.sls, self.H, self.P - 1, self.N
         keeps = [np.ones(s.nv.shape[0], dtype=bool) for s in sls]
         changed = False
@@ -531,7 +550,7 @@ class _PairThresholdDP:
             keeps = [kk.copy() for kk in keeps]
             for kk, k in zip(keeps, keep):
                 kk[np.flatnonzero(kk)] = k
-            H2 = other_replay([StageConfigs(s.nv, s.E, s.lengths) for s in sls], N)  # (base unused there)
+            H2 = other_replay([StageConfigs(s.nv, s.E, np.empty((s.nv.shape[0], 0))) for s in sls], N)
             out = []
             for p, s in enumerate(sls):
                 n_oth = N - s.nv.sum(axis=1)
@@ -542,17 +561,12 @@ class _PairThresholdDP:
             sls, H = out, H2
         if not changed:
             return self
-        new = object.__new__(_PairThresholdDP)
-        new.__dict__.update(self.__dict__)
-        new.sls, new.H = sls, H
-        new.rows = [_Rows(r.const[:, keeps[p]][:, :, keeps[L]], r.cS, r.c0, r.cR, r.kb, r.km)
-                    for p, r in enumerate(self.rows)]
-        pos = np.full(keeps[L].size, -1)
+        rows = [_Rows(r.const[:, keeps[p]][:, :, keeps[L]], r.cS, r.c0, r.cR, r.kb, r.km)
+                for p, r in enumerate(self.rows)]
+        pos = np.full(keeps[L].size, -1)  # each kept last-stage configuration's new index
         pos[np.flatnonzero(keeps[L])] = np.arange(int(keeps[L].sum()))
-        new.last = pos[self.last][pos[self.last] >= 0]
-        new.lid = self.lid[keeps[L]]
-        new._derived()
-        return new
+        last = pos[self.last][pos[self.last] >= 0]
+        return _PairThresholdDP(sls, rows, last, self.lid[keeps[L]], N, self.V, self.aB, H, self.memo)
 
     def _one_stay(self, T: float, p: int) -> np.ndarray:
         """float [M, N + 1]: per configuration of stage p and R the largest C0 that keeps every
@@ -568,8 +582,9 @@ class _PairThresholdDP:
         N, V, L = self.N, self.V, self.P - 1
         thr1 = [self._one_stay(T, p) for p in range(self.P)]
         sL = self.sls[L]
-        for i in sorted(self.last.tolist(), key=lambda j: int(self.lid[j]) != self.hint):
-            if self.dead.get(int(self.lid[i]), -np.inf) >= T:
+        memo = self.memo
+        for i in sorted(self.last.tolist(), key=lambda j: int(self.lid[j]) != memo.hint):
+            if memo.dead.get(int(self.lid[i]), -np.inf) >= T:
                 continue
             C0: np.ndarray | None = np.full((N + 1, N + 1), np.inf)
             C0[0, :] = 0.0
@@ -578,14 +593,14 @@ class _PairThresholdDP:
                 C0 = self._stage(T, p, int(i), C0, thr1[p])
                 if C0 is None:
                     break
-                if self.work >= work or (deadline is not None and time.monotonic() > deadline):
+                if memo.work >= work or (deadline is not None and time.monotonic() > deadline):
                     return None
             nt, nl = int(sL.nv[i].sum()), int(sL.nv[i, V - 1])
             if (C0 is not None and nt <= N and np.isfinite(C0[N - nt, nl])
                     and C0[N - nt, nl] <= thr1[L][i, 0]):
-                self.hint = int(self.lid[i])
+                memo.hint = int(self.lid[i])
                 return True
-            self.dead[int(self.lid[i])] = max(self.dead.get(int(self.lid[i]), -np.inf), T)
+            memo.dead[int(self.lid[i])] = max(memo.dead.get(int(self.lid[i]), -np.inf), T)
         return False
 
     def _stage(self, T: float, p: int, i: int, C0: np.ndarray, thr1: np.ndarray) -> np.ndarray | None:
@@ -616,7 +631,7 @@ class _PairThresholdDP:
                          - rw.cR[g, None, None] * Rc[None, :, :] - rw.kb[g, None, None] * hb[None, None, :]
                          - rw.km[g, None, None] * hm[None, :, :])  # [rows, M, F]
                 np.minimum(thr, threshold_limit(slack, rw.c0[g, None, None]).min(axis=0) + 1e-9, out=thr)
-                self.work += slack.size
+                self.memo.work += slack.size
         src = C0[s_f, r_f]  # [F]
         val = np.where(ok & (src[None, :] <= thr), src[None, :] + n0[:, None], np.inf)  # [M, F]
         new = np.full_like(C0, np.inf)
