@@ -366,23 +366,24 @@ class PairDPBound:
 
 
 def _region_tabs(sls: list[StageLengths], N: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per stage p < P − 1 the least replay per micro-batch of the stages before p and of those
-    between p and the last stage, by the layers they hold (two float [N + 1] ms,
-    :func:`_replay_sum` of each stage's least replay per layer count over its configurations)."""
+    """Per stage p < P − 1 the least Σ of the least replay per micro-batch over the ways to place
+    k layers on the stages before p, and on those between p and the last stage (two float [N + 1]
+    ms; +inf made 0: a count no placement reaches never occurs in a layout that fits): min-plus
+    convolutions (:func:`~autotune.tuner.bounds.stage_dp.min_plus`) of each stage's least replay
+    per layer count over its configurations, a prefix scan and a suffix scan (the stages of
+    :func:`region_stages`)."""
     P = len(sls)
     g = least_replay_by_count([sl.nv for sl in sls], [sl.E for sl in sls], N)
-    return [tuple(_replay_sum(g, r, N) for r in region_stages(P, p)) for p in range(P - 1)]
-
-
-def _replay_sum(g: np.ndarray, stages: range, N: int) -> np.ndarray:
-    """float [N + 1] ms: the least Σ of the stages' least replay per micro-batch over the ways to
-    place k layers on ``stages`` (g [P, N + 1]: each stage's least replay per layer count; +inf
-    made 0: a count no placement reaches never occurs in a layout that fits)."""
-    acc = np.full(N + 1, np.inf)
-    acc[0] = 0.0
-    for q in stages:
-        acc = min_plus(acc, g[q])
-    return np.where(np.isfinite(acc), acc, 0.0)
+    unit = np.full(N + 1, np.inf)
+    unit[0] = 0.0
+    before = [unit]  # before[p]: stages 0 .. p − 1
+    for q in range(P - 2):
+        before.append(min_plus(before[-1], g[q]))
+    between = [unit]  # built from p = P − 2 down: stages p + 1 .. P − 2
+    for q in range(P - 2, 0, -1):
+        between.append(min_plus(between[-1], g[q]))
+    between.reverse()
+    return [(np.where(np.isfinite(b), b, 0.0), np.where(np.isfinite(m), m, 0.0)) for b, m in zip(before, between)]
 
 
 def pair_dp_bound(problem: Problem, V: int, *, upper_ms: float, lower_ms: float | None = None,
@@ -547,7 +548,6 @@ class _PairThresholdDP:
             if not all(k.any() for k in keep):
                 return None
             sls = [StageLengths(s.nv[k], s.E[k], s.lengths[k], s.alpha0, s.alphaR) for s, k in zip(sls, keep)]
-            keeps = [kk.copy() for kk in keeps]
             for kk, k in zip(keeps, keep):
                 kk[np.flatnonzero(kk)] = k
             H2 = other_replay([StageConfigs(s.nv, s.E, np.empty((s.nv.shape[0], 0))) for s in sls], N)
