@@ -32,6 +32,14 @@ from autotune.tuner.recompute import recompute_choices
 #: simulated layout (a layout of pp 4 × vpp 2 × m 16, 256 ops, is one unit; pp 16 × vpp 2 × m 64,
 #: 4,096 ops, is 16): the budget then stands for about the same CPU time at every size.
 SIM_UNIT_OPS = 256
+#: :meth:`_Enumeration.project` gives up when the splits still to visit, at the fewest layouts of a
+#: split visited so far, would charge more than this many times the budget left. A projection,
+#: not a proof (the incumbent can still fall and cut splits, or a later split have fewer picks),
+#: so it keeps a wide margin; it only ends a run that would most likely end at the budget anyway,
+#: after simulating up to ``max_work`` units for nothing. scaling.py's pp 16 × vpp 2 × m 64 × 32
+#: layers (528 splits of 4,608-9,216 layouts each, 4,096 ops a layout): after the first split 453
+#: splits are still below the incumbent, 44 × the budget left.
+PROJECTION_FACTOR = 4.0
 
 
 def _chunk_options(n: int, kinds: tuple[str, ...]) -> list[tuple[int, int, int]]:
@@ -82,6 +90,7 @@ class _Enumeration:
         self.evaluated = self.work = 0
         self.pend: list[tuple[np.ndarray, np.ndarray]] = []
         self.per_layout = 1  # units charged per simulated layout (set per V by :meth:`scan`)
+        self.fewest: int | None = None  # fewest layouts of a split visited so far (this V)
 
     def charge(self, units: int) -> None:
         """Count ``units`` of work; raises :class:`ExactBudgetExceeded` past the budget or deadline."""
@@ -100,6 +109,27 @@ class _Enumeration:
         if self.max_work is not None and self.work + (len(self.pend) + layouts) * self.per_layout > self.max_work:
             raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={self.max_work} units "
                                       f"({layouts:.3g} layouts for one split)", self.work)
+
+    def project(self, V: int, lb0_left: np.ndarray) -> None:
+        """Raise :class:`ExactBudgetExceeded` when the splits not visited yet (their no-recompute
+        times ``lb0_left``, ascending) that are below the incumbent, each at the fewest layouts of a
+        split visited so far, would charge more than :data:`PROJECTION_FACTOR` × the budget left.
+        Off without a budget, and (``fewest`` 0) once a visited split had no fitting pick. The
+        pending batch is simulated first when the projection would fire: its layouts can lower the
+        incumbent and so the count."""
+        if self.max_work is None or not self.fewest or self.best is None:
+            return
+        for attempt in range(2):
+            left = int(np.searchsorted(lb0_left, self.best.step_ms - 1e-9))
+            need = float(left) * self.fewest * self.per_layout
+            if need <= PROJECTION_FACTOR * max(0, self.max_work - self.work):
+                return
+            if attempt == 0 and self.pend:
+                self.flush(V)
+                continue
+            raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={self.max_work} units "
+                                      f"(projected: {left} splits left below the incumbent, at least "
+                                      f"{self.fewest} layouts each so far)", self.work)
 
     def stage_set(self, cache: dict, split: np.ndarray, p: int) -> np.ndarray:
         """Pareto-minimal feasible (full, select, comm) [k, 3, V] tables for stage p of ``split``
@@ -154,17 +184,24 @@ class _Enumeration:
         z = np.zeros_like(splits)
         self.charge(len(splits))
         lb0 = problem.evaluate(V, splits, z, z, z).step_ms
-        for si in np.argsort(lb0, kind="stable"):
+        order = np.argsort(lb0, kind="stable")
+        self.fewest = None
+        for k, si in enumerate(order):
             if self.best is not None and lb0[si] >= self.best.step_ms - 1e-9:
                 if self.pend:
                     self.flush(V)
                 if lb0[si] >= self.best.step_ms - 1e-9:
                     break
+            if self.best is not None and self.fewest:
+                self.project(V, lb0[order[k:]])
             split = splits[si]
             sets = [self.stage_set(cache, split, p) for p in range(P)]
             if any(s.shape[0] == 0 for s in sets):
+                self.fewest = 0  # a split with no fitting pick: the projection is off for this V
                 continue
-            self.precharge(int(np.prod([s.shape[0] for s in sets], dtype=np.float64)))
+            picks = int(np.prod([s.shape[0] for s in sets], dtype=np.float64))
+            self.precharge(picks)
+            self.fewest = picks if self.fewest is None else min(self.fewest, picks)
             for pick in itertools.product(*(range(s.shape[0]) for s in sets)):
                 self.add(V, split, np.stack([sets[p][pick[p]] for p in range(P)], axis=-1))  # 3, V, P
         self.flush(V)
