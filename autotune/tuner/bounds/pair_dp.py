@@ -8,14 +8,22 @@ long. On those layouts the longest paths with two stays have one of them on the 
 backward chain of one micro-batch down to another stage p, and the end of p's program (its
 cooldown), or the same in the other order.
 
-Paths. For a stage p < L = P − 1 and (first, second) = (L, p) or (p, L): enter an op x of the first
-stage through x's dependency chain, walk the first stage's program from x to an op y, follow y's
-data dependents to the first op x' of the second stage they reach, walk the second stage's
-program from x' to y' and leave through the ops that depend on y'. x ranges over the first op
-and the first forward / backward of each chunk, y over every op, y' over the last op and the last
-forward / backward of each chunk (:func:`pair_shapes`). Every edge is a dependency edge of the
-event simulation (cost-model reference §6.1), so every layout's step time is >= such a path's
-length.
+Paths. For a stage p < L = P − 1 and (first, second) = (L, p), (p, L) or (p, p), and for stage 0
+also (L, L): enter an op x of the first stage through x's dependency chain, walk the first stage's
+program from x to an op y, follow y's data dependents to the first op x' of the second stage they
+reach, walk the second stage's program from x' to y' and leave through the ops that depend on y'.
+x ranges over the first op and the first forward / backward of each chunk, y over every op, y'
+over the last op and the last forward / backward of each chunk (:func:`pair_shapes`). With both
+stays on one stage the chain from y goes once around the pipeline (the forward of y's
+micro-batch through the later stages' chunk 0 and the earlier stages' chunk 1, or its backward
+the other way) and comes back to that stage later in its program: on a split that puts many
+chunk-0 layers on the middle stages and few on the ends such a path is the longest (the loose
+row of ``benchmarks/scaling.py``: the one-stay paths and those of two stages at most 31,376 ms,
+the ones with two stays on stage 0 32,844; docs/search.md, the double-stay round). (L, L) rows
+are kept with stage 0 only: its chain passes stage 0 itself and the last chunk of the stages
+between, all priced exactly there, while with a later p the chunk-1 layers before p fall out (the
+regions' least counts: A1 is capped at A0). Every edge is a dependency edge of the event
+simulation (cost-model reference §6.1), so every layout's step time is >= such a path's length.
 
 Length, bounded below with the stage DP's relaxations (the cheapest layer kinds' least sums,
 recompute classes free per layer, each stage's least replay that fits its memory rows):
@@ -33,7 +41,9 @@ recompute classes free per layer, each stage's least replay that fits its memory
   backward count times the least replay of its stages (min-plus convolutions over the stages'
   least replay per layer count: before p a function of s, between p and L of N − s − n_p − n_L).
 Rows with the same region coefficients (whatever their direction, x, y' and y) are one row with
-the largest constant for each pair of configurations (of p and of L).
+the largest constant for each pair of configurations (of p and of L); only the paths of a row that
+no other path of it dominates (as many ops of every kind on p and on L, as many fixed ms) are
+priced (:func:`_row_maxima`).
 
 DP. The stage DP's threshold DP (state (s, last-chunk layers still to place), value "fewest
 chunk-0 layers placed"), with the last stage's configuration c_L fixed: a pair row of stage p is
@@ -61,6 +71,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.cost.dominance import pareto_mask
 from autotune.cost.simulate import CompiledSchedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import data_children, dependency_chain, stage_paths
@@ -74,12 +85,13 @@ from autotune.tuner.problem import Problem
 #: Work cap: Σ over thresholds, last-stage configurations and stages of pair rows × configurations
 #: × reached states (array elements, ~10 ns each); past it the bisection stops (its last
 #: infeasible threshold is the bound).
-WORK = 2e8
-#: Shape cap: pair paths (2 directions × entries × exits × middle ops y, per stage: at most
-#: 2 · (1 + 2V)² · the ops of a stage) over all stages; a larger schedule is not priced (None):
-#: pp 64 × vpp 2 × m 512 (6.5 M) took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512 (1.5 M) 2.0–4.3 s,
-#: both for no rise; pp 16 × vpp 2 × m 256 (0.77 M) takes ~1 s.
-MAX_SHAPES = 1_000_000
+WORK = 5e8
+#: Shape cap: pair paths (3 directions, 4 for stage 0, × entries × exits × middle ops y, per
+#: stage: at most (1 + 2V)² · the ops of a stage a direction) over all stages; a larger schedule
+#: is not priced (None). With 2 directions the cap was 1 M: pp 64 × vpp 2 × m 512 (6.5 M then)
+#: took 15 CPU s and 320 MiB, pp 16 × vpp 2 × m 512 (1.5 M then) 2.0–4.3 s, both for no rise;
+#: pp 16 × vpp 2 × m 256 (0.77 M then, 1.18 M now) takes ~1 s.
+MAX_SHAPES = 1_500_000
 #: The bisection's stop (relative width of the last bracket). A bracket of 1e-4 left up to 6 ms
 #: of the pp 16 × vpp 2 × 256-layer relaxed optimum unproven (64,411.6 against 64,412.7 ms at
 #: 1e-5, 3 more thresholds near the optimum, where the restricted tables are small).
@@ -171,7 +183,8 @@ def _region_counts(off: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
-    """The pair paths of stage p and the last stage (module docstring), both directions.
+    """The pair paths of stage p and the last stage (module docstring): one stay on each in either
+    order, two stays on p, and with p = 0 two stays on the last stage.
 
     Raises:
         ValueError: p is not one of the stages 0 .. P − 2."""
@@ -182,7 +195,7 @@ def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
     child = data_children(cs)
     fwd, chunk, stage = cs.fwd, cs.chunk, cs.stage
     on_p, on_L, hops, head, cnt, kbs, kms = [], [], [], [], [], [], []
-    for a, b in ((L, p), (p, L)):
+    for a, b in ((L, p), (p, L), (p, p)) + (((L, L),) if p == 0 else ()):
         oa, ob = [int(x) for x in cs.order[a]], [int(x) for x in cs.order[b]]
         pos_b = {o: t for t, o in enumerate(ob)}
         own_a, own_b = _own(cs, oa), _own(cs, ob)
@@ -208,6 +221,8 @@ def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
             z = None if to is None else unit_op.get((int(cs.mb[y]),) + to)
             if z is None:
                 continue
+            if a == b and pos_b[z] <= ty:
+                continue  # the chain comes back to the stage later in its program (durations > 0)
             ys.append(ty)
             xs_b.append(pos_b[z])
             mids.append(C)
@@ -224,11 +239,11 @@ def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
                     continue
                 Cx, hx = dependency_chain(cs, child, ob[tyy], False)
                 off = Ce[None] + mids_a[sel] + Cx[None]  # [J, 2, V, P], the chains' ops on a and b too
-                first = own_a[ys_a[sel] + 1] - own_a[tx] + off[:, :, :, a]
-                second = own_b[tyy + 1] - own_b[xs_a[sel]] + off[:, :, :, b]
+                first = own_a[ys_a[sel] + 1] - own_a[tx]  # [J, 2, V] the walks on a and on b
+                second = own_b[tyy + 1] - own_b[xs_a[sel]]
                 reg, kb, km = _region_counts(off, p)
-                on_p.append(first if a == p else second)
-                on_L.append(second if a == p else first)
+                on_p.append((first if a == p else 0.0) + (second if b == p else 0.0) + off[:, :, :, p])
+                on_L.append((first if a == L else 0.0) + (second if b == L else 0.0) + off[:, :, :, L])
                 hops.append(he + hx + mh_a[sel])
                 head.append(off[:, :, 0, 0] if p > 0 else np.zeros((sel.size, 2)))
                 cnt.append(reg)
@@ -335,10 +350,12 @@ def _pair_rows(problem: Problem, su: IntegerSetup, p: int, sh: PairShapes, sl: S
     coef = sh.counts @ np.array([lay.fwd_ms, lay.bwd_ms])  # [J, 4] ms per layer: A0, A1, BL, B0
     head = problem.pa.head
     fixed = sh.hops * su.p2p_ms + sh.head @ np.array([head.fwd_ms, head.bwd_ms])  # [J]
-    Sp = _stay_ms(su, p, sl, Ev, sh.on_p)  # [M, J]
-    SL = _stay_ms(su, su.cs.P - 1, sL, EvL, sh.on_L)  # [M_L, J]
     key = np.ascontiguousarray(np.concatenate([coef, sh.kb[:, None], sh.km[:, None]], axis=1).round(9) + 0.0)
     keys, inv = _unique_rows(key)
+    top = _row_maxima(sh, fixed, inv, keys.shape[0])
+    inv, fixed = inv[top], fixed[top]
+    Sp = _stay_ms(su, p, sl, Ev, sh.on_p[top])  # [M, J]
+    SL = _stay_ms(su, su.cs.P - 1, sL, EvL, sh.on_L[top])  # [M_L, J]
     n_p = sl.nv.sum(axis=1)
     nL, nlL = sL.nv.sum(axis=1), sL.nv[:, V - 1]
     G = keys.shape[0]
@@ -353,6 +370,24 @@ def _pair_rows(problem: Problem, su: IntegerSetup, p: int, sh: PairShapes, sl: S
     const += (B0[:, None, None] * (N - n_p[None, :, None] - nL[None, None, :])
               - (BL - B0)[:, None, None] * nlL[None, None, :])
     return _Rows(const, A1 - B0, A0 - A1, BL - B0, kb, km)
+
+
+def _row_maxima(sh: PairShapes, fixed: np.ndarray, inv: np.ndarray, groups: int) -> np.ndarray:
+    """int [k]: the paths of :func:`_pair_rows` that can hold their row's largest constant: per
+    row (``inv`` int [J]: each path's row of ``groups``), those no other path of the row has at
+    least as many ops of every (direction, chunk) on p and on the last stage and at least the
+    fixed ms (``fixed`` [J]) as. A stay's ms (:func:`_stay_ms`) is nondecreasing in its op counts
+    (forward / backward ms >= 0, t_θ nondecreasing), so a dropped path is never the largest.
+    On pp 16 × vpp 2 × m 64 × 256 layers about half the paths are kept."""
+    J = inv.size
+    vec = np.concatenate([sh.on_p.reshape(J, -1), sh.on_L.reshape(J, -1), fixed[:, None]], axis=1)
+    keep = np.zeros(J, dtype=bool)
+    order = np.argsort(inv, kind="stable")
+    cuts = np.searchsorted(inv[order], np.arange(groups + 1))
+    for g in range(groups):
+        j = order[cuts[g]:cuts[g + 1]]
+        keep[j[pareto_mask(-vec[j])]] = True
+    return np.flatnonzero(keep)
 
 
 @dataclass
@@ -437,7 +472,7 @@ def _setup(problem: Problem, V: int, cap: float, max_configs: int, deadline: flo
     P, N = problem.P, problem.N
     L = P - 1
     cs = su.cs
-    if 2 * L * max(len(o) for o in cs.order) * (1 + 2 * V) ** 2 > MAX_SHAPES:
+    if (3 * L + 1) * max(len(o) for o in cs.order) * (1 + 2 * V) ** 2 > MAX_SHAPES:
         return None
     paths = stage_paths(cs, su.p2p_ms)
     all_vecs = stage_vectors(problem, su, V, cap, max_configs)
