@@ -160,3 +160,27 @@ def test_typed_classes_price_each_kinds_replay(hbm, typed_at_least, old, optimum
     b = milp_bound(problem, 2)
     assert b.converged
     assert old + 3.0 < typed_at_least <= b.bound_ms <= optimum
+
+
+def test_stage_static_holds_the_dense_layers_only_where_they_sit() -> None:
+    """scaling.py's P16 V2 m64 L128 MoE tight problem (DeepSeek-V3's 3 dense layers of 939.06 MiB
+    static first, 125 MoE layers of 4,407.01 MiB; chunk 0 of stages 1-15 and chunk 1 of every
+    stage hold at least one layer): stage 0 with (1, 7) layers can hold one dense layer (its
+    chunk 0 has one), 939.06 + 7 × 4,407.01 = 31,788.12 MiB; stage 1 with (4, 4) the three,
+    3 × 939.06 + 5 × 4,407.01 = 24,852.22 (its chunk 0 starts at position 1 or later: the
+    window allows 3); stage 5 none, 8 × 4,407.01 = 35,256.08 (the kinds' least sums alone gave
+    24,852.22 to every stage). The stage DP, the answer 22,467.4 ms as the incumbent, rises from
+    19,823.5 to 21,463.6 ms, still below the answer."""
+    from autotune.tuner.bounds._relax import integer_setup
+    from autotune.tuner.bounds.stage_dp import layer_static
+    from benchmarks.scaling import build
+
+    problem = build(16, 2, 64, 128, "moe", "tight")
+    su = integer_setup(problem, 2)
+    nv = np.array([[1, 7], [4, 4]])
+    dense, moe = 939.0565185546875, 4407.0096435546875
+    assert layer_static(problem, su, 0, nv) == pytest.approx([dense + 7 * moe, 3 * dense + 5 * moe])
+    assert layer_static(problem, su, 1, nv)[1] == pytest.approx(3 * dense + 5 * moe)
+    assert layer_static(problem, su, 5, nv) == pytest.approx([8 * moe, 8 * moe])
+    got = stage_dp_bound(problem, 2, upper_ms=22467.4)
+    assert got is not None and got.bound_ms == pytest.approx(21463.6, abs=1.0) and got.bound_ms <= 22467.4

@@ -72,8 +72,8 @@ from autotune.cost.budget import hbm_cap
 from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
-from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, live_rows,
-                                          row_frontiers, worst_row_extra, worst_row_floor)
+from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, kind_windows,
+                                          live_rows, row_frontiers, worst_row_extra, worst_row_floor)
 from autotune.tuner.bounds._weighted import chunk_weights, worst_row_weighted
 from autotune.tuner.problem import Problem
 
@@ -174,8 +174,32 @@ def stage_rooms(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> t
     and, for configurations nv int [M, V], the MiB left to the layers' activations under each
     (room [M, R]: the budget less the static MiB and the head / tail terms)."""
     rows, ws = live_rows(su.cs, p, su.end_ws_mib[:, p])
-    static = su.const_static_mib[p] + su.mix.static(nv.sum(axis=1))  # [M] MiB
+    static = su.const_static_mib[p] + layer_static(problem, su, p, nv)  # [M] MiB
     return rows, hbm_cap(problem.hbm_mib) - static[:, None] - (rows @ su.end_act_mib[:, p] + ws)[None, :]
+
+
+def layer_static(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> np.ndarray:
+    """float [M] MiB: the least static memory the layers of stage p's configurations nv int [M, V]
+    can hold. The kinds' least sums (:class:`~autotune.tuner.bounds._relax.KindMix`: the cheapest
+    kinds first, each at most as often as the model has it), with each kind also at most as often
+    as stage p's mini-stages can hold it where they sit in layer order
+    (:func:`~autotune.tuner.bounds._relax.kind_windows`: chunk v of stage p holds at most
+    min(n_v, its window) layers of a kind). On DeepSeek-V3 (3 dense layers of 939 MiB static
+    first, then MoE layers of 4,407 MiB) every stage was priced as if it held the 3 dense layers,
+    10.4 GB it does not have beyond stages 0-2 (with at least one layer a mini-stage), so the
+    bounds let it recompute far less than it must."""
+    nt = nv.sum(axis=1)
+    kw = kind_windows(problem, nv.shape[1])
+    if kw is None:
+        return su.mix.static(nt)
+    V, P = nv.shape[1], problem.P
+    win = kw.window[np.arange(V) * P + p]  # [V, K] layers of each kind chunk v of p can hold
+    cap = np.minimum(np.minimum(nv[:, :, None], win[None, :, :]).sum(axis=1), kw.counts[None, :])  # [M, K]
+    order = np.argsort(kw.static_mib, kind="stable")
+    c = cap[:, order]
+    before = np.concatenate([np.zeros((c.shape[0], 1)), np.cumsum(c, axis=1)[:, :-1]], axis=1)
+    take = np.clip(nt[:, None] - before, 0.0, c)  # greedy, cheapest kinds first: the least sum
+    return take @ kw.static_mib[order]
 
 
 def _own_replay(problem: Problem, su: IntegerSetup, p: int, fr: RowFrontiers, sp: StagePaths, nv: np.ndarray,
