@@ -105,6 +105,11 @@ ROWS_WORK = 2e9
 #: Array elements of one block of the DP step's row thresholds (rows × configurations × reached
 #: states; a few temporaries of this size live at once).
 STEP_ELEMENTS = 4_000_000
+#: Configuration pairs (of p and of the last stage) from which :func:`_pair_rows` first drops
+#: the paths that cannot hold their row's constant (:func:`_row_maxima`): its Pareto filters cost
+#: ~2.6 µs a path, the constants ~15 ns a path and pair. pp 16 × vpp 2 × m 64 × 256 layers (~115 ×
+#: 118 pairs) 17.8 -> 15.2 s with them, pp 16 × vpp 2 × m 256 (7 × 3, 1 M paths) 4.4 -> 6.8 s.
+PRUNE_MIN_PAIRS = 256
 #: Array elements per block when a row's constant is maximised over its paths.
 ROWS_CHUNK = 2_000_000
 #: The bound runs only where the V's certified gap is over this (below the search's default gap
@@ -352,7 +357,8 @@ def _pair_rows(problem: Problem, su: IntegerSetup, p: int, sh: PairShapes, sl: S
     fixed = sh.hops * su.p2p_ms + sh.head @ np.array([head.fwd_ms, head.bwd_ms])  # [J]
     key = np.ascontiguousarray(np.concatenate([coef, sh.kb[:, None], sh.km[:, None]], axis=1).round(9) + 0.0)
     keys, inv = _unique_rows(key)
-    top = _row_maxima(sh, fixed, inv, keys.shape[0])
+    top = (_row_maxima(sh, fixed, inv, keys.shape[0]) if sl.nv.shape[0] * sL.nv.shape[0] >= PRUNE_MIN_PAIRS
+           else np.arange(inv.size))
     inv, fixed = inv[top], fixed[top]
     Sp = _stay_ms(su, p, sl, Ev, sh.on_p[top])  # [M, J]
     SL = _stay_ms(su, su.cs.P - 1, sL, EvL, sh.on_L[top])  # [M_L, J]

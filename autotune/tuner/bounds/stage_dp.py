@@ -189,7 +189,10 @@ def layer_static(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> 
     10.4 GB it does not have beyond stages 0-2 (with at least one layer a mini-stage), so the
     bounds let it recompute far less than it must."""
     nt = nv.sum(axis=1)
-    kw = kind_windows(problem, nv.shape[1])
+    key = ("stage_dp.kind_windows", nv.shape[1])
+    if key not in problem.fit_cache:  # the same for every stage and call of a problem and V
+        problem.fit_cache[key] = kind_windows(problem, nv.shape[1])
+    kw = problem.fit_cache[key]
     if kw is None:
         return su.mix.static(nt)
     V, P = nv.shape[1], problem.P
