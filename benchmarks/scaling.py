@@ -114,7 +114,7 @@ def run_one(spec: tuple, timeout: float | None) -> dict:
         bs = bound_and_seeds(problem, [], deadline=deadline, report=note)
         c_bound = time.process_time() - c0
         feas = [c.step_ms for c in bs.seeds if c.excess_mib <= 0]
-        note("study", min(feas) if feas else None, None)
+        note("study", min(feas) if feas else None, bs.bound_ms)
         cut = time.monotonic() > deadline or bs.cut
         stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
         left = max(1.0, limit - (time.monotonic() - t0))

@@ -37,8 +37,8 @@ SIM_UNIT_OPS = 256
 #: not a proof (the incumbent can still fall and cut splits, or a later split have fewer picks),
 #: so it keeps a wide margin; it only ends a run that would most likely end at the budget anyway,
 #: after simulating up to ``max_work`` units for nothing. scaling.py's pp 16 × vpp 2 × m 64 × 32
-#: layers (528 splits of 4,608-9,216 layouts each, 4,096 ops a layout): after the first split 453
-#: splits are still below the incumbent, 44 × the budget left.
+#: layers (528 splits of 4,608-9,216 layouts each, 4,096 ops a layout): after the first split 452
+#: splits are still below the incumbent, 452 × 9,216 × 16 units, 49 × the budget left.
 PROJECTION_FACTOR = 4.0
 
 
@@ -73,8 +73,9 @@ class ExactResult:
 
 
 class ExactBudgetExceeded(ValueError):
-    """:func:`exact_optimum` stopped: its work budget or deadline would be exceeded (the answer
-    would not be proven optimal). ``work`` = units done when it stopped."""
+    """:func:`exact_optimum` stopped: its work budget or deadline would be exceeded, or is projected
+    to be (:data:`PROJECTION_FACTOR`; a projection can stop a run that would have finished), so the
+    answer would not be proven optimal. ``work`` = units done when it stopped."""
 
     def __init__(self, msg: str, work: int) -> None:
         super().__init__(msg)
@@ -217,12 +218,15 @@ def exact_optimum(problem: Problem, *, max_splits: int = 200_000, batch: int = 5
         max_work: deterministic work budget: recompute combinations built (per stage and split,
             before the Pareto filter) plus layouts simulated, each charged one unit per
             :data:`SIM_UNIT_OPS` of its schedule's ops (at least one); None = unlimited. A stage whose
-            combination count alone exceeds the budget stops the run before building it.
+            combination count alone exceeds the budget stops the run before building it, and so
+            does a projection of the splits left over :data:`PROJECTION_FACTOR` × what is left of
+            it (:meth:`_Enumeration.project`).
         deadline: ``time.monotonic()`` limit, checked between batches; None = none.
 
     Raises:
         ValueError: more than ``max_splits`` splits to enumerate (use the lower bounds instead).
-        ExactBudgetExceeded: ``max_work`` or ``deadline`` reached before the optimum was proven.
+        ExactBudgetExceeded: ``max_work`` or ``deadline`` reached, or ``max_work`` projected to be,
+            before the optimum was proven.
     """
     n_splits = count_splits(problem)
     if n_splits > max_splits:

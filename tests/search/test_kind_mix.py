@@ -167,8 +167,8 @@ def test_stage_static_holds_the_dense_layers_only_where_they_sit() -> None:
     static first, 125 MoE layers of 4,407.01 MiB; chunk 0 of stages 1-15 and chunk 1 of every
     stage hold at least one layer): stage 0 with (1, 7) layers can hold one dense layer (its
     chunk 0 has one), 939.06 + 7 × 4,407.01 = 31,788.12 MiB; stage 1 with (4, 4) the three,
-    3 × 939.06 + 5 × 4,407.01 = 24,852.22 (its chunk 0 starts at position 1 or later: the
-    window allows 3); stage 5 none, 8 × 4,407.01 = 35,256.08 (the kinds' least sums alone gave
+    3 × 939.06 + 5 × 4,407.01 = 24,852.22 (stage 0's chunk 0 may be empty: the window allows
+    3); stage 5 none, 8 × 4,407.01 = 35,256.08 (the kinds' least sums alone gave
     24,852.22 to every stage). The stage DP, the answer 22,467.4 ms as the incumbent, rises from
     19,823.5 to 21,463.6 ms, still below the answer."""
     from autotune.tuner.bounds._relax import integer_setup

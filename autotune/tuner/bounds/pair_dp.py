@@ -14,12 +14,13 @@ program from x to an op y, follow y's data dependents to the first op x' of the 
 reach, walk the second stage's program from x' to y' and leave through the ops that depend on y'.
 x ranges over the first op and the first forward / backward of each chunk, y over every op, y'
 over the last op and the last forward / backward of each chunk (:func:`pair_shapes`). With both
-stays on one stage the chain from y goes once around the pipeline (the forward of y's
-micro-batch through the later stages' chunk 0 and the earlier stages' chunk 1, or its backward
-the other way) and comes back to that stage later in its program: on a split that puts many
-chunk-0 layers on the middle stages and few on the ends such a path is the longest (the loose
-row of ``benchmarks/scaling.py``: the one-stay paths and those of two stages at most 31,376 ms,
-the ones with two stays on stage 0 32,844; docs/search.md, the double-stay round). (L, L) rows
+stays on one stage the chain from y comes back to that stage later in its program: a forward of
+chunk 0 after the later stages' chunk 0 and the earlier stages' chunk 1, a forward of the last
+chunk as its own backward after the later stages' forwards and backwards, a backward the other
+way. On a split that puts many chunk-0 layers on the middle stages and few on the ends such a
+path is the longest (the loose row of ``benchmarks/scaling.py``: the one-stay paths of the DP's
+witness 31,375.5 ms, its paths with two stays on stage 0 32,844.0; docs/search.md, the
+double-stay round). (L, L) rows
 are kept with stage 0 only: its chain passes stage 0 itself and the last chunk of the stages
 between, all priced exactly there, while with a later p the chunk-1 layers before p fall out (the
 regions' least counts: A1 is capped at A0). Every edge is a dependency edge of the event
@@ -42,7 +43,7 @@ recompute classes free per layer, each stage's least replay that fits its memory
   least replay per layer count: before p a function of s, between p and L of N − s − n_p − n_L).
 Rows with the same region coefficients (whatever their direction, x, y' and y) are one row with
 the largest constant for each pair of configurations (of p and of L); only the paths of a row that
-no other path of it dominates (as many ops of every kind on p and on L, as many fixed ms) are
+no earlier path of it dominates (as many ops of every kind on p and on L, as many fixed ms) are
 priced (:func:`_row_maxima`).
 
 DP. The stage DP's threshold DP (state (s, last-chunk layers still to place), value "fewest
@@ -227,7 +228,7 @@ def pair_shapes(cs: CompiledSchedule, p: int) -> PairShapes:
             if z is None:
                 continue
             if a == b and pos_b[z] <= ty:
-                continue  # the chain comes back to the stage later in its program (durations > 0)
+                continue  # a guard: z depends on y and compiled programs cannot deadlock, so z is later
             ys.append(ty)
             xs_b.append(pos_b[z])
             mids.append(C)
@@ -380,10 +381,11 @@ def _pair_rows(problem: Problem, su: IntegerSetup, p: int, sh: PairShapes, sl: S
 
 def _row_maxima(sh: PairShapes, fixed: np.ndarray, inv: np.ndarray, groups: int) -> np.ndarray:
     """int [k]: the paths of :func:`_pair_rows` that can hold their row's largest constant: per
-    row (``inv`` int [J]: each path's row of ``groups``), those no other path of the row has at
-    least as many ops of every (direction, chunk) on p and on the last stage and at least the
-    fixed ms (``fixed`` [J]) as. A stay's ms (:func:`_stay_ms`) is nondecreasing in its op counts
-    (forward / backward ms >= 0, t_θ nondecreasing), so a dropped path is never the largest.
+    row (``inv`` int [J]: each path's row of ``groups``), the Pareto front of its paths on their
+    ops of every (direction, chunk) on p and on the last stage and their fixed ms (``fixed`` [J]),
+    maximised (:func:`~autotune.cost.dominance.pareto_mask`: of equal paths the first is kept). A
+    stay's ms (:func:`_stay_ms`) is nondecreasing in its op counts (forward / backward and replay
+    ms >= 0, t_θ nondecreasing), so a dropped path is never above the row's largest.
     On pp 16 × vpp 2 × m 64 × 256 layers about half the paths are kept."""
     J = inv.size
     vec = np.concatenate([sh.on_p.reshape(J, -1), sh.on_L.reshape(J, -1), fixed[:, None]], axis=1)

@@ -181,13 +181,15 @@ def stage_rooms(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> t
 def layer_static(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> np.ndarray:
     """float [M] MiB: the least static memory the layers of stage p's configurations nv int [M, V]
     can hold. The kinds' least sums (:class:`~autotune.tuner.bounds._relax.KindMix`: the cheapest
-    kinds first, each at most as often as the model has it), with each kind also at most as often
-    as stage p's mini-stages can hold it where they sit in layer order
-    (:func:`~autotune.tuner.bounds._relax.kind_windows`: chunk v of stage p holds at most
-    min(n_v, its window) layers of a kind). On DeepSeek-V3 (3 dense layers of 939 MiB static
-    first, then MoE layers of 4,407 MiB) every stage was priced as if it held the 3 dense layers,
-    10.4 GB it does not have beyond stages 0-2 (with at least one layer a mini-stage), so the
-    bounds let it recompute far less than it must."""
+    kinds first over the stage's n layers), each kind at most as often as the model has it and as
+    the stage can hold it where its mini-stages sit in layer order: Σ_v min(n_v, chunk v's window)
+    (:func:`~autotune.tuner.bounds._relax.kind_windows`, whose windows assume only each other
+    mini-stage's least layer count). The caps are summed over the chunks before the greedy, so a
+    chunk's window can lend a kind to the stage's other chunks (a per-chunk greedy would be
+    tighter; not measured). On DeepSeek-V3 (3 dense layers of 939 MiB static first, then MoE
+    layers of 4,407 MiB) every stage was priced as if it held the 3 dense layers: 10.4 GB of room
+    that stages 4 and later cannot have (stages 1-3 at most 3, 2 and 1 of them: the head's
+    chunk-0 mini-stage may be empty), so the bounds let it recompute far less than it must."""
     nt = nv.sum(axis=1)
     key = ("stage_dp.kind_windows", nv.shape[1])
     if key not in problem.fit_cache:  # the same for every stage and call of a problem and V
