@@ -116,7 +116,7 @@ def test_two_stays_on_one_stage_raise_the_loose_row() -> None:
     as the incumbent, the stage DP's 31,126.2 as the start: 31,704.5 ms (certified gap 1.05 %).
     With the rows of one stay on p and one on the last stage alone it was 31,367.3 (2.14 %): the
     DP's witness there (found by walking its tables back from a threshold just above 31,367.3)
-    puts 7 chunk-0 layers and 1 chunk-1 layer on stages 4-9 and 2 + 3 on the last stage; its
+    puts 7 chunk-0 layers and 1 chunk-1 layer on stages 4-9 and 3 + 2 (chunk 0 + chunk 1) on the last stage; its
     longest paths with two stays both stay on one stage (stage 0: 32,844.0 ms, a walk on stage 0,
     the forward chain of one micro-batch around the other 15 stages back to stage 0, and a walk
     there again), which no row priced. The rows of those paths need 3.8e8 of the thresholds' work
