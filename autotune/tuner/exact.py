@@ -120,16 +120,19 @@ class _Enumeration:
         incumbent and so the count."""
         if self.max_work is None or not self.fewest or self.best is None:
             return
-        for attempt in range(2):
-            left = int(np.searchsorted(lb0_left, self.best.step_ms - 1e-9))
-            need = float(left) * self.fewest * self.per_layout
-            if need <= PROJECTION_FACTOR * max(0, self.max_work - self.work):
-                return
-            if attempt == 0 and self.pend:
-                self.flush(V)
-                continue
+
+        def left() -> int:  # the splits not visited yet whose no-recompute time is below the incumbent
+            return int(np.searchsorted(lb0_left, self.best.step_ms - 1e-9))
+
+        def over(k: int) -> bool:
+            return k * self.fewest * self.per_layout > PROJECTION_FACTOR * max(0, self.max_work - self.work)
+        k = left()
+        if over(k) and self.pend:
+            self.flush(V)
+            k = left()
+        if over(k):
             raise ExactBudgetExceeded(f"exact enumeration needs more than max_work={self.max_work} units "
-                                      f"(projected: {left} splits left below the incumbent, at least "
+                                      f"(projected: {k} splits left below the incumbent, at least "
                                       f"{self.fewest} layouts each so far)", self.work)
 
     def stage_set(self, cache: dict, split: np.ndarray, p: int) -> np.ndarray:
@@ -193,8 +196,7 @@ class _Enumeration:
                     self.flush(V)
                 if lb0[si] >= self.best.step_ms - 1e-9:
                     break
-            if self.best is not None and self.fewest:
-                self.project(V, lb0[order[k:]])
+            self.project(V, lb0[order[k:]])
             split = splits[si]
             sets = [self.stage_set(cache, split, p) for p in range(P)]
             if any(s.shape[0] == 0 for s in sets):

@@ -633,10 +633,12 @@ class KindMix:
     @staticmethod
     def least(values: np.ndarray, counts: np.ndarray, n: np.ndarray) -> np.ndarray:
         """float like ``n`` (int, 0 <= n <= Σ counts): the least Σ of ``values`` (per kind [K])
-        over multisets of n layers holding kind k at most counts[k] times (greedy by value: exact)."""
+        over multisets of n layers holding kind k at most counts[k] times (greedy by value: exact).
+        ``counts`` int [K], or [..., K] per entry of ``n`` (caps of their own, e.g. a stage's
+        :func:`kind_windows`); where n passes Σ counts the sum holds only Σ counts layers."""
         order = np.argsort(values, kind="stable")
-        v, c = np.asarray(values, dtype=np.float64)[order], np.asarray(counts, dtype=np.int64)[order]
-        before = np.concatenate([[0], np.cumsum(c)[:-1]])
+        v, c = np.asarray(values, dtype=np.float64)[order], np.asarray(counts, dtype=np.int64)[..., order]
+        before = np.cumsum(c, axis=-1) - c  # the layers of the cheaper kinds
         take = np.clip(np.asarray(n, dtype=np.int64)[..., None] - before, 0, c)
         return take @ v
 

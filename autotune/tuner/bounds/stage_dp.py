@@ -72,8 +72,8 @@ from autotune.cost.budget import hbm_cap
 from autotune.cost.dominance import pareto_mask
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
-from autotune.tuner.bounds._relax import (IntegerSetup, RowFrontiers, count_vectors, integer_setup, kind_windows,
-                                          live_rows, row_frontiers, worst_row_extra, worst_row_floor)
+from autotune.tuner.bounds._relax import (IntegerSetup, KindMix, RowFrontiers, count_vectors, integer_setup,
+                                          kind_windows, live_rows, row_frontiers, worst_row_extra, worst_row_floor)
 from autotune.tuner.bounds._weighted import chunk_weights, worst_row_weighted
 from autotune.tuner.problem import Problem
 
@@ -200,11 +200,7 @@ def layer_static(problem: Problem, su: IntegerSetup, p: int, nv: np.ndarray) -> 
     V, P = nv.shape[1], problem.P
     win = kw.window[np.arange(V) * P + p]  # [V, K] layers of each kind chunk v of p can hold
     cap = np.minimum(np.minimum(nv[:, :, None], win[None, :, :]).sum(axis=1), kw.counts[None, :])  # [M, K]
-    order = np.argsort(kw.static_mib, kind="stable")
-    c = cap[:, order]
-    before = np.concatenate([np.zeros((c.shape[0], 1)), np.cumsum(c, axis=1)[:, :-1]], axis=1)
-    take = np.clip(nt[:, None] - before, 0.0, c)  # greedy, cheapest kinds first: the least sum
-    return take @ kw.static_mib[order]
+    return KindMix.least(kw.static_mib, cap, nt)
 
 
 def _own_replay(problem: Problem, su: IntegerSetup, p: int, fr: RowFrontiers, sp: StagePaths, nv: np.ndarray,
