@@ -30,8 +30,9 @@ class stood for every layer: on scaling.py's P8 V4 m128 L256 MoE problem the typ
 optimum (enumerated) is 4,761.7.
 
 Relaxations: a layer's kind within its window (the kinds' order dropped), a free and fractional
-recompute class per layer (not the "first r layers" rule), the workspace term of the peak dropped,
-each live-count vector checked separately — the same as the stage DP's (see its docstring). A path
+recompute class per layer (not the "first r layers" rule), the workspace of a mini-stage's
+full-recompute layers dropped (but for the workspace phase below: the head / tail workspace is
+kept), each live-count vector checked separately — the same as the stage DP's (see its docstring). A path
 is any chain of the schedule's dependency graph (data edges + p2p, program order on a stage), so
 its length under the real durations is <= the simulated step time (cost-model reference §6.1;
 :func:`autotune.tuner.bounds.critical_path`).
@@ -41,6 +42,11 @@ exact counts) and the longest path of each layout the search already has. After 
 longest path of the minimiser's relaxed durations and of each of its single-layer moves joins
 (lazy constraint generation). When the minimiser's own longest path is already priced (its length
 equals T) and HiGHS proved optimality, the value is the exact optimum of the relaxed problem.
+Then, where a recompute class has a workspace, the loop goes on over the same family in the
+program with the workspace switches (:data:`WORKSPACE_PHASE`): binary u per mini-stage, on when
+it holds a layer of such a class (y_c <= n·u), and its backward's memory rows carry w >= W_c·u
+(W_c the cheapest kind's workspace of class c) as well as the head / tail workspace, as the
+cost model's peak does.
 
 Work is capped by HiGHS nodes weighted by the LP size and by the number of solves (deterministic:
 the same problem gives the same bound); a wall-clock deadline is only a safety net.
@@ -49,7 +55,7 @@ the same problem gives the same bound); a wall-clock deadline is only a safety n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -111,6 +117,17 @@ MAX_LP_CELLS = 175_000
 #: rounds add rows that slow HiGHS's root: TeleChat2 vpp4's one integer solve took 10.6 CPU s
 #: after 60 rounds, 4.5 after 20, 4.8 with none.
 LP_ROUNDS = 20
+#: Once the lazy loop converged (every solve finished and the minimiser's longest path was
+#: priced: the relaxed program is solved), the loop goes on, within the same work caps, on the
+#: program with the workspace switches of :func:`milp_recompute`'s (u binary per mini-stage:
+#: a full-recompute layer in it, summed over kind slots, puts that class's workspace, the cheapest
+#: kind's, on its backward's memory rows), starting from the family found. Only then: switches in
+#: every program from the start slowed its solves (pp 16 × vpp 2 × 32 layers 10.8 → 47.6 CPU s)
+#: and cut them earlier (pp 8 × vpp 4 × m 128 dense 240,165.0 → 239,834.3 ms). MEASURED_LATER
+WORKSPACE_PHASE = True
+#: HiGHS's MIP presolve, for the recompute polish only (not a proof); the bound's solves run
+#: without it (see :meth:`_Model.solve`).
+MIP_PRESOLVE = True
 
 
 @dataclass
@@ -202,11 +219,16 @@ def path_key(cf: np.ndarray, cb: np.ndarray, hops: float) -> bytes:
 class _Model:
     """The integer program of one (problem, V) (module docstring). Variables, in order: n [V·P]
     (layers per mini-stage j = v·P + p), y [V·P·C] (layers of each allowed class), with a pinned
-    split (``fixed``) u (class c with a workspace present in j, binary), w (workspace MiB of j)
-    and x (select-only 1 / comm-only 0 in j, binary), then T (the step-time bound, ms). Rows:
-    the structure and memory rows, then one row per path of the family (lazily added)."""
+    split (``fixed``) or ``workspace`` u (class c with a workspace present in j, binary) and w
+    (workspace MiB of j), with a pinned split x (select-only 1 / comm-only 0 in j, binary), then T
+    (the step-time bound, ms). Rows: the structure and memory rows, then one row per path of the
+    family (lazily added)."""
 
-    def __init__(self, problem: Problem, V: int, su: IntegerSetup, fixed: np.ndarray | None) -> None:
+    def __init__(self, problem: Problem, V: int, su: IntegerSetup, fixed: np.ndarray | None,
+                 workspace: bool = False) -> None:
+        """``workspace``: the bound's program with the workspace switches of a pinned split's
+        (u, w: a mini-stage holding a full-recompute layer has that class's workspace during its
+        backward; :data:`WORKSPACE_PHASE`); always on with ``fixed``."""
         self.problem, self.V, self.su = problem, V, su
         lay = su.layer
         P, N = problem.P, problem.N
@@ -236,7 +258,7 @@ class _Model:
         self.ny = ny = C * sum(len(s) for s in self.slots)
         self.yoff = nn + C * np.concatenate([[0], np.cumsum([len(s) for s in self.slots])[:-1]]).astype(np.int64)
         self.cls = cls = allowed_classes(problem.kinds)
-        self.wcls = [c for c in range(C) if lay.ws_mib[c] > 0] if exact else []
+        self.wcls = [c for c in range(C) if lay.ws_mib[c] > 0] if exact or workspace else []
         self.excl = exact and SELECT in cls and COMM in cls
         self.nu = nn * len(self.wcls)    # binary: class c present in mini-stage j (its workspace is on)
         self.nw = nn if self.wcls else 0  # workspace MiB of mini-stage j
@@ -253,6 +275,7 @@ class _Model:
         self.seen: set[bytes] = set()
         self.path_rows: list[np.ndarray] = []
         self.path_hi: list[float] = []
+        self.path_counts: list[tuple[np.ndarray, np.ndarray, float]] = []  # (cf, cb, hops) per path row
         self._structure_rows()
         if self.kinds is not None:
             self._kind_rows()
@@ -273,8 +296,10 @@ class _Model:
         self.rhi.append(b)
 
     def _structure_rows(self) -> None:
-        """Σ n = N; Σ_c y = n per mini-stage; with a pinned split the workspace switches
-        (y_c <= n·u_c, w >= W_c·u_c) and select-only / comm-only exclusion."""
+        """Σ n = N; Σ_c y = n per mini-stage; with the workspace switches (a pinned split, or
+        ``workspace``) y_c <= n·u_c (y_c summed over kind slots) and w >= W_c·u_c (W_c: the
+        cheapest kind's workspace of class c); with a pinned split select-only / comm-only
+        exclusion."""
         nn, C, nvar, cap_j = self.nn, self.C, self.nvar, self.cap_j
         wsmin = self.su.layer.ws_mib  # [C] MiB, cheapest kind per class
         r = np.zeros(nvar)
@@ -292,7 +317,8 @@ class _Model:
         for j in range(nn):
             for t, c in enumerate(self.wcls):
                 r = np.zeros(nvar)
-                r[self.y_index(j, 0, c)] = 1.0
+                for s in range(len(self.slots[j])):
+                    r[self.y_index(j, s, c)] = 1.0
                 r[self.iu + j * len(self.wcls) + t] = -cap_j[j]
                 self.add_row(r, -np.inf, 0.0)  # y_c <= n·u_c
                 r = np.zeros(nvar)
@@ -366,6 +392,7 @@ class _Model:
             return False
         self.seen.add(key)
         r, hi = self.path_row(cf, cb, hops)
+        self.path_counts.append((cf, cb, hops))
         self.path_rows.append(r)
         self.path_hi.append(hi)
         return True
@@ -447,12 +474,12 @@ class _Model:
         if self.kinds is not None:
             vhi[self.ik:self.ik + self.nk] = self.kinds.window.reshape(-1)  # the window's layers of kind k
             integ[self.ik:self.ik + self.nk] = 1  # whole layers of each kind (Σ_k x = n, also whole)
+        integ[iu:iu + nu] = 1  # the workspace switches (binary) and MiB (at least the head / tail's)
+        vhi[iu:iu + nu] = 1
+        vlo[iw:iw + nw] = self.su.end_ws_mib.reshape(-1)[:nw]
         if self.exact:
             vlo[:nn] = vhi[:nn] = self.cap_j
             integ[nn:nn + ny] = 1
-            integ[iu:iu + nu] = 1
-            vhi[iu:iu + nu] = 1
-            vlo[iw:iw + nw] = self.su.end_ws_mib.reshape(-1)[:nw]
             integ[ix:ix + nx] = 1
             vhi[ix:ix + nx] = 1
         if lower_ms is not None and np.isfinite(lower_ms):
@@ -474,7 +501,12 @@ class _Model:
         cons = LinearConstraint(A, np.asarray(self.rlo + [-np.inf] * len(self.path_rows)),
                                 np.asarray(self.rhi + self.path_hi))
         size = float(self.nvar * (len(self.rows) + len(self.path_rows))) ** 2
-        opts = {"node_limit": max(50, int(work_left / size)), "mip_rel_gap": 1e-6, "disp": False}
+        # presolve off for the bound's solves: HiGHS's MIP presolve (scipy 1.17's) can report a
+        # feasible but suboptimal point as optimal (ERGO-Code/HiGHS#3094, #3043); on a random 5-layer
+        # pp 2 × vpp 2 problem it proved 59.26 ms where the program held a point at 58.57 and the
+        # enumerated optimum was 58.89 (MIP_PRESOLVE). The pinned split's polish is not a proof.
+        opts = {"node_limit": max(50, int(work_left / size)), "mip_rel_gap": 1e-6, "disp": False,
+                "presolve": self.exact and MIP_PRESOLVE}
         if deadline is not None:
             opts["time_limit"] = max(1.0, deadline - time.monotonic())
         obj = np.zeros(self.nvar)
@@ -528,7 +560,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     if su is None:
         return None
     model = _Model(problem, V, su, fixed)
-    C, cs, p2p = model.C, su.cs, su.p2p_ms
+    C, cs = model.C, su.cs
     for stage_rows in one_stay_counts(cs):
         for cf, cb, hops in stage_rows:
             model.add_path(cf, cb, hops)
@@ -549,60 +581,95 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
     # program, 4,351.5 ms without, same node cap); the result is max(lower_ms, dual bound)
     bounds = model.variable_bounds(None, upper_ms)
     has_upper = upper_ms is not None and np.isfinite(upper_ms)
-    best = float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0
-    split = None
-    solves = 0
-    converged = False
-    all_y: list[np.ndarray] = []
-    work = 0.0
-    limit = float(node_work)  # converging × node_work while every solve finished (and below extend_below)
-    finished = True
+    st = _LoopState(best=float(lower_ms) if lower_ms is not None and np.isfinite(lower_ms) else 0.0,
+                    limit=float(node_work))
     if not model.exact:
         lp = _lp_paths(model, bounds, LP_ROUNDS if lp_rounds is None else lp_rounds, deadline)
         if lp is None:  # the linear relaxation is infeasible: so is the program
             return MilpBound(float(upper_ms) if has_upper else float("inf"), None, len(model.path_rows), 0,
-                             True), all_y
-        best = max(best, lp)
-    while solves < max_solves and work < limit:
+                             True), st.all_y
+        st.best = max(st.best, lp)
+    infeasible = _lazy_loop(model, bounds, st, node_work=node_work, max_solves=max_solves, deadline=deadline,
+                            converging=converging, extend_below=extend_below)
+    if (WORKSPACE_PHASE and not infeasible and not model.exact and st.converged and st.finished
+            and np.isfinite(problem.hbm_mib) and (su.layer.ws_mib > 0).any()):
+        # the relaxed program is solved: go on with the workspace switches (WORKSPACE_PHASE)
+        ws_model = _Model(problem, V, su, None, workspace=True)
+        for cf, cb, hops in model.path_counts:
+            ws_model.add_path(cf, cb, hops)
+        model, st.converged = ws_model, False
+        st.work, st.limit = 0.0, converging * float(node_work)  # a work cap of its own (WORKSPACE_PHASE)
+        infeasible = _lazy_loop(model, model.variable_bounds(None, upper_ms), st, node_work=node_work,
+                                max_solves=max_solves, deadline=deadline, converging=converging,
+                                extend_below=extend_below)
+    if infeasible:  # nothing fits, or nothing beats upper_ms
+        return MilpBound(float(upper_ms) if has_upper else float("inf"), st.split,
+                         len(model.path_rows), st.solves, True), st.all_y
+    return MilpBound(st.best, st.split, len(model.path_rows), st.solves, st.converged), st.all_y
+
+
+@dataclass
+class _LoopState:
+    """What the lazy loop of :func:`_milp` carries from one program to the next: the best proof
+    (ms), the last minimiser's split, solves and node work so far, the work cap, whether every
+    solve finished and whether the last one converged, and every solve's class counts."""
+
+    best: float
+    limit: float
+    split: np.ndarray | None = None
+    solves: int = 0
+    work: float = 0.0
+    finished: bool = True
+    converged: bool = False
+    all_y: list[np.ndarray] = field(default_factory=list)
+
+
+def _lazy_loop(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], st: _LoopState, *,
+               node_work: float, max_solves: int, deadline: float | None, converging: float,
+               extend_below: float | None) -> bool:
+    """Solve, add the minimiser's longest path (and its moves'), solve again (module docstring),
+    within ``st``'s work and solves; updates ``st``. True when a solve proved the program
+    infeasible."""
+    cs, p2p = model.su.cs, model.su.p2p_ms
+    while st.solves < max_solves and st.work < st.limit:
         if deadline is not None and time.monotonic() > deadline:
             break
-        res, used = model.solve(bounds, limit - work, deadline)
-        solves += 1
-        work += used
+        res, used = model.solve(bounds, st.limit - st.work, deadline)
+        st.solves += 1
+        st.work += used
         # a finished solve (status 0) proves its family's optimum; while every solve has, the cap
         # is the converging one; the first cut by its node limit (or the deadline) ends that
-        finished = finished and res.status == 0
+        st.finished = st.finished and res.status == 0
         if res.status == 2:  # infeasible: nothing fits, or nothing beats upper_ms
-            return MilpBound(float(upper_ms) if has_upper else float("inf"), split,
-                             len(model.path_rows), solves, True), all_y
+            return True
         dual = getattr(res, "mip_dual_bound", None)
         if res.status == 0 and res.fun is not None:
             dual = res.fun if dual is None else min(float(res.fun), float(dual))
         if dual is not None and np.isfinite(dual):
             # HiGHS proves within its feasibility tolerances (1e-6): keep that much below
-            best = max(best, highs_proven(dual))
-        extend = finished and (extend_below is None or best < extend_below)
-        limit = float(node_work) * (converging if extend else 1.0)
+            st.best = max(st.best, highs_proven(dual))
+        extend = st.finished and (extend_below is None or st.best < extend_below)
+        st.limit = float(node_work) * (converging if extend else 1.0)
         if res.x is None:
             break
         n, y, fx, bx = model.solution(res.x, whole=True)
-        all_y.append(y)
-        split = np.rint(n).astype(np.int64)
+        st.all_y.append(y)
+        st.split = np.rint(n).astype(np.int64)
         cp = critical_path(cs, fx, bx, p2p)
         if res.status == 0 and cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9:
-            converged = True
+            st.converged = True
             break
         added = model.add_path(cp.cf, cp.cb, cp.hops)
         if model.exact:  # a pinned split has no moves to anticipate
             if not added:
                 break
             continue
-        if solves >= max_solves or work >= limit:
+        if st.solves >= max_solves or st.work >= st.limit:
             break  # no solve left to use new paths
-        added |= model.anticipate(split, y, fx, bx, float(res.fun))
+        added |= model.anticipate(st.split, y, fx, bx, float(res.fun))
         if not added:
             break
-    return MilpBound(best, split, len(model.path_rows), solves, converged), all_y
+    return False
 
 
 def _lp_paths(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], rounds: int,
