@@ -43,8 +43,12 @@ KICK_PATIENCE = 1
 #: KICK_MAX_PATIENCE (a work cap by the problem's size, not a clock: deterministic). A round on a
 #: short schedule is cheap (~0.1 CPU s on pp 4 × vpp 4 × m 8) and the better layouts can sit
 #: several failed rounds away: YiZhao-12B 8k's vpp 4 layout 13,371.6 ms stays put with patience
-#: 1-8 and reaches 13,020.2 ms with 16 (3.5 CPU s).
-KICK_PATIENCE_OPS = 4096
+#: 1-8 and reaches 13,020.2 ms with 16 (3.5 CPU s). It was 4,096 (patience 1 from pp 16 × vpp 2 ×
+#: m 64 on): scaling.py's P16 V2 m64 L128 MoE loose row stayed at 19,076.4 ms (certified gap
+#: 4.09 %) with patience 1-4 and reaches 18,760.8 (2.37 %) with 8 (1.8 CPU s); its answer had
+#: come from a lucky integer-program seed before (18,776.2, 2.45 %). At 32,768 a search with a wide
+#: gap gets 8 rounds on 4,096 ops and 1 from pp 32 × vpp 2 × m 256 on.
+KICK_PATIENCE_OPS = 32768
 KICK_MAX_PATIENCE = 16
 #: Random kicks scored per round, besides the shears.
 KICK_RANDOM = 32

@@ -95,15 +95,16 @@ def test_kick_search_leaves_the_local_optimum() -> None:
 
 
 def test_kick_patience_by_schedule_size() -> None:
-    """KICK_PATIENCE_OPS / (2·V·P·m) rounds, between KICK_PATIENCE and KICK_MAX_PATIENCE: pp 4 ×
-    vpp 4 × m 8 (256 ops) 16; pp 4 × vpp 2 × m 64 (1,024) 4; pp 4 × vpp 3 × m 16 (384) 10;
-    pp 16 × vpp 2 × m 64 (4,096) 1; pp 32 × vpp 4 × m 256 1; pp 2 × vpp 1 × m 4 (16) 16."""
+    """KICK_PATIENCE_OPS (32,768) / (2·V·P·m) rounds, between KICK_PATIENCE and KICK_MAX_PATIENCE:
+    pp 4 × vpp 4 × m 8 (256 ops) 16; pp 4 × vpp 2 × m 64 (1,024) 16; pp 16 × vpp 2 × m 64 (4,096)
+    8; pp 8 × vpp 4 × m 128 (8,192) 4; pp 16 × vpp 3 × m 64 (6,144) 5; pp 32 × vpp 2 × m 256
+    (32,768) 1; pp 32 × vpp 4 × m 256 (65,536) 1; pp 2 × vpp 1 × m 4 (16) 16."""
     from autotune.tuner.kicks import kick_patience
     from autotune.tuner.problem import Problem
 
     pa = _random_problem(1, 16, 4, 2, ("full",), 10.0).pa
-    for P, V, m, want in ((4, 4, 8, 16), (4, 2, 64, 4), (4, 3, 16, 10), (16, 2, 64, 1), (32, 4, 256, 1),
-                          (2, 1, 4, 16)):
+    for P, V, m, want in ((4, 4, 8, 16), (4, 2, 64, 16), (16, 2, 64, 8), (8, 4, 128, 4), (16, 3, 64, 5),
+                          (32, 2, 256, 1), (32, 4, 256, 1), (2, 1, 4, 16)):
         assert kick_patience(Problem(pa, P=P, m=m, vpp_candidates=(V,)), V) == want
 
 
