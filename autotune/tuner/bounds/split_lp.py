@@ -252,7 +252,9 @@ class _Search:
                deadline: float | None):
         """One HiGHS solve of min c·x, A x <= b, Aeq x = 1, 0 <= x <= 1 but the last (T) free above
         0; the LP gives the duals (``ineqlin.marginals``), the integer program x whole. A deadline
-        becomes HiGHS's time limit (the caller then keeps only a proven value)."""
+        becomes HiGHS's time limit (the caller then keeps only a proven value). The integer program
+        runs without HiGHS's MIP presolve, whose optimum is not always one
+        (:data:`autotune.tuner.bounds.milp.MIP_PRESOLVE`)."""
         from scipy.optimize import Bounds, LinearConstraint, linprog, milp  # noqa: PLC0415 (heavy import)
 
         n = len(c)
@@ -264,7 +266,7 @@ class _Search:
             return milp(c, integrality=np.r_[np.ones(n - 1), 0.0],
                         bounds=Bounds(np.zeros(n), np.r_[np.ones(n - 1), np.inf]),
                         constraints=[LinearConstraint(A, -np.inf, b), LinearConstraint(Aeq, 1.0, 1.0)],
-                        options={"disp": False, "mip_rel_gap": 1e-9, **limit})
+                        options={"disp": False, "mip_rel_gap": 1e-9, "presolve": False, **limit})
 
     def solve_split(self, s: int, integral: bool, deadline: float | None) -> float:
         """The split's LP (or integer program) with lazy paths; returns its value (a bound for s)."""
