@@ -344,3 +344,24 @@ def test_bound_solves_do_not_trust_highs_mip_presolve() -> None:
     assert opt.step_ms == pytest.approx(58.885, abs=1e-3)
     for ub in (1.2 * opt.step_ms, None):
         assert milp_bound(problem, V, upper_ms=ub).bound_ms <= opt.step_ms * (1 + 1e-7) + 1e-9
+
+
+@pytest.mark.parametrize("tight, plain_ms, phase_ms, solves", [(1.3, 49.2542, 49.2542, 1), (0.5, 52.8899, 54.0755, 2)])
+def test_workspace_phase_runs_only_where_the_optimum_breaks_a_workspace_row(monkeypatch, tight, plain_ms,
+                                                                             phase_ms, solves) -> None:
+    """A random 6-layer pp 2 × vpp 2 problem (full / select / comm recompute, 1F1B), its program
+    converging in one solve. With budget factor 1.3 the optimum's layers need no full-recompute
+    workspace that breaks a memory row (``_holds_with_workspace``), so the workspace phase is
+    skipped: the same bound, one solve. At 0.5 it does, and the phase's solve raises the bound
+    52.89 -> 54.08 ms, below the enumerated optimum (57.11)."""
+    import autotune.tuner.bounds.milp as milp_mod
+
+    problem, V = small_vpp_problem(0, 6, 2, 2, ("full", "select", "comm"), tight, "1f1b", False)
+    opt = exact_optimum(problem).best.step_ms
+    monkeypatch.setattr(milp_mod, "WORKSPACE_PHASE", False)
+    plain = milp_bound(problem, V)
+    monkeypatch.setattr(milp_mod, "WORKSPACE_PHASE", True)
+    b = milp_bound(problem, V)
+    assert plain.converged and plain.solves == 1 and plain.bound_ms == pytest.approx(plain_ms, abs=1e-3)
+    assert b.solves == solves and b.bound_ms == pytest.approx(phase_ms, abs=1e-3)
+    assert b.bound_ms <= opt * (1 + 1e-7) + 1e-9

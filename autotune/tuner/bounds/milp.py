@@ -122,7 +122,9 @@ LP_ROUNDS = 20
 #: with the workspace switches of :func:`milp_recompute`'s (u binary per mini-stage: a
 #: full-recompute layer in it, summed over kind slots, puts that class's workspace, the cheapest
 #: kind's, on its backward's memory rows), with a work cap of its own (NODE_WORK_CONVERGING ×
-#: NODE_WORK: the first phase showed the program is small). scaling.py's pp 4 × vpp 3 × m 8 ×
+#: NODE_WORK: the first phase showed the program is small), unless the first phase's optimum
+#: already meets the workspace rows (then the phase would end at the same value: skipped; on the
+#: corpus's Qwen3-32B finetune it had spent 6 CPU s for nothing). scaling.py's pp 4 × vpp 3 × m 8 ×
 #: 32 layers MoE (a full-recompute MoE layer needs 1,327.6 MiB of workspace): 3,156.0 → 3,173.3
 #: ms, certified gap 2.35 → 1.79 %, 7.7 → 12.6 CPU s (the only grid row it moved). Only
 #: then: switches in every program from the start slowed the solves (pp 16 × vpp 2 × 32 layers
@@ -601,19 +603,50 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
                             converging=converging, extend_below=extend_below)
     if (WORKSPACE_PHASE and not infeasible and not model.exact and st.converged and st.finished
             and np.isfinite(problem.hbm_mib) and (su.layer.ws_mib > 0).any()):
-        # the relaxed program is solved: go on with the workspace switches (WORKSPACE_PHASE)
+        # the relaxed program is solved: go on with the workspace switches (WORKSPACE_PHASE),
+        # unless its optimum already holds with them
         ws_model = _Model(problem, V, su, None, workspace=True)
         for cf, cb, hops in model.path_counts:
             ws_model.add_path(cf, cb, hops)
-        model, st.converged = ws_model, False
-        st.work, st.limit = 0.0, converging * float(node_work)  # a work cap of its own (WORKSPACE_PHASE)
-        infeasible = _lazy_loop(model, model.variable_bounds(None, upper_ms), st, node_work=node_work,
-                                max_solves=max_solves, deadline=deadline, converging=converging,
-                                extend_below=extend_below)
+        if not _holds_with_workspace(model, ws_model, st.x):
+            model, st.converged = ws_model, False
+            st.work, st.limit = 0.0, converging * float(node_work)  # a work cap of its own
+            infeasible = _lazy_loop(model, model.variable_bounds(None, upper_ms), st, node_work=node_work,
+                                    max_solves=max_solves, deadline=deadline, converging=converging,
+                                    extend_below=extend_below)
     if infeasible:  # nothing fits, or nothing beats upper_ms
         return MilpBound(float(upper_ms) if has_upper else float("inf"), st.split,
                          len(model.path_rows), st.solves, True), st.all_y
     return MilpBound(st.best, st.split, len(model.path_rows), st.solves, st.converged), st.all_y
+
+
+def _holds_with_workspace(model: _Model, ws_model: _Model, x: np.ndarray | None) -> bool:
+    """Whether the optimum ``x`` of ``model`` (a converged program without workspace switches)
+    is also a point of ``ws_model`` (the same program and family with them), its switches on
+    where a class with a workspace has layers: then the workspace phase would end at the same
+    value (the optimum of a tighter program that holds the other's optimum), so it is skipped.
+    Within 1e-6 (relative) of each row's bound, HiGHS's feasibility tolerance."""
+    if x is None:
+        return False
+    x2 = np.zeros(ws_model.nvar)
+    head = model.nn + model.ny  # n and y: the same places in both
+    x2[:head] = x[:head]
+    x2[ws_model.ik:ws_model.ik + ws_model.nk] = x[model.ik:model.ik + model.nk]
+    x2[ws_model.iT] = x[model.iT]
+    nw, W = len(ws_model.wcls), ws_model.su.layer.ws_mib
+    ws = ws_model.su.end_ws_mib.reshape(-1).astype(np.float64).copy()
+    for j in range(ws_model.nn):
+        for t, c in enumerate(ws_model.wcls):
+            on = sum(x2[ws_model.y_index(j, s, c)] for s in range(len(ws_model.slots[j]))) > 1e-6
+            x2[ws_model.iu + j * nw + t] = float(on)
+            ws[j] = max(ws[j], float(W[c]) * on)
+    x2[ws_model.iw:ws_model.iw + ws_model.nw] = ws[:ws_model.nw]
+    A = np.asarray(ws_model.rows + ws_model.path_rows)
+    lo = np.asarray(ws_model.rlo + [-np.inf] * len(ws_model.path_rows))
+    hi = np.asarray(ws_model.rhi + ws_model.path_hi)
+    v = A @ x2
+    tol = 1e-6 * np.maximum(1.0, np.abs(np.where(np.isfinite(hi), hi, lo)))
+    return bool(np.all(v >= lo - tol) and np.all(v <= hi + tol))
 
 
 @dataclass
@@ -630,6 +663,7 @@ class _LoopState:
     finished: bool = True
     converged: bool = False
     all_y: list[np.ndarray] = field(default_factory=list)
+    x: np.ndarray | None = None  # the last solve's solution vector
 
 
 def _lazy_loop(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], st: _LoopState, *,
@@ -660,6 +694,7 @@ def _lazy_loop(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray],
         st.limit = float(node_work) * (converging if extend else 1.0)
         if res.x is None:
             break
+        st.x = np.asarray(res.x, dtype=np.float64)
         n, y, fx, bx = model.solution(res.x, whole=True)
         st.all_y.append(y)
         st.split = np.rint(n).astype(np.int64)
