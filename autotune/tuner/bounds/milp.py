@@ -126,17 +126,17 @@ LP_ROUNDS = 20
 #: already meets the workspace rows (then the phase would end at the same value: skipped; on the
 #: corpus's Qwen3-32B finetune it had spent 6 CPU s for nothing). scaling.py's pp 4 × vpp 3 × m 8 ×
 #: 32 layers MoE (a full-recompute MoE layer needs 1,327.6 MiB of workspace): 3,156.0 → 3,173.3
-#: ms, certified gap 2.35 → 1.79 %, 7.7 → 12.6 CPU s (the only grid row it moved). Only
+#: ms, certified gap 2.35 → 1.79 %, 7.7 → 12.6–13.5 CPU s (the only grid row it moved). Only
 #: then: switches in every program from the start slowed the solves (pp 16 × vpp 2 × 32 layers
 #: 10.8 → 47.6 CPU s) and let the node cap cut them earlier (pp 8 × vpp 4 × m 128 dense
 #: 240,165.0 → 239,834.3 ms). Checked against the enumerated optimum on 245 random problems ×
 #: 3 incumbents: none above, and above the program without switches on 210 of 735.
 WORKSPACE_PHASE = True
-#: HiGHS's MIP presolve, for the recompute polish only (not a proof); the bound's solves run
-#: without it (see :meth:`_Model.solve`). Its cost on scaling.py's grid: pp 16 × vpp 2 × 32 layers
-#: 10.8 → 17.7 CPU s (the program's node cap reached more slowly; its bound was not the row's),
-#: pp 8 × vpp 4 × m 128 dense 240,165.0 → 240,097.9 ms (certified gap 1.31 → 1.33 %), every other
-#: row's bound the same.
+#: Whether the recompute polish (a pinned split: not a proof) uses HiGHS's MIP presolve; the
+#: bound's solves never do (see :meth:`_Model.solve`). Their cost on scaling.py's grid: pp 16 ×
+#: vpp 2 × 32 layers 10.8 → 17.7–17.9 CPU s (the program's node cap reached more slowly; its bound
+#: was not the row's), pp 8 × vpp 4 × m 128 dense 240,165.0 → 240,097.9 ms (certified gap 1.31 →
+#: 1.33 %); pp 4 × vpp 3 × m 8 dense rose (0.69 → 0.64 %), every other row's bound the same.
 MIP_PRESOLVE = True
 
 
