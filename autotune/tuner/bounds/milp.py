@@ -122,9 +122,10 @@ LP_ROUNDS = 20
 #: with the workspace switches of :func:`milp_recompute`'s (u binary per mini-stage: a
 #: full-recompute layer in it, summed over kind slots, puts that class's workspace, the cheapest
 #: kind's, on its backward's memory rows), with a work cap of its own (NODE_WORK_CONVERGING ×
-#: NODE_WORK: the first phase showed the program is small), unless the first phase's optimum
-#: already meets the workspace rows (then the phase would end at the same value: skipped; on the
-#: corpus's Qwen3-32B finetune it had spent 6 CPU s for nothing). scaling.py's pp 4 × vpp 3 × m 8 ×
+#: NODE_WORK: the first phase showed the program is small; MAX_SOLVES counts both phases),
+#: unless the first phase's optimum already meets the workspace rows (then the phase would end
+#: at the same value: skipped; on the corpus's Qwen3-32B finetune it had spent 6 CPU s for
+#: nothing). scaling.py's pp 4 × vpp 3 × m 8 ×
 #: 32 layers MoE (a full-recompute MoE layer needs 1,327.6 MiB of workspace): 3,156.0 → 3,173.3
 #: ms, certified gap 2.35 → 1.79 %, 7.7 → 12.6–13.5 CPU s (the only grid row it moved). Only
 #: then: switches in every program from the start slowed the solves (pp 16 × vpp 2 × 32 layers
