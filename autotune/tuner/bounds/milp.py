@@ -499,6 +499,12 @@ class _Model:
             vhi[self.iT] = upper_ms
         return integ, vlo, vhi
 
+    def constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row of the program so far, structure and memory rows then the paths: (A float
+        [rows, nvar], lower and upper values float [rows])."""
+        return (np.asarray(self.rows + self.path_rows), np.asarray(self.rlo + [-np.inf] * len(self.path_rows)),
+                np.asarray(self.rhi + self.path_hi))
+
     def solve(self, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], work_left: float,
               deadline: float | None) -> tuple[Any, float]:
         """One HiGHS solve with the current rows (node limit from ``work_left``, see
@@ -508,9 +514,8 @@ class _Model:
         from scipy.sparse import csr_matrix  # noqa: PLC0415
 
         integ, vlo, vhi = bounds
-        A = csr_matrix(np.asarray(self.rows + self.path_rows))
-        cons = LinearConstraint(A, np.asarray(self.rlo + [-np.inf] * len(self.path_rows)),
-                                np.asarray(self.rhi + self.path_hi))
+        A, lo, hi = self.constraints()
+        cons = LinearConstraint(csr_matrix(A), lo, hi)
         size = float(self.nvar * (len(self.rows) + len(self.path_rows))) ** 2
         # presolve off for the bound's solves: HiGHS's MIP presolve (scipy 1.17's) can report a
         # feasible but suboptimal point as optimal (ERGO-Code/HiGHS#3094, #3043); on a random 5-layer
@@ -642,9 +647,7 @@ def _holds_with_workspace(model: _Model, ws_model: _Model, x: np.ndarray | None)
             x2[ws_model.iu + j * nw + t] = float(on)
             ws[j] = max(ws[j], float(W[c]) * on)
     x2[ws_model.iw:ws_model.iw + ws_model.nw] = ws[:ws_model.nw]
-    A = np.asarray(ws_model.rows + ws_model.path_rows)
-    lo = np.asarray(ws_model.rlo + [-np.inf] * len(ws_model.path_rows))
-    hi = np.asarray(ws_model.rhi + ws_model.path_hi)
+    A, lo, hi = ws_model.constraints()
     v = A @ x2
     tol = 1e-6 * np.maximum(1.0, np.abs(np.where(np.isfinite(hi), hi, lo)))
     return bool(np.all(v >= lo - tol) and np.all(v <= hi + tol))
