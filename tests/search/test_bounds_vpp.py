@@ -60,6 +60,28 @@ def test_critical_path_length_is_the_step_time(sched: str) -> None:
     assert cf.sum() + cb.sum() <= 2 * problem.m * 2 * 2
 
 
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), P=st.integers(2, 4), V=st.integers(1, 3), k=st.integers(1, 3),
+       scale=st.sampled_from([1 / 3, 3.0, 7.0, 1e-3, 1e3]), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]))
+def test_critical_path_chain_is_scale_invariant(seed, P, V, k, scale, sched) -> None:
+    """Durations drawn from k values (so chains tie in exact arithmetic): multiplying every
+    duration and the p2p latency by one constant gives the same chain (counts and hops), and the
+    chain's rebuilt length is the longest path's within REL_TOL per op (near-ties go to the
+    data edge, not to float rounding)."""
+    rng = np.random.default_rng(seed)
+    vals = rng.uniform(0.5, 3.0, size=k)
+    fwd = vals[rng.integers(0, k, size=(V, P))]
+    bwd = 2.0 * vals[rng.integers(0, k, size=(V, P))]
+    p2p = float(vals[0]) * 0.1
+    cs = compile_schedule(sched, P, V, 2 * P)
+    a = critical_path(cs, fwd, bwd, p2p)
+    b = critical_path(cs, fwd * scale, bwd * scale, p2p * scale)
+    assert np.array_equal(a.cf, b.cf) and np.array_equal(a.cb, b.cb) and a.hops == b.hops
+    assert b.length == pytest.approx(a.length * scale, rel=1e-12)
+    rebuilt = (a.cf * fwd).sum() + (a.cb * bwd).sum() + a.hops * p2p
+    assert rebuilt == pytest.approx(a.length, rel=1e-9)
+
 def test_exact_work_budget_falls_back() -> None:
     """12 layers, 2 stages, V 1-4 (3, 4 runnable with m = 4), full/select/comm, tight memory:
     the enumeration stops at its work budget instead of running for tens of seconds, and the

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from autotune.cost.simulate import CompiledSchedule
+from autotune.tuner.problem import REL_TOL, first_min
 
 
 class CriticalPath(NamedTuple):
@@ -76,7 +77,11 @@ def critical_path(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, 
     length for *any* durations is ``Σ cf·f + Σ cb·b + hops·p2p`` (+ ``Σ cw·w − Σ cb·w`` when split):
     the path is a chain of ops each starting after its predecessor (data edge, + p2p across
     stages, or program order), so every layout's step time is >= that length (the simulation is
-    a max-plus system; this is its longest path for these durations).
+    a max-plus system; this is its longest path for these durations). ``length`` is the longest
+    path's length; the chain returned is the one that takes, at every op, the data edge over
+    program order unless program order is longer by more than :data:`REL_TOL`, and ends at the
+    first op within REL_TOL of the longest (so its length is within about REL_TOL × ops of
+    ``length``, and multiplying every duration by a constant does not change the chain).
     """
     topo, dep, prev, cross = cs._scalar
     n = cs.num_ops
@@ -89,17 +94,18 @@ def critical_path(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, 
     dl = d.tolist()
     end = [0.0] * (n + 1)
     pred = [-1] * (n + 1)
+    keep = 1.0 - REL_TOL
     for i, dp_, pr, c in zip(topo, dep, prev, cross):
         a = end[dp_] + c * p2p_ms
         b = end[pr]
-        if a >= b:
-            end[i] = a + dl[i]
+        if a >= b * keep:  # near-ties go to the data edge, so a time scale cannot flip the path
+            end[i] = (a if a >= b else b) + dl[i]
             pred[i] = dp_ if dp_ < n else -1
         else:
             end[i] = b + dl[i]
             pred[i] = pr if pr < n else -1
-    i = int(np.argmax(end[:n]))
-    length = end[i]
+    i = first_min(-np.asarray(end[:n]))  # the first op within REL_TOL of the longest
+    length = max(end[:n])
     cnt = np.zeros((3, cs.V, cs.P))
     hops = 0
     while i >= 0:
