@@ -133,6 +133,19 @@ LP_ROUNDS = 20
 #: 240,165.0 → 239,834.3 ms). Checked against the enumerated optimum on 245 random problems ×
 #: 3 incumbents: none above, and above the program without switches on 210 of 735.
 WORKSPACE_PHASE = True
+#: The lazy loop also counts as solved for WORKSPACE_PHASE (not as converged) once PLATEAU_SOLVES
+#: finished solves in a row leave its value where it was (within 1e-9, relative) while the
+#: minimiser's longest path is within PLATEAU_TOL (relative) of that value: the program has many
+#: optimal minimisers, each a few ms short of priced, and each solve only swaps one for the next
+#: (the corpus's Mixtral-8x7B 32k, V 4: 28,370.92 ms from the 4th solve to the 12th, paths
+#: 28,373.6–28,387.4 ms, so MAX_SOLVES ended the loop and the workspace phase never ran; gap
+#: 0.49 % when a lucky minimiser was priced at the 7th solve, 1.37 % without). Any value of the
+#: workspace phase is a proof whatever the family (its paths are real chains), so the rule only
+#: decides where the work goes; and the relaxed program's optimum lies between the plateau's
+#: value and the minimiser's longest path (that point is feasible for it), so phase 1 stops at
+#: most PLATEAU_TOL short of it. Not for a pinned split (:func:`milp_recompute`).
+PLATEAU_SOLVES = 2
+PLATEAU_TOL = 1e-3
 #: Whether the recompute polish (a pinned split: not a proof) uses HiGHS's MIP presolve; the
 #: bound's solves never do (see :meth:`_Model.solve`). Their cost on scaling.py's grid: pp 16 ×
 #: vpp 2 × 32 layers 10.8 → 17.7–17.9 CPU s (the program's node cap reached more slowly; its bound
@@ -607,7 +620,8 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         st.best = max(st.best, lp)
     infeasible = _lazy_loop(model, bounds, st, node_work=node_work, max_solves=max_solves, deadline=deadline,
                             converging=converging, extend_below=extend_below)
-    if (WORKSPACE_PHASE and not infeasible and not model.exact and st.converged and st.finished
+    if (WORKSPACE_PHASE and not infeasible and not model.exact and (st.converged or st.plateau >= PLATEAU_SOLVES)
+            and st.finished
             and np.isfinite(problem.hbm_mib) and (su.layer.ws_mib > 0).any()):
         # the relaxed program is solved: go on with the workspace switches (WORKSPACE_PHASE),
         # unless its optimum already holds with them
@@ -615,7 +629,7 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         for cf, cb, hops in model.path_counts:
             ws_model.add_path(cf, cb, hops)
         if not _holds_with_workspace(model, ws_model, st.x):
-            model, st.converged = ws_model, False
+            model, st.converged, st.plateau, st.last_fun = ws_model, False, 0, None
             st.work, st.limit = 0.0, converging * float(node_work)  # a work cap of its own
             infeasible = _lazy_loop(model, model.variable_bounds(None, upper_ms), st, node_work=node_work,
                                     max_solves=max_solves, deadline=deadline, converging=converging,
@@ -668,6 +682,8 @@ class _LoopState:
     converged: bool = False
     all_y: list[np.ndarray] = field(default_factory=list)
     x: np.ndarray | None = None  # the last solve's solution vector
+    plateau: int = 0  # finished solves in a row on a plateau (PLATEAU_SOLVES)
+    last_fun: float | None = None  # the last finished solve's optimum (ms)
 
 
 def _lazy_loop(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray], st: _LoopState, *,
@@ -706,6 +722,12 @@ def _lazy_loop(model: _Model, bounds: tuple[np.ndarray, np.ndarray, np.ndarray],
         if res.status == 0 and cp.length <= float(res.fun) * (1 + 1e-7) + 1e-9:
             st.converged = True
             break
+        fun = float(res.fun)
+        flat = (not model.exact and res.status == 0 and st.last_fun is not None and fun <= st.last_fun * (1 + 1e-9)
+                and cp.length <= fun * (1 + PLATEAU_TOL))
+        st.plateau, st.last_fun = (st.plateau + 1 if flat else 0), (fun if res.status == 0 else None)
+        if st.plateau >= PLATEAU_SOLVES:
+            break  # solved but for a plateau of minimisers: on to the workspace phase (PLATEAU_SOLVES)
         added = model.add_path(cp.cf, cp.cb, cp.hops)
         if model.exact:  # a pinned split has no moves to anticipate
             if not added:
