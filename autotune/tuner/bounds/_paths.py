@@ -80,8 +80,9 @@ def critical_path(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, 
     a max-plus system; this is its longest path for these durations). ``length`` is the longest
     path's length; the chain returned is the one that takes, at every op, the data edge over
     program order unless program order is longer by more than :data:`REL_TOL`, and ends at the
-    first op within REL_TOL of the longest (so its length is within about REL_TOL × ops of
-    ``length``, and multiplying every duration by a constant does not change the chain).
+    lowest-numbered op whose end is within REL_TOL of the longest (so its length is within about
+    REL_TOL × ops of ``length``, and multiplying every duration by a constant does not change the
+    chain, except where two chains differ by almost exactly REL_TOL).
     """
     topo, dep, prev, cross = cs._scalar
     n = cs.num_ops

@@ -141,11 +141,12 @@ WORKSPACE_PHASE = True
 #: 28,373.6–28,387.4 ms, so MAX_SOLVES ended the loop and the workspace phase never ran; gap
 #: 0.49 % when a lucky minimiser was priced at the 7th solve, 1.37 % without). Any value of the
 #: workspace phase is a proof whatever the family (its paths are real chains), so the rule only
-#: decides where the work goes; and the relaxed program's optimum lies between the plateau's
-#: value and the minimiser's longest path (that point is feasible for it), so phase 1 stops at
-#: most PLATEAU_TOL short of it. Not for a pinned split (:func:`milp_recompute`), nor within the
-#: workspace phase (stopping it there lowered scaling.py's pp 4 × vpp 3 × m 8 MoE 3,173.3 →
-#: 3,171.1 ms).
+#: decides where the work goes; and the full program's optimum (with every path row) lies between
+#: the plateau's value and the minimiser's longest path (that point is feasible for it), so the
+#: first phase stops at most PLATEAU_TOL short of it. The first phase stops there also where no
+#: workspace phase follows (no class with a workspace, or no budget): fewer solves, at most
+#: PLATEAU_TOL of its value. Not for a pinned split (:func:`milp_recompute`), nor within the
+#: workspace phase (its solves are the last: nothing to hand the work on to).
 PLATEAU_SOLVES = 2
 PLATEAU_TOL = 1e-3
 #: Whether the recompute polish (a pinned split: not a proof) uses HiGHS's MIP presolve; the
