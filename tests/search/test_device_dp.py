@@ -5,7 +5,6 @@ critical ones, and pinned on the TeleChat2 benchmark problems."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +175,7 @@ def test_lazy_joint_pass_reaches_the_all_priced_optimum(seed, N, P, V, kinds, ti
 
     def solve(sts):
         eps = D._thresholds(sts)
-        return (D._final_min(sts, eps, N_, D.skip_coefficients(problem, types)), eps.size) if eps.size else (upper, 0)
+        return (D._final_min(sts, eps, N_, types.fwd_max_ms), eps.size) if eps.size else (upper, 0)
 
     lazy: dict = {}
     with pytest.MonkeyPatch.context() as mp:
@@ -391,51 +390,3 @@ def test_capped_chunk_options_by_hand() -> None:
     assert K.COMBINE_ROWS == 50
     assert ChunkOptions(TwoTypes(), max_rows=90).get((4, 4)) is None  # 4,900 > 50 x 90
     assert ChunkOptions(TwoTypes(), max_rows=100).get((4, 4)) is not None  # 4,900 <= 50 x 100
-
-
-def _final_by_enumeration(stages, eps, N, coef):
-    """min over every choice of one row per stage holding N layers in all, per threshold k: Σ cost
-    + max(eps[k], Es_j − coef_j · c) over the last stage's skipping families j (c: the last-chunk
-    layers of the stages before the last), every row's E <= eps[k] (the reference for _final)."""
-    out = np.full(eps.size, np.inf)
-    V = stages[0].n.shape[1]
-    for rows in itertools.product(*(range(row.n.shape[0]) for row in stages)):
-        if sum(int(r.layers[i]) for r, i in zip(stages, rows)) != N:
-            continue
-        cost = sum(float(r.cost[i]) for r, i in zip(stages, rows))
-        E = max(float(r.E[i]) for r, i in zip(stages, rows))
-        c = sum(int(round(r.n[i, V - 1])) for r, i in zip(stages[:-1], rows[:-1]))
-        last = stages[-1].Es[rows[-1]]
-        skip = max([float(last[j] - coef[j] * c) for j in range(last.size) if np.isfinite(last[j])],
-                   default=-np.inf)
-        for k in range(eps.size):
-            if E <= eps[k]:
-                out[k] = min(out[k], cost + max(float(eps[k]), skip))
-    return out
-
-
-@settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10**6), P=st.integers(2, 4), V=st.integers(2, 3), M=st.integers(1, 4),
-       N=st.integers(2, 9))
-def test_final_matches_enumeration(seed, P, V, M, N) -> None:
-    """The last-stage skip DP (_final: the knapsack over (layers, last-chunk layers) on the states
-    that can reach N layers, then max(ε, each skipping family's Es − coef·c) on the last stage)
-    equals the enumeration of every layout of random stage rows, at every threshold; a row of -inf
-    Es (no skipping path) and a family without paths included."""
-    from autotune.tuner.bounds import device_dp as D
-
-    rng = np.random.default_rng(seed)
-    stages = []
-    for p in range(P):
-        n = rng.integers(0, 3, size=(M, V)).astype(np.float64)
-        Es = rng.uniform(0.0, 30.0, size=(M, D.SKIP_FAMILIES)) if p == P - 1 else np.full((M, D.SKIP_FAMILIES),
-                                                                                          -np.inf)
-        if p == P - 1:
-            Es[rng.random(Es.shape) < 0.3] = -np.inf
-        stages.append(D._Rows(n, rng.uniform(0, 5, (M, V)), rng.uniform(0, 5, (M, V)), rng.uniform(0, 2, M),
-                              rng.uniform(0.0, 20.0, M).round(1), Es))
-    eps = D._thresholds(stages)
-    coef = rng.uniform(0.5, 4.0, D.SKIP_FAMILIES)
-    want = _final_by_enumeration(stages, eps, N, coef)
-    got = D._final(stages, eps, N, coef)
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)  # +inf where no layout, on both sides

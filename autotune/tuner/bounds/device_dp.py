@@ -49,9 +49,7 @@ against 1,336 configurations and 55.7 M for the target pass.
 
 The last stage's paths that skip exactly the last chunk's forwards of the other stages have length
 W + Es − f·c (c: those layers; forwards carry no replay): the stages before the last also track c
-and the last stage adds max(ε, Es − f·c), exact at each layout's max no-skip E. Those that skip the
-last chunk's forwards and backwards join the same way with f + the largest backward with replay
-per layer (:func:`skip_coefficients`). Other skipping
+and the last stage adds max(ε, Es − f·c), exact at each layout's max no-skip E. Other skipping
 paths and paths that stay on several stages are not in the family (the integer program of
 :mod:`autotune.tuner.bounds.milp` prices them): on TeleChat2 vpp3 the relaxed optimum's layout has
 a two-stay path (stage 4's chunk 1, then stage 5's chunk 2) 58 ms longer than its no-skip paths
@@ -72,7 +70,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -83,7 +80,6 @@ from autotune.tuner.bounds._kinds import TOO_LARGE, ChunkOptions, LayerTypes, Ty
 from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, pareto_front,
                                           undominated)
 from autotune.tuner.problem import Problem
-from autotune.tuner.recompute import allowed_classes
 
 
 #: Work cap: stage configurations (layer-count vectors) enumerated over all stages.
@@ -109,11 +105,9 @@ LAZY_PATIENCE = 8
 #: it a configuration's paths weight its least replay by their least (cb − 1) (weaker, still a
 #: bound).
 LEAST_WORK = 25_000
-#: Work cap of the last stage's skipping paths: thresholds × Σ over the stages before the last and
-#: their (layers, last-chunk layers) groups of the states they can reach (:func:`_skip_boxes`;
-#: ~4 ns each). Past it those paths are left out (the one-dimensional DP: a weaker bound). Counted
-#: on the whole (N + 1)² grid before (TeleChat2 <= 1e8); scaling.py's pp 32 × vpp 4 × m 256 ×
-#: 256 layers: 1.2e11 on the grid, 4.0e9 on the reachable states (2,736 thresholds), still over.
+#: Work cap of the last stage's skipping paths: thresholds × (N + 1)² × (layers, last-chunk
+#: layers) groups of the two-dimensional DP (~4 ns each; TeleChat2 <= 1e8). Past it those paths
+#: are left out (the one-dimensional DP: a weaker bound).
 FINAL_WORK = 300_000_000
 
 
@@ -319,52 +313,23 @@ def _joint(jo: ChunkOptions, counts: tuple[tuple[int, ...], ...], st: "_Stage", 
     return pareto_front(np.stack([x.sum(axis=1), (st.E0[j][None, :] + x @ st.A.T).max(axis=1)], axis=1))
 
 
-#: The last stage's skipping families (:func:`_families`): paths that skip exactly the last
-#: chunk's forwards of the other stages, and paths that skip its forwards and backwards.
-SKIP_FAMILIES = 2
-
-
-def _families(rows: list, p: int, P: int, V: int, p2p: float, end_f: np.ndarray, end_b: np.ndarray
-              ) -> tuple[list, list[list]]:
-    """Stage p's no-skip paths and (last stage only) its skipping families
-    (:data:`SKIP_FAMILIES`), each path as (cf − 1, cb − 1 on stage p [V], hops·p2p ms).
-
-    Family 0 skips exactly the last chunk's forwards of the other stages (they carry no replay:
-    the skipped time is at most f_max per layer), family 1 exactly its forwards and backwards (at
-    most f_max + the largest backward with replay per layer, :func:`skip_coefficients`); both
-    need the other stages' last chunk free of head / tail time. Their length is W + E − coef·c
-    (c: the other stages' last-chunk layers). Family 1 is the longest one-stay path of the last
-    stage where the middle chunks hold most layers (scaling.py's pp 32 × vpp 4 × m 256 dense: the
-    stage DP's relaxed optimum, 130,025.8 ms, simulates there to a path of 133,671.7 ms that enters
-    through chunks 0–2 of every stage and never touches the other stages' chunk 3)."""
+def _families(rows: list, p: int, P: int, V: int, p2p: float, end_f: np.ndarray) -> tuple[list, list]:
+    """Stage p's no-skip paths and (last stage only) its paths that skip exactly the last chunk's
+    forwards of the other stages, each as (cf − 1, cb − 1 on stage p [V], hops·p2p ms)."""
     off = np.ones((V, P), dtype=bool)
     off[:, p] = False
     keep = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in rows
             if (cf[off] >= 1.0 - 1e-9).all() and (cb[off] >= 1.0 - 1e-9).all()]
-    skips: list[list] = [[] for _ in range(SKIP_FAMILIES)]
+    skip = []
     if p == P - 1 and P > 1:
+        # paths that skip exactly the last chunk's forwards of the other stages (no replay
+        # there: the skipped time is f per layer): E = stage part − f·(those layers)
         zero = np.zeros((V, P), dtype=bool)
         zero[V - 1, :P - 1] = True
-        rest = off & ~zero
-        if not (end_f[V - 1, :P - 1] > 0).any():
-            skips[0] = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in rows
-                        if (np.abs(cf[zero]) < 1e-9).all() and (cf[rest] >= 1.0 - 1e-9).all()
-                        and (cb[off] >= 1.0 - 1e-9).all()]
-            if not (end_b[V - 1, :P - 1] > 0).any():
-                skips[1] = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in rows
-                            if (np.abs(cf[zero]) < 1e-9).all() and (np.abs(cb[zero]) < 1e-9).all()
-                            and (cf[rest] >= 1.0 - 1e-9).all() and (cb[rest] >= 1.0 - 1e-9).all()]
-    return keep, skips
-
-
-def skip_coefficients(problem: Problem, types: LayerTypes) -> np.ndarray:
-    """float [SKIP_FAMILIES] ms: per skipping family of :func:`_families`, the most a skipped
-    layer can take on its path: f_max (a forward), and f_max + the largest backward with replay
-    over the kinds present and the allowed recompute classes (a forward and its backward)."""
-    pa = problem.pa
-    ks = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
-    cls = allowed_classes(problem.kinds)
-    return np.array([types.fwd_max_ms, float((pa.fwd_k[ks] + pa.bwd_kc[ks][:, cls].max(axis=1)).max())])
+        skip = [(cf[:, p] - 1.0, cb[:, p] - 1.0, hops * p2p) for cf, cb, hops in rows
+                if (np.abs(cf[zero]) < 1e-9).all() and (cf[off & ~zero] >= 1.0 - 1e-9).all()
+                and (cb[off] >= 1.0 - 1e-9).all() and not (end_f[V - 1, :P - 1] > 0).any()]
+    return keep, skip
 
 
 def _count_vectors_capped(lo: np.ndarray, hi: np.ndarray, n_cap: int, max_configs: int
@@ -415,9 +380,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, d
     for p in range(P):
         if deadline is not None and time.monotonic() > deadline:
             return None
-        keep, skips = _families(fam[p], p, P, V, p2p, end_f, end_b)
-        skip = [path for fam_ in skips for path in fam_]
-        skip_of = np.array([j for j, fam_ in enumerate(skips) for _ in fam_], dtype=np.int64)
+        keep, skip = _families(fam[p], p, P, V, p2p, end_f)
         nv = np.asarray(all_vecs[p], dtype=np.float64).reshape(-1, V)  # [M, V]
         tn = types.typed(p, nv)  # [M, V, T]
         F = tn @ types.fwd_ms + end_f[:, p]
@@ -446,7 +409,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, d
         room = free[:, None] - (rows @ end_a[:, p] + ws)[None, :]  # [M, R]
         e = np.zeros(nv.shape[0])
         E = E0.max(axis=1)
-        Es = np.full((nv.shape[0], SKIP_FAMILIES), -np.inf)
+        Es = np.full(nv.shape[0], -np.inf)
         if skip:
             S_f = np.array([a for a, _, _ in skip])
             S_b = np.array([b for _, b, _ in skip])
@@ -471,7 +434,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, d
                                     for w, r in zip(rows, room[i])) for a in groups])[inv]
             E[i] = float((E0[i] + add[:A.shape[0]]).max())
             if skip:
-                np.maximum.at(Es[i], skip_of, E0s[i] + add[A.shape[0]:])
+                Es[i] = float((E0s[i] + add[A.shape[0]:]).max())
         ok &= np.isfinite(e)
         idx = np.flatnonzero(ok)
         stages.append(_Stage(nv[idx], F[idx], B[idx], e[idx], E[idx], E0[idx], A, rows, room[idx], Es[idx],
@@ -530,84 +493,38 @@ def _knapsack(stages: list[_DPRows], eps: np.ndarray, N: int) -> list[np.ndarray
     return out
 
 
-class _Boxes(NamedTuple):
-    """The states the last-stage skip DP of :func:`_final` can reach before each stage p < P − 1:
-    layers placed within s[p] = (lo, hi) (half-open), last-chunk layers placed within c[p], and
-    its work: Σ over those stages and their (layers, last-chunk layers) groups of the source box's
-    states (array elements per threshold)."""
-
-    s: list[tuple[int, int]]
-    c: list[tuple[int, int]]
-    work: int
-
-
-def _skip_boxes(stages: list[_DPRows], N: int) -> _Boxes:
-    """:class:`_Boxes` of the stages' configurations: before stage p the layers placed lie within
-    the sums of the earlier stages' least / most layers and leave the stages p..P − 1 a count they
-    can hold (states outside cannot reach N layers: never read), the last-chunk layers within the
-    sums of the earlier stages' least / most. The same for every threshold subset (the work cap
-    of :func:`_final` judges the whole set's thresholds on it)."""
-    V = stages[-1].n.shape[1]
-    lay = [st.layers for st in stages]
-    lmin = np.array([x.min() if x.size else 0 for x in lay], dtype=np.int64)
-    lmax = np.array([x.max() if x.size else 0 for x in lay], dtype=np.int64)
-    nls = [np.rint(st.n[:, V - 1]).astype(np.int64) for st in stages]
-    suf_min, suf_max = np.cumsum(lmin[::-1])[::-1], np.cumsum(lmax[::-1])[::-1]
-    s_box, c_box, work = [], [], 0
-    pre_s, pre_c = (0, 0), (0, 0)  # inclusive ranges before stage p
-    for p in range(len(stages) - 1):
-        lo = max(pre_s[0], N - int(suf_max[p]))
-        hi = min(pre_s[1], N - int(suf_min[p]))
-        s_box.append((lo, max(lo, hi + 1)))
-        c_box.append((pre_c[0], min(N, pre_c[1]) + 1))
-        groups = set(zip(lay[p].tolist(), nls[p].tolist()))
-        for l, q in groups:
-            a1, b1 = min(s_box[-1][1], N + 1 - l), min(c_box[-1][1], N + 1 - q)
-            work += max(0, a1 - s_box[-1][0]) * max(0, b1 - c_box[-1][0])
-        nl = nls[p]
-        pre_s = (lo + int(lmin[p]), hi + int(lmax[p]))
-        pre_c = (pre_c[0] + (int(nl.min()) if nl.size else 0), pre_c[1] + (int(nl.max()) if nl.size else 0))
-    return _Boxes(s_box, c_box, work)
-
-
-def _final(stages: list[_DPRows], eps: np.ndarray, N: int, coef: np.ndarray, work_kn: int | None = None
-           ) -> np.ndarray:
-    """min over layouts of W + max(ε, the last stage's skipping paths) with every no-skip E <=
-    eps[k], per k: float [len(eps)]. Without skipping paths it is the knapsack's D[k, N] + eps[k]
+def _final(stages: list[_DPRows], eps: np.ndarray, N: int, f: float, work_kn: int | None = None) -> np.ndarray:
+    """min over layouts of W + max(ε, E of the last stage's skip paths) with every no-skip E <=
+    eps[k], per k: float [len(eps)]. Without skip paths it is the knapsack's D[k, N] + eps[k]
     (exact: a layout's max no-skip E is one of the eps); with them the stages before the last
-    also track c, the last chunk's layers placed, and the last stage adds max(eps[k], Es_j −
-    coef[j]·c over the skipping families j) (``coef`` [SKIP_FAMILIES] ms per layer,
-    :func:`skip_coefficients`), so the minimum over k is exact for the families (at the k of a
-    layout's max no-skip E). The DP runs on the states that can reach N layers only
-    (:func:`_skip_boxes`).
+    also track c, the last chunk's layers placed, and the last stage adds max(eps[k], Es − f·c),
+    so the minimum over k is exact for the family (at the k of a layout's max no-skip E).
 
     Each k's value depends on eps[k] alone, so a subset of the thresholds gets its own values;
     ``work_kn`` (default len(eps)): the threshold count the work cap :data:`FINAL_WORK` is judged
     on (the whole set's, when ``eps`` is a subset of it: the same method for every subset)."""
     last = stages[-1]
-    V = last.n.shape[1]
-    boxes = _skip_boxes(stages, N)
+    groups = sum(len(set(zip(st.layers.tolist(), np.rint(st.n[:, -1]).astype(np.int64).tolist())))
+                 for st in stages[:-1])
     kn_work = eps.size if work_kn is None else work_kn
-    if not np.isfinite(last.Es).any() or kn_work * boxes.work > FINAL_WORK:
+    if not np.isfinite(last.Es).any() or f <= 0 or kn_work * (N + 1) ** 2 * groups > FINAL_WORK:
         return _knapsack(stages, eps, N)[-1][:, N] + eps
     Kn = eps.size
+    V = last.n.shape[1]
     D = np.full((Kn, N + 1, N + 1), np.inf)  # [k, layers placed, last-chunk layers placed]
     D[:, 0, 0] = 0.0
-    for p, st in enumerate(stages[:-1]):
+    for st in stages[:-1]:
         L, c, first = st.layers, st.cost, st.first(eps)
         nl = np.rint(st.n[:, V - 1]).astype(np.int64)
-        (s0, s1), (c0, c1) = boxes.s[p], boxes.c[p]  # D is +inf outside this box (or never read)
         new = np.full_like(D, np.inf)
-        for l, q in sorted(set(zip(L.tolist(), nl.tolist()))):
-            a1, b1 = min(s1, N + 1 - l), min(c1, N + 1 - q)
-            if a1 <= s0 or b1 <= c0:
-                continue
+        for l, q in set(zip(L.tolist(), nl.tolist())):
             sel = (L == l) & (nl == q)
             g = _cheapest_allowed(first[sel], c[sel], Kn)
-            tgt = new[:, s0 + l:a1 + l, c0 + q:b1 + q]
-            np.minimum(tgt, D[:, s0:a1, c0:b1] + g[:, None, None], out=tgt)
+            np.minimum(new[:, l:, q:], D[:, :N + 1 - l, :N + 1 - q] + g[:, None, None], out=new[:, l:, q:])
         D = new
-    cidx = np.arange(N + 1, dtype=np.float64)
+    cidx = np.arange(N + 1)
+    suffix = np.minimum.accumulate(D[:, :, ::-1], axis=2)[:, :, ::-1]  # min over c' >= c
+    prefix = np.minimum.accumulate(D - f * cidx[None, None, :], axis=2)  # min over c' <= c of D − f·c'
     out = np.full(Kn, np.inf)
     first = last.first(eps)
     for i in range(last.n.shape[0]):
@@ -615,12 +532,16 @@ def _final(stages: list[_DPRows], eps: np.ndarray, N: int, coef: np.ndarray, wor
         if s < 0 or first[i] >= Kn:
             continue
         ks = np.arange(first[i], Kn)
-        fam = np.isfinite(last.Es[i])
-        if fam.any():
-            skip = (last.Es[i, fam][:, None] - coef[fam][:, None] * cidx[None, :]).max(axis=0)  # [N + 1]
-            v = (D[ks, s, :] + np.maximum(eps[ks][:, None], skip[None, :])).min(axis=1)
+        if np.isfinite(last.Es[i]):
+            # c >= cstar: the skip paths are within eps[k]; c < cstar: they set the max
+            cstar = np.ceil((last.Es[i] - eps[ks]) / f - 1e-9).astype(np.int64)
+            lo_ = np.clip(cstar, 0, N + 1)
+            a = np.where(lo_ <= N, suffix[ks, s, np.minimum(lo_, N)] + eps[ks], np.inf)
+            hi_ = np.clip(cstar - 1, -1, N)
+            b = np.where(hi_ >= 0, prefix[ks, s, np.maximum(hi_, 0)] + last.Es[i], np.inf)
+            v = np.minimum(a, b)
         else:
-            v = D[ks, s, :].min(axis=1) + eps[ks]
+            v = suffix[ks, s, 0] + eps[ks]
         out[ks] = np.minimum(out[ks], v + last.cost[i])
     return out
 
@@ -656,15 +577,15 @@ def _candidates(stages: list[_DPRows], eps: np.ndarray, N: int, value) -> np.nda
     return lo + np.flatnonzero(w_inf + eps[lo:] <= U + 1e-12 * (1.0 + abs(U)))
 
 
-def _final_min(stages: list[_DPRows], eps: np.ndarray, N: int, coef: np.ndarray) -> float:
+def _final_min(stages: list[_DPRows], eps: np.ndarray, N: int, f: float) -> float:
     """min over k of :func:`_final` (ms; +inf when no threshold admits a layout), pricing only the
     thresholds that can hold it (:func:`_candidates`; :func:`_final` at eps[k] is >= W(eps[k]) +
     eps[k]). Each value depends on its threshold alone, so the minimum is the one pricing all of
     them gives. On ``benchmarks/scaling.py``'s pp 32 × vpp 4 × m 256 MoE problem the knapsack over
     every threshold took ~5 CPU s."""
     Kn = eps.size
-    keep = _candidates(stages, eps, N, lambda idx: _final(stages, eps[idx], N, coef, work_kn=Kn))
-    val = _final(stages, eps[keep], N, coef, work_kn=Kn) if keep.size else np.zeros(0)
+    keep = _candidates(stages, eps, N, lambda idx: _final(stages, eps[idx], N, f, work_kn=Kn))
+    val = _final(stages, eps[keep], N, f, work_kn=Kn) if keep.size else np.zeros(0)
     return float(val.min()) if np.isfinite(val).any() else float("inf")
 
 
@@ -874,7 +795,6 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         return None
     stages, total, su, types = out
     N = problem.N
-    coef = skip_coefficients(problem, types)
 
     def solve(sts: list[_DPRows]) -> tuple[float, int]:
         if any(st.n.shape[0] == 0 for st in sts):
@@ -882,7 +802,7 @@ def device_dp_bound(problem: Problem, V: int, *, upper_ms: float, max_configs: i
         eps = _thresholds(sts)
         if eps.size == 0:
             return upper, 0
-        return _final_min(sts, eps, N, coef), eps.size  # Σ cost is W
+        return _final_min(sts, eps, N, types.fwd_max_ms), eps.size  # Σ cost is W
 
     best, kn = solve(stages)
     if best >= upper or joint_work <= 0:
