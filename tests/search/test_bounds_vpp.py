@@ -60,7 +60,6 @@ def test_critical_path_length_is_the_step_time(sched: str) -> None:
     assert cf.sum() + cb.sum() <= 2 * problem.m * 2 * 2
 
 
-
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), P=st.integers(2, 4), V=st.integers(1, 3), k=st.integers(1, 3),
        scale=st.sampled_from([1 / 3, 3.0, 7.0, 1e-3, 1e3]), sched=st.sampled_from(["1f1b", "1f1b_less_memory"]))
@@ -81,6 +80,7 @@ def test_critical_path_chain_is_scale_invariant(seed, P, V, k, scale, sched) -> 
     assert b.length == pytest.approx(a.length * scale, rel=1e-12)
     rebuilt = (a.cf * fwd).sum() + (a.cb * bwd).sum() + a.hops * p2p
     assert rebuilt == pytest.approx(a.length, rel=1e-9)
+
 
 def test_exact_work_budget_falls_back() -> None:
     """12 layers, 2 stages, V 1-4 (3, 4 runnable with m = 4), full/select/comm, tight memory:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from autotune.cost.simulate import CompiledSchedule
+from autotune.cost.simulate import CompiledSchedule, _scalar_times
 from autotune.tuner.problem import REL_TOL, first_min
 
 
@@ -84,7 +84,6 @@ def critical_path(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, 
     REL_TOL × ops of ``length``, and multiplying every duration by a constant does not change the
     chain, except where two chains differ by almost exactly REL_TOL).
     """
-    topo, dep, prev, cross = cs._scalar
     n = cs.num_ops
     if cs.split_bw:
         w = 0.5 * bwd_ms if w_ms is None else w_ms
@@ -92,21 +91,15 @@ def critical_path(cs: CompiledSchedule, fwd_ms: np.ndarray, bwd_ms: np.ndarray, 
         d = table[cs.kind.astype(np.int64), cs.chunk, cs.stage] / cs.k
     else:
         d = np.where(cs.fwd, fwd_ms[cs.chunk, cs.stage], bwd_ms[cs.chunk, cs.stage]) / cs.k
-    dl = d.tolist()
-    end = [0.0] * (n + 1)
-    pred = [-1] * (n + 1)
-    keep = 1.0 - REL_TOL
-    for i, dp_, pr, c in zip(topo, dep, prev, cross):
-        a = end[dp_] + c * p2p_ms
-        b = end[pr]
-        if a >= b * keep:  # near-ties go to the data edge, so a time scale cannot flip the path
-            end[i] = (a if a >= b else b) + dl[i]
-            pred[i] = dp_ if dp_ < n else -1
-        else:
-            end[i] = b + dl[i]
-            pred[i] = pr if pr < n else -1
-    i = first_min(-np.asarray(end[:n]))  # the first op within REL_TOL of the longest
-    length = max(end[:n])
+    # end times: the simulation's own scalar loop (end = max(data dependency + p2p, previous op)
+    # + duration); then per op the edge the chain takes back
+    end = np.asarray(_scalar_times(cs, d[cs.topo].tolist(), float(p2p_ms), False)[0])  # [n + 1]
+    a = end[cs.dep] + cs.cross * p2p_ms
+    # near-ties go to the data edge, so a time scale cannot flip the path
+    pred = np.where(a >= end[cs.prev] * (1.0 - REL_TOL), cs.dep, cs.prev)
+    pred[pred >= n] = -1
+    i = first_min(-end[:n])  # the first op within REL_TOL of the longest
+    length = end[:n].max()
     cnt = np.zeros((3, cs.V, cs.P))
     hops = 0
     while i >= 0:
