@@ -93,33 +93,43 @@ def build(P: int, V: int, m: int, L: int, model: str, budget: str):
     return Problem(pa, P=P, m=m, hbm_mib=float(cap), vpp_candidates=[V])
 
 
-def run_one(spec: tuple, timeout: float | None) -> dict:
-    """Search one problem in this process: the measurements of the module docstring."""
+def search(problem, timeout: float | None, note=None):
+    """Search ``problem`` as ``autotune search`` searches one sub-problem by default (module
+    docstring): returns (:class:`~autotune.tuner.solve.BoundAndSeeds`, the study's outcome, whether
+    the bound phase was cut). ``note(step, best, bound)`` is called as each solver step starts."""
     from autotune.tuner.outcome import SAFETY_TIMEOUT_S
     from autotune.tuner.runner import run_study
     from autotune.tuner.solve import bound_and_seeds
     from autotune.tuner.heap import search_heap
     from autotune.tuner.threads import one_blas_thread
 
-    problem = build(*spec)
-    c0, t0 = time.process_time(), time.monotonic()
+    t0 = time.monotonic()
     limit = SAFETY_TIMEOUT_S if timeout is None else timeout  # as autotune search: the safety net
     deadline = t0 + limit * 0.5  # the bound phase's half
-    steps: list[list] = []  # [step name, CPU s at its start, best fitting step ms then or None, bound ms or None]
-
-    def note(step: str, best: float | None, bound: float | None) -> None:
-        steps.append([step, time.process_time() - c0, best, bound])
-
     with one_blas_thread(), search_heap():  # as api.search
         bs = bound_and_seeds(problem, [], deadline=deadline, report=note)
-        c_bound = time.process_time() - c0
-        feas = [c.step_ms for c in bs.seeds if c.excess_mib <= 0]
-        note("study", min(feas) if feas else None, bs.bound_ms)
+        if note is not None:
+            feas = [c.step_ms for c in bs.seeds if c.excess_mib <= 0]
+            note("study", min(feas) if feas else None, bs.bound_ms)
         cut = time.monotonic() > deadline or bs.cut
         stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
         left = max(1.0, limit - (time.monotonic() - t0))
         out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,
                         bound_ms=bs.bound_ms)
+    return bs, out, cut
+
+
+def run_one(spec: tuple, timeout: float | None) -> dict:
+    """Search one problem in this process (:func:`search`): the measurements of the module docstring."""
+    problem = build(*spec)
+    c0, t0 = time.process_time(), time.monotonic()
+    steps: list[list] = []  # [step name, CPU s at its start, best fitting step ms then or None, bound ms or None]
+
+    def note(step: str, best: float | None, bound: float | None) -> None:
+        steps.append([step, time.process_time() - c0, best, bound])
+
+    bs, out, cut = search(problem, timeout, note)
+    c_bound = next(s[1] for s in steps if s[0] == "study")
     found = out.best.step_ms if out.best else float("inf")
     cpu = time.process_time() - c0
     gap = (found - bs.bound_ms) / bs.bound_ms if np.isfinite(found) and bs.bound_ms > 0 else float("nan")

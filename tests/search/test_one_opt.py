@@ -172,6 +172,33 @@ def test_benchmark_answers_are_one_opt(name):
     assert improving(pr, best) == []
 
 
+def _grid_params() -> list:
+    """benchmarks/scaling.py's 31 grid rows: the cheapest (pp 4 × vpp 2, a few CPU s) by default,
+    the others (5-60 CPU s each, ~8 min together) with AUTOTUNE_SLOW=1."""
+    from benchmarks.scaling import grid, name_of
+
+    return [pytest.param(spec, id=name_of(*spec), marks=() if spec[:2] == (4, 2) else _HEAVY)
+            for spec in grid(quick=False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", _grid_params())
+def test_scaling_grid_answers_are_one_opt(spec):
+    """Every problem of benchmarks/scaling.py's grid (pp 4-64, vpp 1-4, m 8-512, 32-256 layers,
+    dense and MoE + MTP, tight and loose budgets), searched as the benchmark searches it: the
+    answer fits and is 1-opt (the neighbourhood enumerated above, every move scored)."""
+    from benchmarks.scaling import build, search
+
+    pr = build(*spec)
+    bs, out, cut = search(pr, None)
+    assert not cut and not out.timed_out  # the search ended on its own, not at the safety net
+    assert out.best is not None
+    best = pr.score([out.best])[0]
+    assert best.peak_mib <= pr.hbm_mib
+    assert best.step_ms >= bs.bound_ms * (1 - 1e-9)
+    assert improving(pr, best) == []
+
+
 def test_fitting_only_one_opt_moves_are_the_fitting_subset() -> None:
     """OneOptMoves(fitting_only=True) (the sampler's scan from a fitting incumbent) yields exactly
     the moves of OneOptMoves() that fit the budget, in the same order, simulated to the same step
