@@ -115,7 +115,8 @@ def search(problem, timeout: float | None, note=None):
         stop = bs.bound_ms * 1.005 if np.isfinite(bs.bound_ms) else None
         left = max(1.0, limit - (time.monotonic() - t0))
         out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,
-                        bound_ms=bs.bound_ms)
+                        bound_ms=bs.bound_ms,  # the final polish as run_studies bounds it
+                        polish_deadline=None if timeout is None else time.monotonic() + left)
     return bs, out, cut
 
 

@@ -15,7 +15,9 @@ only the stages a move touched, sharing every fitted column through the problem'
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -41,6 +43,38 @@ class Fitted(NamedTuple):
     sel: np.ndarray
     com: np.ndarray
     fits: np.ndarray
+
+
+class PastDeadline(Exception):
+    """A fit or a scan given a ``deadline`` (time.monotonic()) met it before it ended: its caller
+    has no result (what it had cached stays valid)."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raise :class:`PastDeadline` when ``deadline`` (time.monotonic(); None: none) has passed."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise PastDeadline
+
+
+#: Near a deadline (less than :data:`NEAR_DEADLINE_S` left) the scans simulate this many layouts
+#: at a time and check the clock between them (:func:`clock_block`); otherwise a batch at once.
+#: The same step times either way (each layout's simulation is its own).
+DEADLINE_BLOCK = 512
+NEAR_DEADLINE_S = 5.0
+
+
+def clock_block(n: int, deadline: float | None) -> int:
+    """Rows to simulate at a time out of ``n`` (>= 1): all of them, or :data:`DEADLINE_BLOCK`
+    when ``deadline`` (time.monotonic()) is less than :data:`NEAR_DEADLINE_S` away."""
+    if deadline is None or deadline - time.monotonic() > NEAR_DEADLINE_S:
+        return max(1, n)
+    return DEADLINE_BLOCK
+
+
+def with_deadline(fit: "RecomputeFit", deadline: float | None) -> "RecomputeFit":
+    """``fit`` checking ``deadline`` (time.monotonic()) as it goes when it can (:class:`ExactFit`;
+    the same fit otherwise): the same recompute, or :class:`PastDeadline`."""
+    return dataclasses.replace(fit, deadline=deadline) if isinstance(fit, ExactFit) else fit
 
 
 class RecomputeFit(Protocol):
@@ -73,10 +107,13 @@ class GreedyFit:
 @dataclass(frozen=True)
 class ExactFit:
     """:func:`fit_exact` with replay weights per chunk (``weights[v]``, None = 1: least stage
-    time), its mini-stage fronts kept in the problem's fit cache."""
+    time), its mini-stage fronts kept in the problem's fit cache; with ``deadline``
+    (time.monotonic()) it raises :class:`PastDeadline` once that has passed (checked per stage; the
+    fit's cache is not part of it, so it is the same fit with or without one)."""
 
     weights: tuple[float, ...] | None = None
     name: str = "exact"
+    deadline: float | None = None
 
     @property
     def memo_tag(self) -> tuple:
@@ -85,7 +122,7 @@ class ExactFit:
     def fit(self, problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None = None,
             memo: dict | None = None) -> Fitted:
         w = None if self.weights is None else np.asarray(self.weights, float)[:, None]
-        return Fitted(*fit_exact(problem, layers, stages=stages, memo=memo, weights=w))
+        return Fitted(*fit_exact(problem, layers, stages=stages, memo=memo, weights=w, deadline=self.deadline))
 
 
 #: The default fit.
@@ -304,7 +341,7 @@ def _replay(spec: _Speculation, st: _GreedyState, over: np.ndarray, cap: float, 
 
 def fit_recompute(problem: Problem, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
                   com: np.ndarray, *, max_rounds: int = 10_000,
-                  stages: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+                  stages: np.ndarray | None = None, deadline: float | None = None) -> tuple[np.ndarray, ...]:
     """Add recompute until every stage fits (see module docstring).
 
     Args:
@@ -313,6 +350,7 @@ def fit_recompute(problem: Problem, layers: np.ndarray, rec: np.ndarray, sel: np
         max_rounds: cap on greedy rounds (one increment per over-budget stage per round).
         stages: optional bool [B, P]: fit only these stages; the others keep their recompute
             (they are never treated as over budget). Default: every stage.
+        deadline: optional time.monotonic() limit, checked every round (:class:`PastDeadline`).
 
     Returns (rec, sel, com int [B, V, P], fits [B] bool: every stage of the row, fitted or not, at
     or under the budget). Stages that cannot fit even with every allowed kind on every layer are
@@ -343,6 +381,7 @@ def fit_recompute(problem: Problem, layers: np.ndarray, rec: np.ndarray, sel: np
     idx = np.arange(B)  # rows still being fitted
     grow = 1  # speculation depth that recent blocks earned
     while True:
+        check_deadline(deadline)
         mask[idx] &= rounds[idx] < max_rounds
         over = (peak > cap + 1e-9) & mask[idx]
         live = over.any(axis=1)
@@ -928,7 +967,7 @@ def _over_caps(problem: Problem, V: int, memo: dict, pos: np.ndarray | None, row
 
 def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None = None,
               weights: np.ndarray | None = None, memo: dict | None = None,
-              ) -> tuple[np.ndarray, ...]:
+              deadline: float | None = None) -> tuple[np.ndarray, ...]:
     """Least-replay recompute per stage that fits the budget, exactly (no greedy).
 
     A stage's peak depends only on its own column: static + max over the schedule's memory rows
@@ -945,9 +984,13 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
         weights: optional float [V, P] or [B, V, P] replay weights (> 0; default 1: least stage
             time).
         memo: optional dict for the mini-stage frontiers (one per problem; see :func:`fit_cache`).
+        deadline: optional time.monotonic() limit, checked before each stage's fit.
 
     Returns (rec, sel, com int [B, V, P], fits [B] bool) like :func:`fit_recompute` (stages not
     fitted are scored as zeros).
+
+    Raises:
+        PastDeadline: ``deadline`` passed before the last stage was fitted.
     """
     B, V, P = layers.shape
     memo = {} if memo is None else memo
@@ -965,6 +1008,7 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
     greedy = np.zeros((B, P), dtype=bool)
     over_caps = _over_caps(problem, V, memo, pos, rows)
     for b, p in zip(bs, ps):
+        check_deadline(deadline)
         keys = [("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p])) for v in range(V)]
         fr = [memo[k] for k in keys]
         room = float(cap - static0[b, p])
@@ -985,7 +1029,7 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
         rows = np.nonzero(greedy.any(axis=1))[0]
         L = layers[rows]
         zz = np.zeros_like(L)
-        gr, gs, gc, _ = fit_recompute(problem, L, zz, zz, zz, stages=greedy[rows])
+        gr, gs, gc, _ = fit_recompute(problem, L, zz, zz, zz, stages=greedy[rows], deadline=deadline)
         g3 = greedy[rows][:, None, :]
         rec[rows] = np.where(g3, gr, rec[rows])
         sel[rows] = np.where(g3, gs, sel[rows])
@@ -994,10 +1038,12 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
     return rec, sel, com, (peak <= cap).all(axis=1)
 
 
-def stage_options(problem: Problem, cand: Candidate, top: int) -> list[np.ndarray | None]:
+def stage_options(problem: Problem, cand: Candidate, top: int, *, deadline: float | None = None
+                  ) -> list[np.ndarray | None]:
     """Per stage of ``cand``'s split, the fitting recompute combinations of its chunks'
     undominated options (:func:`_stage_combos`), the ``top`` least-replay ones first: int
-    [S, V, 3] (rec, sel, com per chunk); None for a stage with none (or too many options)."""
+    [S, V, 3] (rec, sel, com per chunk); None for a stage with none (or too many options).
+    ``deadline`` (time.monotonic()): checked per stage (:class:`PastDeadline`)."""
     V, P = cand.V, problem.P
     memo = fit_cache(problem)
     pos = _positions(problem, V)
@@ -1009,6 +1055,7 @@ def stage_options(problem: Problem, cand: Candidate, top: int) -> list[np.ndarra
     cap = hbm_cap(problem.hbm_mib)
     opts: list[np.ndarray | None] = []
     for p in range(P):
+        check_deadline(deadline)
         fr = [memo[("xf", V, v, p, int(starts[v, p]), int(cand.layers[v, p]))] for v in range(V)]
         got = _stage_combos(fr, cap - static0[p], np.ones(V))
         if got is None or not len(got[0]):

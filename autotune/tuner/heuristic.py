@@ -21,7 +21,8 @@ import numpy as np
 
 from autotune.cost.budget import fits
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, stage_options
+from autotune.tuner.fit import (GREEDY, PastDeadline, RecomputeFit, check_deadline, clock_block, fit_cache,
+                                stage_options, with_deadline)
 from autotune.tuner.moves import (GivenSplits, LayoutBatch, LazyScan, PairMoves, RecomputeTrades, Scan,
                                    SingleLayerMoves, floor_paths, lazy_scan, never_faster, one_opt_moves, scan,
                                    step_floor)
@@ -52,18 +53,25 @@ def _descend(problem: Problem, best: Candidate, memo: dict, scans: int, deadline
     Each scan is a :class:`~autotune.tuner.moves.LazyScan`: a step needs only the best neighbour,
     so neighbours are simulated in increasing step floor until it is known (the same step as
     simulating them all), and the first ``top`` only at a local optimum. On scaling.py's P32 V4
-    m256 L256 dense the descents' full scans simulated ~14,000 neighbours, 35 of them improving."""
+    m256 L256 dense the descents' full scans simulated ~14,000 neighbours, 35 of them improving.
+
+    ``deadline`` is checked before each scan and inside it (per stage fitted, per batch
+    simulated): a scan it cuts ends the descent at ``best``."""
     used = 0
+    fit = with_deadline(fit, deadline)
     while used < scans:
         if deadline is not None and time.monotonic() > deadline:
             return best, used, None
-        lz = LazyScan(problem, best, SingleLayerMoves(), fit=fit, memo=memo)
-        if lz.empty:
+        try:
+            lz = LazyScan(problem, best, SingleLayerMoves(), fit=fit, memo=memo, deadline=deadline)
+            if lz.empty:
+                return best, used, None
+            c = lz.settle(1).scan().best(problem)
+            used += 1
+            if not better(c, best):
+                return best, used, lz.settle(max(1, top)).scan()
+        except PastDeadline:
             return best, used, None
-        c = lz.settle(1).scan().best(problem)
-        used += 1
-        if not better(c, best):
-            return best, used, lz.settle(max(1, top)).scan()
         best = c
     return best, used, None
 
@@ -95,7 +103,8 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         problem: the tuning problem. start: the starting candidate (scored here if it is not).
         max_iters: most neighbourhood scans (single, pair and kick-descent scans together; a
             plain descent makes one scan per move plus the last one).
-        deadline: time.monotonic() limit, checked before every scan.
+        deadline: time.monotonic() limit, checked before every scan and inside it (a scan it
+            cuts ends the search at the best layout so far).
         pair_top: single moves paired at a stall (default :data:`PAIR_TOP`; < 2 = no escape).
         kicks: descents from non-improving pair moves (default :data:`PAIR_KICKS`).
         fit: how touched stages get their recompute (default the greedy fit).
@@ -122,8 +131,11 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         if stall is None or top < 2 or late():
             break
         order = rank_order(stall.step_ms, stall.excess_mib(problem))
-        pairs = lazy_scan(problem, best, PairMoves(singles=stall.layouts.layers, order=order, top=top),
-                          max(1, n_kicks), fit=fit, memo=memo)
+        try:
+            pairs = lazy_scan(problem, best, PairMoves(singles=stall.layouts.layers, order=order, top=top),
+                              max(1, n_kicks), fit=with_deadline(fit, deadline), memo=memo, deadline=deadline)
+        except PastDeadline:
+            break
         if pairs is None:
             break
         c = pairs.best(problem)
@@ -133,7 +145,11 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
             for k in rank_order(pairs.step_ms, pairs.excess_mib(problem))[:n_kicks]:
                 if late():
                     break
-                kick = scan(problem, best, GivenSplits(pairs.layouts.layers[k:k + 1]), fit=fit, memo=memo)
+                try:
+                    kick = scan(problem, best, GivenSplits(pairs.layouts.layers[k:k + 1]),
+                                fit=with_deadline(fit, deadline), memo=memo, deadline=deadline)
+                except PastDeadline:
+                    break
                 e, n, _ = _descend(problem, kick.best(problem), memo, max_iters - used, deadline, fit, top)
                 used += n
                 ends.append(e)
@@ -212,13 +228,16 @@ def polish_recompute(problem: Problem, cand: Candidate, *, rounds: int = 3,
 ONE_OPT_MAX_MOVES = 500
 
 
-def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.ndarray]:
+def improving_moves(problem: Problem, cand: Candidate, *, deadline: float | None = None
+                    ) -> tuple[LayoutBatch, np.ndarray]:
     """The moves of the 1-opt neighbourhood (:func:`~autotune.tuner.moves.one_opt_moves`) that fit
     the budget (:func:`~autotune.tuner.problem.fits`) and are faster than ``cand`` (scored;
     :func:`~autotune.tuner.problem.improves`): (their layouts, their step ms [K]). The memory of
     every move is computed first (no simulation); only the fitting ones that may be faster
     (:func:`~autotune.tuner.moves.never_faster`, and a :func:`~autotune.tuner.moves.step_floor`
-    under ``cand``'s step time) are simulated."""
+    under ``cand``'s step time) are simulated. ``deadline`` (time.monotonic()): checked between
+    blocks of simulations (:func:`~autotune.tuner.fit.clock_block`); past it
+    :class:`~autotune.tuner.fit.PastDeadline` is raised."""
     moves = one_opt_moves(problem, cand)
     V = cand.V
     path = floor_paths(problem, cand)
@@ -234,10 +253,16 @@ def improving_moves(problem: Problem, cand: Candidate) -> tuple[LayoutBatch, np.
         if not ok.any():
             continue
         sub = LayoutBatch(*(a[ok] for a in b))
-        s = problem.score_costs(V, costs.take(ok))  # priced above (the same arrays)
-        good = fits(s.peak_mib.max(axis=1), problem.hbm_mib) & improves(s.step_ms, cand.step_ms)
+        rows = np.flatnonzero(ok)
+        step, peak = np.empty(rows.size), np.empty((rows.size, problem.P))
+        blk = clock_block(rows.size, deadline)
+        for i in range(0, rows.size, blk):
+            check_deadline(deadline)
+            s = problem.score_costs(V, costs.take(rows[i:i + blk]))  # priced above (the same arrays)
+            step[i:i + blk], peak[i:i + blk] = s.step_ms, s.peak_mib
+        good = fits(peak.max(axis=1), problem.hbm_mib) & improves(step, cand.step_ms)
         keep_l.append(LayoutBatch(*(a[good] for a in sub)))
-        keep_t.append(s.step_ms[good])
+        keep_t.append(step[good])
     if not keep_l:
         z = np.zeros((0, V, problem.P), dtype=np.int64)
         return LayoutBatch(z, z, z, z), np.zeros(0)
@@ -272,7 +297,10 @@ def finish_one_opt(problem: Problem, cand: Candidate, *, deadline: float | None 
     for _ in range(max_moves):
         if deadline is not None and time.monotonic() > deadline:
             break
-        lay, step = improving_moves(problem, best)
+        try:
+            lay, step = improving_moves(problem, best, deadline=deadline)
+        except PastDeadline:
+            break  # the clock: best so far, not proven 1-opt
         cands: list[Candidate] = []  # the best improving moves a trial can write, best first
         for i in np.argsort(tie_key(step), kind="stable"):
             c = Candidate(best.V, lay.layers[i].copy(), lay.rec[i].copy(), lay.sel[i].copy(),

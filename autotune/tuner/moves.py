@@ -30,7 +30,7 @@ from autotune.cost.budget import excess_mib, fits
 from autotune.cost.inputs import StageCosts
 from autotune.cost.simulate import bwd_w_ms, compile_schedule
 from autotune.tuner.bounds._paths import CriticalPath, critical_path, one_stay_counts
-from autotune.tuner.fit import GREEDY, RecomputeFit, fit_cache, refit_touched
+from autotune.tuner.fit import GREEDY, RecomputeFit, check_deadline, clock_block, fit_cache, refit_touched
 from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min, rank_order, tie_key
 
 #: Moves refitted and simulated per batch (bounds memory on large spaces).
@@ -449,7 +449,7 @@ def never_faster(problem: Problem, V: int, costs: StageCosts, ref: Candidate) ->
 
 
 def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: RecomputeFit = GREEDY,
-         memo: dict | None = None, beat: bool = False) -> Scan | None:
+         memo: dict | None = None, beat: bool = False, deadline: float | None = None) -> Scan | None:
     """Simulate every neighbour of ``base`` in ``nbhd`` (batch by batch) and return them all; None
     when ``base`` has no neighbour there.
 
@@ -460,7 +460,10 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
     trades add replay only. A neighbourhood with ``groups()`` (the recompute trades) also has the
     rows left simulated in increasing floor, and a row whose every op duration on its group's
     stages is >= a simulated row's that is not better is not simulated either
-    (:func:`_simulate_pruned`)."""
+    (:func:`_simulate_pruned`).
+
+    ``deadline`` (time.monotonic(), None: none) is checked before each batch: past it the scan
+    raises :class:`~autotune.tuner.fit.PastDeadline`."""
     parts = []
     screen = beat and np.isfinite(base.step_ms) and bool(fits(base.peak_mib, problem.hbm_mib))
     path = floor_paths(problem, base) if screen else None
@@ -468,6 +471,7 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
     groups = nbhd.groups() if screen and hasattr(nbhd, "groups") else None
     lo = 0  # the batch's first row among all of nbhd's
     for b in nbhd.batches(problem, base, fit, memo):
+        check_deadline(deadline)
         n = len(b.layers)
         lo += n
         if not screen:
@@ -483,7 +487,8 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
             a = lo - n
             mine = [(slice(max(sl.start, a) - a, min(sl.stop, lo) - a), st) for sl, st in groups
                     if sl.start < lo and sl.stop > a]
-            _simulate_pruned(problem, base.V, costs, np.flatnonzero(run), floor, thr, mine, step, peak)
+            _simulate_pruned(problem, base.V, costs, np.flatnonzero(run), floor, thr, mine, step, peak,
+                             deadline=deadline)
         elif run.any():
             s = problem.score_costs(base.V, costs.take(run))
             step[run], peak[run] = s.step_ms, s.peak_mib
@@ -503,7 +508,7 @@ PRUNE_BLOCK = 64
 
 def _simulate_pruned(problem: Problem, V: int, costs: StageCosts, rows: np.ndarray, floor: np.ndarray,
                      thr: float, groups: list[tuple[slice, tuple[int, ...]]], step: np.ndarray,
-                     peak: np.ndarray) -> None:
+                     peak: np.ndarray, deadline: float | None = None) -> None:
     """Simulate ``rows`` (int indices into the batch ``costs``) in increasing ``floor``, blocks of
     :data:`PRUNE_BLOCK`, writing step ms and peak MiB into ``step`` / ``peak`` (rows never
     simulated keep theirs, +inf), and leave out every row proven to run at ``thr`` ms or more.
@@ -525,6 +530,7 @@ def _simulate_pruned(problem: Problem, V: int, costs: StageCosts, rows: np.ndarr
         feats.append((sl.start, dur[np.isin(stage_of, stages)][:, sl].T))  # [rows of g, its ops]
     todo = rows[np.argsort(floor[rows], kind="stable")]
     while todo.size:
+        check_deadline(deadline)  # time.monotonic() limit (PastDeadline), None: none
         blk, todo = todo[:PRUNE_BLOCK], todo[PRUNE_BLOCK:]
         s = problem.score_costs(V, costs.take(blk))
         step[blk], peak[blk] = s.step_ms, s.peak_mib
@@ -564,14 +570,18 @@ class LazyScan:
 
     Used by the local searches where a step takes the best neighbour, or the pair-move escape
     the best ``top``: on pp 32 × vpp 4 × m 256 most of a scan's ~500 neighbours are never simulated.
+
+    ``deadline`` (time.monotonic(), None: none): checked before each batch and each simulation;
+    past it :class:`~autotune.tuner.fit.PastDeadline` is raised.
     """
 
     def __init__(self, problem: Problem, base: Candidate, nbhd: "Neighbourhood", *, fit: RecomputeFit = GREEDY,
-                 memo: dict | None = None) -> None:
-        self.problem, self.V = problem, base.V
+                 memo: dict | None = None, deadline: float | None = None) -> None:
+        self.problem, self.V, self.deadline = problem, base.V, deadline
         path = floor_paths(problem, base)
         parts = []
         for b in nbhd.batches(problem, base, fit, memo):
+            check_deadline(deadline)
             costs = problem.costs(base.V, b.layers, b.rec, b.sel, b.com)
             parts.append((b, costs, problem.score_costs(base.V, costs, memory_only=True).peak_mib,
                           step_floor(problem, base.V, costs, path)))
@@ -593,6 +603,7 @@ class LazyScan:
         rows = self.order[self.done:self.done + n]
         if not len(rows):
             return
+        check_deadline(self.deadline)
         self.step_ms[rows] = self.problem.score_costs(self.V, self.costs.take(rows)).step_ms
         self.done += len(rows)
 
@@ -619,8 +630,9 @@ class LazyScan:
         """Simulate every neighbour whose floor is below ``step_ms`` (so every one faster than it);
         returns self."""
         n = int(np.searchsorted(self.floor_sorted, step_ms, side="left"))
-        if n > self.done:
-            self._simulate(n - self.done)
+        blk = clock_block(n - self.done, self.deadline)  # near the deadline in blocks, clock checked
+        while n > self.done:
+            self._simulate(min(blk, n - self.done))
         return self
 
     def scan(self) -> Scan:
@@ -629,8 +641,9 @@ class LazyScan:
 
 
 def lazy_scan(problem: Problem, base: Candidate, nbhd: "Neighbourhood", k: int, *, fit: RecomputeFit = GREEDY,
-              memo: dict | None = None) -> Scan | None:
+              memo: dict | None = None, deadline: float | None = None) -> Scan | None:
     """:class:`LazyScan` settled to its first ``k`` neighbours, as a :class:`Scan`; None when
-    ``base`` has no neighbour there. ``base`` must be scored (its longest path prices the floors)."""
-    lz = LazyScan(problem, base, nbhd, fit=fit, memo=memo)
+    ``base`` has no neighbour there. ``base`` must be scored (its longest path prices the floors).
+    ``deadline``: as :class:`LazyScan`'s."""
+    lz = LazyScan(problem, base, nbhd, fit=fit, memo=memo, deadline=deadline)
     return None if lz.empty else lz.settle(k).scan()

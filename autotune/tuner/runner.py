@@ -234,6 +234,8 @@ class _Tracker:
         if self.met():
             self.stopped_by = "gap"
         elif self.sampler.propose(study) is None:
+            if self.sampler.timed_out:
+                return True  # the clock, not a local optimum: stopped_by stays None
             self.stopped_by = "work" if self.sampler.capped else "neighbourhood"
         else:
             return False
@@ -324,7 +326,7 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     TS = optuna.trial.TrialState
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     prog, own = as_progress(progress, progress_every_s)
-    sampler = NeighbourhoodSampler(problem)
+    sampler = NeighbourhoodSampler(problem, deadline=None if timeout is None else t0 + timeout)
     study = optuna.create_study(storage=open_storage(storage), sampler=sampler,
                                 study_name=study_name or "autotune", direction="minimize",
                                 load_if_exists=True)
@@ -342,6 +344,7 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         study.optimize(make_objective(problem), n_trials=todo, timeout=timeout, callbacks=[track], catch=())
         # optimize ends early only by the gap / local-optimum stop or by the clock (catch=())
         timed_out = timeout is not None and track.stopped_by is None and track.calls < todo
+    timed_out = timed_out or sampler.timed_out  # its last scan met the clock
     waiting = len(study.get_trials(deepcopy=False, states=(TS.WAITING,)))
     best, closest = best_and_closest(study)
     while reserve and not timed_out and not waiting and track.finished < n_trials:
@@ -353,7 +356,9 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         prog.phase("search", f"{track.finished}/{n_trials} trials", total=n_trials, done=track.finished)
         study.optimize(make_objective(problem), n_trials=n_trials - track.finished, callbacks=[track], catch=())
         best, closest = best_and_closest(study)
+        timed_out = sampler.timed_out
         reserve = 0
+    timed_out = timed_out or sampler.timed_out
     if own:
         prog.close()
     stopped_by = "timeout" if timed_out else ("gap" if track.met() else (track.stopped_by or "trials"))

@@ -210,6 +210,8 @@ def polish(problem: Problem, cands: list[Candidate], per_v_ms: dict[int, float],
     problem.score([c for c in cands if not np.isfinite(c.step_ms)])
     out: list[Candidate] = []
     for V in problem.vpp_candidates:
+        if deadline is not None and time.monotonic() > deadline:
+            break  # the program's set-up alone takes ~0.5 s on pp 32 × vpp 4 × m 256
         mine = [c for c in cands + out if c.V == V and c.excess_mib <= 0]
         if V < 2 or not mine:
             continue

@@ -155,6 +155,36 @@ def test_path_dp_bound_syn2_values() -> None:
     assert path_dp_bound(syn2_problem(150)).bound_ms == pytest.approx(116.0, abs=1e-4)
 
 
+def _syn2_inline(cap: float) -> Problem:
+    """SYN-2 with its numbers written out (no ../shared): 12 layers, f 1, b 2, full replay +1,
+    act 10 MiB (1 when recomputed), static 5; head static 20; tail static 30, f 2/3, b 4/3;
+    p 4, m 8, 1F1B."""
+    prof = ModelProfile(
+        kinds={"L": {"fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 10.0, "static_mib": 5.0,
+                     "full": {"act_mib": 1.0, "extra_ms": 1.0}}},
+        layer_kinds=[("L", 12)], head={"static_mib": 20.0},
+        tail={"fwd_ms": 2 / 3, "bwd_ms": 4 / 3, "static_mib": 30.0})
+    return Problem(ProfileArrays.from_profile(prof), P=4, m=8, hbm_mib=cap, kinds=("full",))
+
+
+def test_path_dp_bound_past_its_deadline_drops_the_activation_fit() -> None:
+    """A deadline already past: every stage's block table is built without the activation fit
+    (no replay), so the bound is the one of a budget that needs no recompute: SYN-2 at cap 100
+    proves 118 (its optimum) in full and 112 cut, the value at cap 10,000; at cap 10,000 the cut
+    changes nothing. Still a bound, never above the full one."""
+    full, cut = path_dp_bound(_syn2_inline(100)), path_dp_bound(_syn2_inline(100), deadline=0.0)
+    free = path_dp_bound(_syn2_inline(10_000))
+    assert full.bound_ms == pytest.approx(118.0, abs=1e-4)
+    assert cut.bound_ms == pytest.approx(112.0, abs=1e-4)
+    assert free.bound_ms == pytest.approx(cut.bound_ms)
+    assert path_dp_bound(_syn2_inline(10_000), deadline=0.0).bound_ms == pytest.approx(free.bound_ms)
+    # the static memory is still tested when cut: at cap 30 the last stage (tail static 30) holds
+    # no layer and stage 0 (head 20) at most two, so stages 1 and 2 hold 10 or more: 141 ms, where
+    # the full tables prove that nothing fits (every stage's activations come on top)
+    assert path_dp_bound(_syn2_inline(30), deadline=0.0).bound_ms == pytest.approx(141.0, abs=1e-4)
+    assert path_dp_bound(_syn2_inline(30)).bound_ms == float("inf")
+
+
 def test_detour_counts_1f1b_stage0() -> None:
     """1F1B, P = 4, m = 8, stage 0 order F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7: one round
     trip from F7 to B7 skips B4 B5 B6 (8 forwards, 5 backwards); the heaviest paths per r are

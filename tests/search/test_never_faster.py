@@ -157,9 +157,9 @@ def test_stage_trades_batches_give_each_batch_its_own_groups() -> None:
     assert len(trades) == 2 and base.peak_mib <= pr.hbm_mib
     seen = []
 
-    def record(problem, V, costs, rows, floor, thr, groups, step, peak):
+    def record(problem, V, costs, rows, floor, thr, groups, step, peak, deadline=None):
         seen.append([(g.start, g.stop, st) for g, st in groups])
-        _simulate_pruned(problem, V, costs, rows, floor, thr, groups, step, peak)
+        _simulate_pruned(problem, V, costs, rows, floor, thr, groups, step, peak, deadline=deadline)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(moves, "TRADE_BATCH", 1)
         mp.setattr(moves, "_simulate_pruned", record)

@@ -539,8 +539,8 @@ class _Model:
         # enumerated optimum was 58.89 (MIP_PRESOLVE). The pinned split's polish is not a proof.
         opts = {"node_limit": max(50, int(work_left / size)), "mip_rel_gap": 1e-6, "disp": False,
                 "presolve": self.exact and MIP_PRESOLVE}
-        if deadline is not None:
-            opts["time_limit"] = max(1.0, deadline - time.monotonic())
+        if deadline is not None:  # what is left of it (HiGHS returns its dual bound / best point)
+            opts["time_limit"] = max(0.05, deadline - time.monotonic())
         obj = np.zeros(self.nvar)
         obj[self.iT] = 1.0
         with quiet_native_stdout():
