@@ -46,8 +46,9 @@ class Fitted(NamedTuple):
 
 
 class PastDeadline(Exception):
-    """A fit or a scan given a ``deadline`` (time.monotonic()) met it before it ended: its caller
-    has no result (what it had cached stays valid)."""
+    """Raised when a fit or a scan given a ``deadline`` (time.monotonic()) reaches it before
+    finishing: the caller gets no result; entries already in the fit cache stay valid, and the cut
+    scan is not memoised."""
 
 
 def check_deadline(deadline: float | None) -> None:
@@ -64,16 +65,19 @@ NEAR_DEADLINE_S = 5.0
 
 
 def clock_block(n: int, deadline: float | None) -> int:
-    """Rows to simulate at a time out of ``n`` (>= 1): all of them, or :data:`DEADLINE_BLOCK`
-    when ``deadline`` (time.monotonic()) is less than :data:`NEAR_DEADLINE_S` away."""
+    """How many of ``n`` rows to simulate at a time (the result is >= 1): all ``n`` when there is
+    no ``deadline`` (time.monotonic()) or it is more than :data:`NEAR_DEADLINE_S` away, else
+    :data:`DEADLINE_BLOCK`. It does not check whether the deadline has passed
+    (:func:`check_deadline` does)."""
     if deadline is None or deadline - time.monotonic() > NEAR_DEADLINE_S:
         return max(1, n)
     return DEADLINE_BLOCK
 
 
 def with_deadline(fit: "RecomputeFit", deadline: float | None) -> "RecomputeFit":
-    """``fit`` checking ``deadline`` (time.monotonic()) as it goes when it can (:class:`ExactFit`;
-    the same fit otherwise): the same recompute, or :class:`PastDeadline`."""
+    """``fit`` checking ``deadline`` (time.monotonic()) as it goes: an :class:`ExactFit` gets the
+    deadline (the same recompute, or :class:`PastDeadline`; its greedy fallback checks it too); a
+    :class:`GreedyFit` is returned unchanged and does not check it."""
     return dataclasses.replace(fit, deadline=deadline) if isinstance(fit, ExactFit) else fit
 
 

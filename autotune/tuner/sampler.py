@@ -28,10 +28,12 @@ and the runner stops the study: more trials could not help this search.
 The proposal is a pure function of the study's trials (no random state), so the same study gives
 the same trials in any process: a resumed or taken-over sweep study goes on exactly where it was.
 With a ``deadline`` (the study's ``--timeout``) a scan that reaches it is dropped and no proposal
-is made (``timed_out``): the scans check the clock per stage fitted and per batch simulated, so
-the study ends within one of those steps of its limit, not one whole scan later (pp 8 × vpp 4 ×
-m 128 dense with ``--timeout 10``: a 2.2 s scan begun 0.16 s before the limit had ended the
-search at 12.1 s).
+is made (``timed_out``; the proposals are then not reproducible): the scans check the clock per
+stage fitted and per batch simulated, and in blocks of 512 layouts once under 5 s remain
+(:func:`autotune.tuner.fit.clock_block`), so the study ends within one of those steps of its limit
+(a few vectorised steps the clock cannot enter take up to ~0.9 s on the largest problems), not one
+whole scan later: on ``benchmarks/scaling.py``'s pp 8 × vpp 4 × m 128 dense row with
+``--timeout 10`` a 2.2 s scan begun 0.16 s before the limit had ended the search at 12.16 s.
 
 Memory goes where Optuna's samplers and optuna-dashboard read it: after each COMPLETE or PRUNED
 trial, :meth:`NeighbourhoodSampler.after_trial` stores the system attribute ``constraints`` =
