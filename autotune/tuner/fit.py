@@ -77,8 +77,12 @@ def clock_block(n: int, deadline: float | None) -> int:
 def with_deadline(fit: "RecomputeFit", deadline: float | None) -> "RecomputeFit":
     """``fit`` checking ``deadline`` (time.monotonic()) as it goes: an :class:`ExactFit` gets the
     deadline (the same recompute, or :class:`PastDeadline`; its greedy fallback checks it too); a
-    :class:`GreedyFit` is returned unchanged and does not check it."""
-    return dataclasses.replace(fit, deadline=deadline) if isinstance(fit, ExactFit) else fit
+    :class:`GreedyFit`, or any fit when ``deadline`` is None, is returned unchanged. The scans
+    (:func:`~autotune.tuner.moves.scan`, :class:`~autotune.tuner.moves.LazyScan`) apply it to
+    the fit they are given."""
+    if deadline is None or not isinstance(fit, ExactFit):
+        return fit
+    return dataclasses.replace(fit, deadline=deadline)
 
 
 class RecomputeFit(Protocol):

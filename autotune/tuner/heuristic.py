@@ -22,7 +22,7 @@ import numpy as np
 from autotune.cost.budget import fits
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.fit import (GREEDY, PastDeadline, RecomputeFit, check_deadline, clock_block, fit_cache,
-                                stage_options, with_deadline)
+                                stage_options)
 from autotune.tuner.moves import (GivenSplits, LayoutBatch, LazyScan, PairMoves, RecomputeTrades, Scan,
                                    SingleLayerMoves, floor_paths, lazy_scan, never_faster, one_opt_moves, scan,
                                    step_floor)
@@ -58,7 +58,6 @@ def _descend(problem: Problem, best: Candidate, memo: dict, scans: int, deadline
     ``deadline`` is checked before each scan and inside it (per stage fitted, per batch
     simulated): a scan it cuts ends the descent at ``best``."""
     used = 0
-    fit = with_deadline(fit, deadline)
     while used < scans:
         if deadline is not None and time.monotonic() > deadline:
             return best, used, None
@@ -133,7 +132,7 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
         order = rank_order(stall.step_ms, stall.excess_mib(problem))
         try:
             pairs = lazy_scan(problem, best, PairMoves(singles=stall.layouts.layers, order=order, top=top),
-                              max(1, n_kicks), fit=with_deadline(fit, deadline), memo=memo, deadline=deadline)
+                              max(1, n_kicks), fit=fit, memo=memo, deadline=deadline)
         except PastDeadline:
             break
         if pairs is None:
@@ -146,8 +145,8 @@ def local_search(problem: Problem, start: Candidate, *, max_iters: int = 200,
                 if late():
                     break
                 try:
-                    kick = scan(problem, best, GivenSplits(pairs.layouts.layers[k:k + 1]),
-                                fit=with_deadline(fit, deadline), memo=memo, deadline=deadline)
+                    kick = scan(problem, best, GivenSplits(pairs.layouts.layers[k:k + 1]), fit=fit, memo=memo,
+                                deadline=deadline)
                 except PastDeadline:
                     break
                 e, n, _ = _descend(problem, kick.best(problem), memo, max_iters - used, deadline, fit, top)

@@ -30,7 +30,8 @@ from autotune.cost.budget import excess_mib, fits
 from autotune.cost.inputs import StageCosts
 from autotune.cost.simulate import bwd_w_ms, compile_schedule
 from autotune.tuner.bounds._paths import CriticalPath, critical_path, one_stay_counts
-from autotune.tuner.fit import GREEDY, RecomputeFit, check_deadline, clock_block, fit_cache, refit_touched
+from autotune.tuner.fit import (GREEDY, RecomputeFit, check_deadline, clock_block, fit_cache, refit_touched,
+                                with_deadline)
 from autotune.tuner.problem import REL_TOL, Candidate, Problem, first_min, rank_order, tie_key
 
 #: Moves refitted and simulated per batch (bounds memory on large spaces).
@@ -462,8 +463,10 @@ def scan(problem: Problem, base: Candidate, nbhd: Neighbourhood, *, fit: Recompu
     stages is >= a simulated row's that is not better is not simulated either
     (:func:`_simulate_pruned`).
 
-    ``deadline`` (time.monotonic(), None: none) is checked before each batch: past it the scan
-    raises :class:`~autotune.tuner.fit.PastDeadline`."""
+    ``deadline`` (time.monotonic(), None: none) is checked before each batch and by ``fit`` as it
+    re-fits (:func:`~autotune.tuner.fit.with_deadline`): past it the scan raises
+    :class:`~autotune.tuner.fit.PastDeadline`."""
+    fit = with_deadline(fit, deadline)
     parts = []
     screen = beat and np.isfinite(base.step_ms) and bool(fits(base.peak_mib, problem.hbm_mib))
     path = floor_paths(problem, base) if screen else None
@@ -571,13 +574,15 @@ class LazyScan:
     Used by the local searches where a step takes the best neighbour, or the pair-move escape
     the best ``top``: on pp 32 × vpp 4 × m 256 most of a scan's ~500 neighbours are never simulated.
 
-    ``deadline`` (time.monotonic(), None: none): checked before each batch and each simulation;
-    past it :class:`~autotune.tuner.fit.PastDeadline` is raised.
+    ``deadline`` (time.monotonic(), None: none): checked before each batch and each simulation,
+    and by ``fit`` as it re-fits (:func:`~autotune.tuner.fit.with_deadline`); past it
+    :class:`~autotune.tuner.fit.PastDeadline` is raised.
     """
 
     def __init__(self, problem: Problem, base: Candidate, nbhd: "Neighbourhood", *, fit: RecomputeFit = GREEDY,
                  memo: dict | None = None, deadline: float | None = None) -> None:
         self.problem, self.V, self.deadline = problem, base.V, deadline
+        fit = with_deadline(fit, deadline)
         path = floor_paths(problem, base)
         parts = []
         for b in nbhd.batches(problem, base, fit, memo):

@@ -356,9 +356,8 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         prog.phase("search", f"{track.finished}/{n_trials} trials", total=n_trials, done=track.finished)
         study.optimize(make_objective(problem), n_trials=n_trials - track.finished, callbacks=[track], catch=())
         best, closest = best_and_closest(study)
-        timed_out = sampler.timed_out
-        reserve = 0
-    timed_out = timed_out or sampler.timed_out
+        reserve = 0  # the polish runs once
+    timed_out = timed_out or sampler.timed_out  # the polish's trials met the clock
     if own:
         prog.close()
     stopped_by = "timeout" if timed_out else ("gap" if track.met() else (track.stopped_by or "trials"))

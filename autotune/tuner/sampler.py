@@ -53,7 +53,7 @@ import optuna
 from optuna.samplers._base import _process_constraints_after_trial
 
 from autotune.cost.budget import fits
-from autotune.tuner.fit import PastDeadline, fit_cache, search_fit, stage_options, with_deadline
+from autotune.tuner.fit import PastDeadline, fit_cache, search_fit, stage_options
 from autotune.tuner.heuristic import COMPOUND_POOL, _pair_top, compound_moves
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.moves import LazyScan, OneOptMoves, PairMoves, Scan, SingleLayerMoves, StageTrades, scan
@@ -200,7 +200,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         p = self.problem
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise PastDeadline
-        fit = with_deadline(search_fit(inc.V), self.deadline)  # the same fit, clocked
+        fit = search_fit(inc.V)  # the scans below clock it with self.deadline
         memo = fit_cache(p)
         out: list[Candidate] = []
         lazy = self._lazy_single(inc, fit, memo)
