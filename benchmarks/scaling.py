@@ -107,7 +107,7 @@ def search(problem, timeout: float | None, note=None):
     limit = SAFETY_TIMEOUT_S if timeout is None else timeout  # as autotune search: the safety net
     deadline = t0 + limit * 0.5  # the bound phase's half
     with one_blas_thread(), search_heap():  # as api.search
-        bs = bound_and_seeds(problem, [], deadline=deadline, report=note)
+        bs = bound_and_seeds(problem, [], deadline=deadline, report=note, timed=timeout is not None)
         if note is not None:
             feas = [c.step_ms for c in bs.seeds if c.excess_mib <= 0]
             note("study", min(feas) if feas else None, bs.bound_ms)

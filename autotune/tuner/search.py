@@ -177,12 +177,14 @@ def baselines_of(cfg: TrainingConfig, var: Variant, problem: Problem,
 
 def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
             timeout: float | None, t0: float, prog: Progress | None = None,
-            target_gap: float | None = None) -> tuple[dict[str, CostReport | None], list[Prepared]]:
+            target_gap: float | None = None,
+            timed: bool = False) -> tuple[dict[str, CostReport | None], list[Prepared]]:
     """The baselines (:func:`baselines_of` on the first sub-problem) and each sub-problem's seeds
     and bound; with ``timeout`` the k-th sub-problem's solvers stop at ``t0 + timeout / 2 · (k +
     1) / len(subs)``. ``prog`` shows the ``bounds`` phase (sub-problem, solver step, best and bound
     so far). ``target_gap``: a sub-problem's later bound passes stop at that certified gap (its
-    own; the whole search's gap is then at or below it too)."""
+    own; the whole search's gap is then at or below it too). ``timed``: ``timeout`` is the user's,
+    not the safety net (:func:`~autotune.tuner.solve.bound_and_seeds`' anytime pass)."""
     prog = prog or Progress()
     baselines = baselines_of(cfg, subs[0][0], subs[0][1], user)
     prepared = []
@@ -195,7 +197,7 @@ def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layo
             prog.update(detail=f"{which}: {step}", best_ms=best, bound_ms=bound)
 
         bs = bound_and_seeds(problem, base_seeds(cfg, problem, user), deadline=share, report=say,
-                             target_gap=target_gap)
+                             target_gap=target_gap, timed=timed)
         prepared.append(Prepared(var, problem, bs))
     return baselines, prepared
 
@@ -402,7 +404,7 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     # exact-fit local search ran > 10 min, is cut there and says so instead of running on)
     limit = timeout if timeout is not None else (SAFETY_TIMEOUT_S if safety_net else None)
     baselines, prepared = prepare(cfg, subs, user, limit, t0, prog,
-                                  target_gap=None if objective == "time,memory" else gap)
+                                  target_gap=None if objective == "time,memory" else gap, timed=timeout is not None)
     # a bound phase whose share ran out, or a solver step past its part of it, was cut short
     cut_in_bounds = limit is not None and time.monotonic() > t0 + limit * 0.5
     step_cut = any(pr.bs.cut for pr in prepared)

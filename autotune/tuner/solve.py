@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from autotune.cost.budget import fits
-from autotune.tuner.bounds import REGISTRY, BoundContext, tighten
+from autotune.tuner.bounds import ANYTIME, REGISTRY, BoundContext, tighten
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import fitted, search_fit
@@ -57,6 +57,13 @@ POLISH_WITHIN = 0.02
 #: ``--timeout`` still improves the seeds; the later passes and the polish get the rest.
 FIRST_PASS_SHARE = 0.3
 IMPROVE_SHARE = 0.8
+#: When the clock cut the first pass, the anytime pass (:data:`autotune.tuner.bounds.ANYTIME`)
+#: runs until this fraction; the local searches then get the time up to IMPROVE_SHARE.
+ANYTIME_SHARE = 0.6
+#: ... and also, with a user's ``--timeout``, when the first pass ended in time but the whole
+#: bound phase (of this sub-problem) is at most this long (s): a ``--timeout`` of up to twice this
+#: for one sub-problem. Without one (the 300 s safety net) it runs only when the first pass was cut.
+ANYTIME_HORIZON_S = 60.0
 #: Local searches run from this many of the best starts (a work cap, not a clock: deterministic).
 LOCAL_STARTS = 3
 #: Moves per local search.
@@ -315,7 +322,7 @@ def _gap_met(best_ms: float | None, bound_ms: float, target_gap: float | None) -
 
 def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                     deadline: float | None = None, report: Report | None = None,
-                    target_gap: float | None = None) -> BoundAndSeeds:
+                    target_gap: float | None = None, timed: bool = False) -> BoundAndSeeds:
     """The exact optimum as the seed and the bound when the space is small; otherwise the module's
     pipeline: solver seeds and the lower bound of the passes of
     :data:`autotune.tuner.bounds.REGISTRY` (the first one before the local search, the others
@@ -333,6 +340,10 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
             anyway; None runs them all). On codellama-34b 16p the first pass and the local search
             reach 0.14 % in 17 s of wall time, and the device DP and the integer program took
             38 s more to close it.
+        timed: ``deadline`` comes from the user's ``--timeout`` (not the safety net): the anytime
+            pass (:data:`autotune.tuner.bounds.ANYTIME`) then runs after the first pass when the
+            bound phase is at most :data:`ANYTIME_HORIZON_S` long. It always runs when the clock
+            cut the first pass.
     """
     out = list(seeds)
     notes: list[str] = []
@@ -351,27 +362,39 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     ub = _incumbent(starts + out)
     first, *later = REGISTRY
-    say("first bound pass", ub, None)
-    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=share(FIRST_PASS_SHARE),
-                                                        target_gap=target_gap),
-                skip=first.skip)
-    relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
-               if np.isfinite(b.per_v_ms[V]) and (ub is None or b.per_v_ms[V] < ub)]
-    out += starts + relaxed + _seeds_met(problem, b.layouts)
-
     def past(limit: float | None) -> bool:
         """A step that ended past its deadline was cut (the first pass is not counted: its proofs
         only weaken there, which the certified gap shows)."""
         return limit is not None and time.monotonic() > limit
-    say("local search", _incumbent(out), min(b.per_v_ms.values()))
-    out += improve(problem, starts + relaxed, dict(b.per_v_ms), ub, deadline=share(IMPROVE_SHARE))
+
+    say("first bound pass", ub, None)
+    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=share(FIRST_PASS_SHARE),
+                                                        target_gap=target_gap),
+                skip=first.skip)
+    per_v = dict(b.per_v_ms)
+    anytime_done = False  # the anytime pass ran and ended before its share (the later path LP pass is skipped)
+    near = deadline is not None and (past(share(FIRST_PASS_SHARE))
+                                     or (timed and deadline - t_start <= ANYTIME_HORIZON_S))
+    if near and per_v and not _gap_met(ub, min(per_v.values()), target_gap):
+        # a --timeout: the anytime pass raises the bound while its share lasts (ANYTIME)
+        say(ANYTIME.name, ub, min(per_v.values()))
+        per_v = dict(tighten(problem, ANYTIME.proofs, per_v, skip=ANYTIME.skip,
+                             ctx=BoundContext(upper_ms=ub, layouts=tuple(starts + out),
+                                              deadline=share(ANYTIME_SHARE), target_gap=target_gap)).per_v_ms)
+        anytime_done = not past(share(ANYTIME_SHARE))
+    relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
+               if np.isfinite(per_v[V]) and (ub is None or per_v[V] < ub)]
+    out += starts + relaxed + _seeds_met(problem, b.layouts)
+    say("local search", _incumbent(out), min(per_v.values()))
+    out += improve(problem, starts + relaxed, dict(per_v), ub, deadline=share(IMPROVE_SHARE))
     cut = past(share(IMPROVE_SHARE))
     say("recompute polish", _incumbent(out), None)
-    out += polish(problem, out, dict(b.per_v_ms), deadline=deadline)
+    out += polish(problem, out, dict(per_v), deadline=deadline)
     out += finish(problem, out, deadline=deadline)
-    per_v = b.per_v_ms
     ub2 = _incumbent(out)
     for p in later:
+        if anytime_done and p.proofs == ANYTIME.proofs:
+            continue  # the anytime pass ran this proof to its own end already
         if _gap_met(ub2, min(per_v.values()), target_gap):
             notes.append(f"bound passes from {p.name!r} on skipped: certified gap at or below {target_gap:.2%}")
             break

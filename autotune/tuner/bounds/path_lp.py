@@ -288,8 +288,8 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
         lp = _LP(hs, model)
         _start_paths(model, lp, V, layouts)
         while rounds < max_rounds and spent < work:
-            if deadline is not None and time.monotonic() > deadline:
-                break
+            if rounds and deadline is not None and time.monotonic() > deadline:
+                break  # (the first solve always runs: past a short deadline it is the anytime proof)
             out = lp.solve()
             rounds += 1
             if out is None:
