@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from autotune.cost.budget import fits
-from autotune.tuner.bounds import ANYTIME, REGISTRY, BoundContext, tighten
+from autotune.tuner.bounds import ANYTIME, REGISTRY, BoundContext, BoundOutcome, LowerBound, tighten
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import fitted, search_fit
@@ -57,8 +57,9 @@ POLISH_WITHIN = 0.02
 #: ``--timeout`` still improves the seeds; the later passes and the polish get the rest.
 FIRST_PASS_SHARE = 0.3
 IMPROVE_SHARE = 0.8
-#: When the clock cut the first pass, the anytime pass (:data:`autotune.tuner.bounds.ANYTIME`)
-#: runs until this fraction; the local searches then get the time up to IMPROVE_SHARE.
+#: The anytime pass (:data:`autotune.tuner.bounds.ANYTIME`) runs, when it runs, until this fraction
+#: of the bound phase; the local searches then get the time up to IMPROVE_SHARE. It runs when the
+#: clock cut the first pass (a short ``--timeout``, or the safety net on a huge problem) ...
 ANYTIME_SHARE = 0.6
 #: ... and also, with a user's ``--timeout``, when the first pass ended in time but the whole
 #: bound phase (of this sub-problem) is at most this long (s): a ``--timeout`` of up to twice this
@@ -90,6 +91,44 @@ KICK_WITHIN = 0.03
 
 #: A progress callback: (step name, best feasible step ms or None, lower bound ms or None).
 Report = Callable[[str, "float | None", "float | None"], None]
+
+
+@dataclass(frozen=True)
+class _Noted:
+    """``proof``, noting in ``ran`` each V it runs for (the anytime pass: which V's it covered)."""
+
+    proof: LowerBound
+    ran: set[int]
+
+    @property
+    def name(self) -> str:
+        return self.proof.name
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return self.proof.applies(problem, V)
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        self.ran.add(V)
+        return self.proof.bound(problem, V, ctx)
+
+
+@dataclass(frozen=True)
+class _Except:
+    """``proof`` for every V but those in ``done`` (the later path-LP pass skips the V's the
+    anytime pass already ran it for, to its own end)."""
+
+    proof: LowerBound
+    done: frozenset[int]
+
+    @property
+    def name(self) -> str:
+        return self.proof.name
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return V not in self.done and self.proof.applies(problem, V)
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        return self.proof.bound(problem, V, ctx)
 
 
 @dataclass
@@ -362,6 +401,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     ub = _incumbent(starts + out)
     first, *later = REGISTRY
+
     def past(limit: float | None) -> bool:
         """A step that ended past its deadline was cut (the first pass is not counted: its proofs
         only weaken there, which the certified gap shows)."""
@@ -372,16 +412,17 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                                                         target_gap=target_gap),
                 skip=first.skip)
     per_v = dict(b.per_v_ms)
-    anytime_done = False  # the anytime pass ran and ended before its share (the later path LP pass is skipped)
+    done: frozenset[int] = frozenset()  # V's the anytime pass ran its proof for, to its end
     near = deadline is not None and (past(share(FIRST_PASS_SHARE))
                                      or (timed and deadline - t_start <= ANYTIME_HORIZON_S))
     if near and per_v and not _gap_met(ub, min(per_v.values()), target_gap):
         # a --timeout: the anytime pass raises the bound while its share lasts (ANYTIME)
         say(ANYTIME.name, ub, min(per_v.values()))
-        per_v = dict(tighten(problem, ANYTIME.proofs, per_v, skip=ANYTIME.skip,
+        ran: set[int] = set()
+        per_v = dict(tighten(problem, tuple(_Noted(q, ran) for q in ANYTIME.proofs), per_v, skip=ANYTIME.skip,
                              ctx=BoundContext(upper_ms=ub, layouts=tuple(starts + out),
                                               deadline=share(ANYTIME_SHARE), target_gap=target_gap)).per_v_ms)
-        anytime_done = not past(share(ANYTIME_SHARE))
+        done = frozenset(ran) if not past(share(ANYTIME_SHARE)) else frozenset()
     relaxed = [fitted(problem, V, lay[None], f"bound-split-v{V}")[0] for V, lay in b.splits.items()
                if np.isfinite(per_v[V]) and (ub is None or per_v[V] < ub)]
     out += starts + relaxed + _seeds_met(problem, b.layouts)
@@ -393,13 +434,16 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     out += finish(problem, out, deadline=deadline)
     ub2 = _incumbent(out)
     for p in later:
-        if anytime_done and p.proofs == ANYTIME.proofs:
-            continue  # the anytime pass ran this proof to its own end already
+        proofs = p.proofs
+        if done and p.proofs == ANYTIME.proofs:  # not again for the V's the anytime pass ran it for
+            proofs = tuple(_Except(q, done) for q in p.proofs)
+            if not any(q.applies(problem, V) for q in proofs for V in problem.vpp_candidates):
+                continue
         if _gap_met(ub2, min(per_v.values()), target_gap):
             notes.append(f"bound passes from {p.name!r} on skipped: certified gap at or below {target_gap:.2%}")
             break
         say(f"bound pass {p.seed_tag}", ub2, min(per_v.values()))
-        t = tighten(problem, p.proofs, per_v, skip=p.skip,
+        t = tighten(problem, proofs, per_v, skip=p.skip,
                     ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline, target_gap=target_gap))
         per_v = t.per_v_ms
         out += _seeds_met(problem, t.layouts)

@@ -16,6 +16,7 @@ import autotune.tuner.solve as solve
 from autotune.tuner.bounds import ANYTIME, REGISTRY
 from autotune.tuner.bounds.path_lp import PathLP, path_lp_bound
 from autotune.tuner.exact import exact_optimum
+from autotune.tuner.outcome import SAFETY_TIMEOUT_S
 from autotune.tuner.problem import Candidate, even_layers
 from tests.search.test_exact_bounds import _random_problem
 
@@ -70,7 +71,7 @@ def test_runs_with_a_short_user_timeout_only(monkeypatch):
 
     before, _ = _steps(pr, monkeypatch)
     assert ANYTIME.name not in before and passes(before)[-1] == "bound pass path-lp"
-    net, _ = _steps(pr, monkeypatch, deadline=time.monotonic() + 30.0)
+    net, _ = _steps(pr, monkeypatch, deadline=time.monotonic() + SAFETY_TIMEOUT_S / 2)  # the safety net
     assert ANYTIME.name not in net and passes(net) == passes(before)
     far, _ = _steps(pr, monkeypatch, deadline=time.monotonic() + 3 * solve.ANYTIME_HORIZON_S, timed=True)
     assert ANYTIME.name not in far and passes(far) == passes(before)
@@ -88,3 +89,15 @@ def test_runs_when_the_clock_cut_the_first_pass(monkeypatch):
     names, bs = _steps(pr, monkeypatch, deadline=time.monotonic())
     assert names[:3] == ["exact enumeration or even splits", "first bound pass", ANYTIME.name]
     assert np.isfinite(bs.bound_ms) and bs.bound_ms > 0
+
+
+def test_the_later_pass_skips_only_the_vs_the_anytime_pass_covered():
+    """``_Noted`` records the V's a proof ran for; ``_Except`` keeps the proof for the others."""
+    pr = _problem()
+    ran: set[int] = set()
+    noted = solve._Noted(PathLP(), ran)
+    assert noted.name == PathLP().name and noted.applies(pr, 2) and ran == set()
+    assert noted.bound(pr, 2, solve.BoundContext()) is not None and ran == {2}
+    rest = solve._Except(PathLP(), frozenset(ran))
+    assert not rest.applies(pr, 2) and rest.applies(pr, 3) == PathLP().applies(pr, 3)
+    assert not solve._Except(PathLP(), frozenset()).applies(pr, 1)  # V = 1: the path LP never applies

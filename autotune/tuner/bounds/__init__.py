@@ -96,13 +96,15 @@ REGISTRY: tuple[Pass, ...] = (
     Pass("path LP", (PathLP(),), skip="dominated", seed_tag="path-lp"),
 )
 
-#: The pass :func:`autotune.tuner.solve.bound_and_seeds` runs right after the first one when a
-#: short ``--timeout`` cut that one (its share of the clock ran out): the path LP, whose every
-#: LP solve is a proof, so that it raises the bound steadily as long as the clock lets it. Measured
-#: on scaling.py's large rows (bound ms after 1.5 s of wall time, against the first pass's
-#: Lagrangian after the same 1.5 s): pp 32 × vpp 4 × m 256 MoE ~68,000 (79,549 after 2 s) against
-#: 62,457; pp 64 × vpp 2 × m 512 MoE 101,953 against 62,695; pp 32 × vpp 4 dense 120,862 against
-#: 113,156; pp 64 × vpp 2 × m 512 dense 120,244 against 113,320.
+#: The anytime pass: :func:`autotune.tuner.solve.bound_and_seeds` runs it right after the first
+#: pass when the clock cut that one, or when the user's ``--timeout`` leaves a short bound phase
+#: (:data:`autotune.tuner.solve.ANYTIME_HORIZON_S`): the path LP, whose every LP solve is a proof,
+#: so that the bound rises steadily for as long as the clock lets it (the later path-LP pass then
+#: skips the V's it ran for). Measured on scaling.py's large rows (bound ms after 1.5 s of wall
+#: time, against the first pass's Lagrangian after the same 1.5 s): pp 32 × vpp 4 × m 256 MoE
+#: 67,740 (its first solve, after 1.2 s of set-up; 79,549 after 2 s) against 62,457; pp 64 × vpp 2
+#: × m 512 MoE 101,953 against 62,695; pp 32 × vpp 4 dense 120,862 against 113,156; pp 64 × vpp 2 ×
+#: m 512 dense 120,244 against 113,320. The DP bounds prove more on the dense rows, given 5–35 s.
 ANYTIME = Pass("anytime path LP", (PathLP(),), skip="dominated", seed_tag="path-lp")
 
 
