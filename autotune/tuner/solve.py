@@ -58,12 +58,15 @@ POLISH_WITHIN = 0.02
 FIRST_PASS_SHARE = 0.3
 IMPROVE_SHARE = 0.8
 #: The anytime pass (:data:`autotune.tuner.bounds.ANYTIME`) runs, when it runs, until this fraction
-#: of the bound phase; the local searches then get the time up to IMPROVE_SHARE. It runs when the
-#: clock cut the first pass (a short ``--timeout``, or the safety net on a huge problem) ...
+#: of the time from the pipeline's start to ``deadline`` (the same base as the two shares above);
+#: the local searches then get the time up to IMPROVE_SHARE. Unless the certified-gap target is
+#: already met, it runs when the clock cut the first pass (a short ``--timeout``, or the safety
+#: net on a huge problem) ...
 ANYTIME_SHARE = 0.6
-#: ... and also, with a user's ``--timeout``, when the first pass ended in time but the whole
-#: bound phase (of this sub-problem) is at most this long (s): a ``--timeout`` of up to twice this
-#: for one sub-problem. Without one (the 300 s safety net) it runs only when the first pass was cut.
+#: ... and also, with a user's ``--timeout``, when the first pass ended in time but that time
+#: from the pipeline's start to ``deadline`` is at most this long (s): a ``--timeout`` of up to
+#: about twice this for one sub-problem. Without one (the 300 s safety net) it runs only when the
+#: first pass was cut.
 ANYTIME_HORIZON_S = 60.0
 #: Local searches run from this many of the best starts (a work cap, not a clock: deterministic).
 LOCAL_STARTS = 3
@@ -381,8 +384,9 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
             38 s more to close it.
         timed: ``deadline`` comes from the user's ``--timeout`` (not the safety net): the anytime
             pass (:data:`autotune.tuner.bounds.ANYTIME`) then runs after the first pass when the
-            bound phase is at most :data:`ANYTIME_HORIZON_S` long. It always runs when the clock
-            cut the first pass.
+            time to ``deadline`` is at most :data:`ANYTIME_HORIZON_S`. It also runs, timed or not,
+            when the clock cut the first pass; in both cases only while the certified-gap target
+            is unmet. The later path-LP pass then skips the V's the anytime pass ran to its end.
     """
     out = list(seeds)
     notes: list[str] = []
