@@ -57,7 +57,7 @@ from autotune.megatron.profile import activation_components, megatron_profile, s
 from autotune.megatron.run import MODULES, MegatronRun
 from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile
 from autotune.profile.devices import get_device
-from autotune.tuner.bounds import BoundContext, BoundOutcome, DeviceDP, LowerBound, lower_bound, tighten
+from autotune.tuner.bounds import BoundContext, BoundOutcome, Delegate, DeviceDP, lower_bound, tighten
 from autotune.tuner.problem import Candidate, Problem, better, even_layers, rank_order, runnable_vpp
 from autotune.tuner.problem import best_of as _best_of
 from autotune.units import BYTES_PER_MIB
@@ -663,21 +663,13 @@ def _with(run: MegatronRun, ch: Choice, V: int, layers: list[list[int]]) -> Mega
 
 
 @dataclass(frozen=True)
-class _AgainstIncumbent:
+class _AgainstIncumbent(Delegate):
     """A :class:`~autotune.tuner.bounds.LowerBound` run against a fixed incumbent ``upper_ms`` (ms),
     whatever ``ctx.upper_ms`` says: :func:`~autotune.tuner.bounds.tighten` then skips by a lower
     threshold (the gap target, see :func:`relaxation_bound`) while the proof still prunes by the
     incumbent."""
 
-    proof: LowerBound
-    upper_ms: float
-
-    @property
-    def name(self) -> str:
-        return self.proof.name
-
-    def applies(self, problem: Problem, V: int) -> bool:
-        return self.proof.applies(problem, V)
+    upper_ms: float = 0.0
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
         return self.proof.bound(problem, V, dataclasses.replace(ctx, upper_ms=self.upper_ms))

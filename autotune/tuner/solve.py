@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from autotune.cost.budget import fits
-from autotune.tuner.bounds import ANYTIME, REGISTRY, BoundContext, BoundOutcome, LowerBound, tighten
+from autotune.tuner.bounds import ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, tighten
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import fitted, search_fit
@@ -97,18 +97,10 @@ Report = Callable[[str, "float | None", "float | None"], None]
 
 
 @dataclass(frozen=True)
-class _Noted:
+class _Noted(Delegate):
     """``proof``, noting in ``ran`` each V it runs for (the anytime pass: which V's it covered)."""
 
-    proof: LowerBound
-    ran: set[int]
-
-    @property
-    def name(self) -> str:
-        return self.proof.name
-
-    def applies(self, problem: Problem, V: int) -> bool:
-        return self.proof.applies(problem, V)
+    ran: set[int] = field(default_factory=set)
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
         self.ran.add(V)
@@ -116,22 +108,14 @@ class _Noted:
 
 
 @dataclass(frozen=True)
-class _Except:
+class _Except(Delegate):
     """``proof`` for every V but those in ``done`` (the later path-LP pass skips the V's the
     anytime pass already ran it for, to its own end)."""
 
-    proof: LowerBound
-    done: frozenset[int]
-
-    @property
-    def name(self) -> str:
-        return self.proof.name
+    done: frozenset[int] = frozenset()
 
     def applies(self, problem: Problem, V: int) -> bool:
         return V not in self.done and self.proof.applies(problem, V)
-
-    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
-        return self.proof.bound(problem, V, ctx)
 
 
 @dataclass

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.tuner.bounds._base import (BoundContext, BoundOutcome, Fallback, LowerBound, Skip, Tightened,
-                                         tighten)
+from autotune.tuner.bounds._base import (BoundContext, BoundOutcome, Delegate, Fallback, LowerBound, Skip,
+                                         Tightened, tighten)
 from autotune.tuner.bounds._paths import critical_path
 from autotune.tuner.bounds.device_dp import DeviceDP
 from autotune.tuner.bounds.lagrangian import Lagrangian
@@ -148,6 +148,6 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
     return BoundResult(t.bound_ms, dict(t.per_v_ms), dict(t.splits), work)
 
 
-__all__ = ["ANYTIME", "BoundContext", "BoundOutcome", "BoundResult", "DeviceDP", "Fallback", "IntegerProgram",
-           "Lagrangian", "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP", "StageDP",
-           "Tightened", "WrapDP", "critical_path", "lower_bound", "path_dp_bound", "tighten"]
+__all__ = ["ANYTIME", "BoundContext", "BoundOutcome", "BoundResult", "Delegate", "DeviceDP", "Fallback",
+           "IntegerProgram", "Lagrangian", "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP",
+           "StageDP", "Tightened", "WrapDP", "critical_path", "lower_bound", "path_dp_bound", "tighten"]

@@ -184,6 +184,25 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
 
 
 @dataclass(frozen=True)
+class Delegate:
+    """A :class:`LowerBound` that is ``proof`` in every respect (name, ``applies``, ``bound``): the
+    base of wrappers that change one of them (e.g. which V's a pass runs a proof for, or the
+    incumbent it prunes by)."""
+
+    proof: LowerBound
+
+    @property
+    def name(self) -> str:
+        return self.proof.name
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return self.proof.applies(problem, V)
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        return self.proof.bound(problem, V, ctx)
+
+
+@dataclass(frozen=True)
 class Fallback:
     """``primary`` where it applies, else ``secondary`` (one proof per V): e.g. the integer
     program, and the long Lagrangian pass for the schedules it does not cover."""
