@@ -1,6 +1,7 @@
 """The anytime bound pass under a user's ``--timeout`` (issue 17, "anytime and honest"): when the
 bound phase is short (or the clock cut the first pass) the path LP runs right after the first
-pass, so that a short search still proves a useful bound; without a timeout nothing changes.
+pass, so that a short search still proves a useful bound; without a timeout nothing changes
+(unless the safety net cuts the first pass).
 
 What the pass gains is measured on scaling.py's large rows and real configs (docs/search.md);
 here: when it runs, that its first LP solve runs even past the deadline (an anytime proof), that
