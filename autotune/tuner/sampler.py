@@ -45,7 +45,6 @@ TPE / NSGA-II ``constraints_func`` use; feasible when <= 0), read from the trial
 from __future__ import annotations
 
 import json
-import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -53,7 +52,7 @@ import optuna
 from optuna.samplers._base import _process_constraints_after_trial
 
 from autotune.cost.budget import fits
-from autotune.tuner.fit import PastDeadline, fit_cache, search_fit, stage_options
+from autotune.tuner.fit import PastDeadline, check_deadline, fit_cache, search_fit, stage_options
 from autotune.tuner.heuristic import COMPOUND_POOL, _pair_top, compound_moves
 from autotune.cost.simulate import compile_schedule
 from autotune.tuner.moves import LazyScan, OneOptMoves, PairMoves, Scan, SingleLayerMoves, StageTrades, scan
@@ -198,8 +197,7 @@ class NeighbourhoodSampler(optuna.samplers.BaseSampler):
         if key in self._scans:
             return self._scans[key]
         p = self.problem
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise PastDeadline
+        check_deadline(self.deadline)
         fit = search_fit(inc.V)  # the scans below clock it with self.deadline
         memo = fit_cache(p)
         out: list[Candidate] = []
