@@ -16,6 +16,13 @@ from autotune.profile.schema import ModelProfile
 #: when it fires ``timed_out`` is True (the answer may then depend on machine speed).
 SAFETY_TIMEOUT_S = 300.0
 
+#: How the stop line names why the trials ended after a cut bound phase (``trials_stopped_by``).
+_TRIALS_ENDED = {"neighbourhood": " (at a local optimum: no neighbour of the best config is faster)",
+                 "gap": " (at the certified-gap target)",
+                 "work": " (at the study's work cap)",
+                 "trials": " (the trial budget was used)"}
+
+
 @dataclass
 class SearchOutcome:
     """Outcome of a search (:class:`autotune.api.SearchResult` adds the YAML, JSON and views).
@@ -100,6 +107,10 @@ class SearchOutcome:
     #: True when only the bound phase's share of ``--timeout`` (half of it) ran out: the study
     #: itself then ended on its own, before the limit
     bound_phase_cut: bool = False
+    #: Why the trials (the study) ended, in ``stopped_by``'s words, the bound phase's cut not
+    #: counted: the same as ``stopped_by`` but when ``bound_phase_cut`` (then e.g.
+    #: ``"neighbourhood"`` where ``stopped_by`` says ``"timeout"``); None when no study ran
+    trials_stopped_by: str | None = None
 
     @property
     def no_fit_proven(self) -> bool | None:
@@ -128,8 +139,10 @@ class SearchOutcome:
                      else f"the {self.time_limit_s:g} s safety net")
             why = ""
             if self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net"):
+                own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
                 why = (f": the bound phase (its half of it, {self.time_limit_s / 2:g} s) stopped its local "
-                       f"search or later bound passes at their deadlines; the trials then ended on their own")
+                       f"search or later bound passes at their deadlines; the trials then ended on their own"
+                       f"{own}")
             return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
                     f"and load){why}; certified gap then {gap}")
         if self.stopped_by == "static_memory":

@@ -148,3 +148,35 @@ def test_leaving_a_phase_prints_its_last_state() -> None:
         prog.phase("polish", "local search from the best trial")
     lines = [ln.split(", ")[0] for ln in out.getvalue().splitlines()]
     assert lines == ["search: 0/200 trials", "search: 16/200 trials", "polish: local search from the best trial"]
+
+
+def test_a_cut_bound_phase_keeps_why_the_trials_ended(monkeypatch) -> None:
+    """When only the bound phase's half of ``--timeout`` ran out, ``stopped_by`` says "timeout" but
+    the trials ended on their own before the limit: ``trials_stopped_by`` (and the json, and the stop
+    line) says why; without a cut the two agree."""
+    import json
+    import time
+
+    import autotune.tuner.search as search_mod
+    from autotune.emit.search_result import result_dict
+
+    plain = _small(False, timeout=6.0)
+    assert not plain.timed_out and not plain.bound_phase_cut
+    assert plain.trials_stopped_by == plain.stopped_by != "timeout"
+
+    real = search_mod.prepare
+
+    def slow_prepare(cfg, subs, user, limit, t0, *args, **kw):
+        out = real(cfg, subs, user, limit, t0, *args, **kw)
+        time.sleep(max(0.0, t0 + 0.5 * limit + 0.05 - time.monotonic()))  # past the bound phase's half
+        return out
+
+    monkeypatch.setattr(search_mod, "prepare", slow_prepare)
+    r = _small(False, timeout=6.0)
+    assert r.seconds < 5.5  # the trials ended on their own, before the limit
+    assert r.timed_out and r.bound_phase_cut and r.stopped_by == "timeout"
+    assert r.trials_stopped_by == plain.trials_stopped_by  # the same trials as without the cut
+    d = json.loads(json.dumps(result_dict(r)))
+    assert d["stopped_by"] == "timeout" and d["bound_phase_cut"] is True
+    assert d["trials_stopped_by"] == r.trials_stopped_by
+    assert "the trials then ended on their own (" in r.stop_text()
