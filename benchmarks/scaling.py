@@ -156,8 +156,8 @@ def step_line(steps: list[list]) -> str:
             known = bound2 if bound2 is not None else known
             continue
         gain = "" if best is None or best2 is None or best2 >= best else f" (-{(best - best2) / best:.2%})"
-        if bound2 is not None and known is None:
-            gain += " (bound set)"
+        if bound2 is not None and (known is None or known <= 0):
+            gain += " (bound set)"  # (a first proof of 0 ms, e.g. a Lagrangian the clock cut: no ratio)
         elif bound2 is not None and bound2 > known * (1 + 1e-9):
             gain += f" (bound +{(bound2 - known) / known:.2%})"
         known = bound2 if bound2 is not None else known
