@@ -77,6 +77,10 @@ class SearchOutcome:
         bound_phase_cut: only the bound phase's half of the wall clock (``--timeout``, or the
             safety net without one) ran out (the stop line says so: the search ended before the
             limit, yet its local search was cut).
+        trials_stopped_by: why the trials (the study) ended, in ``stopped_by``'s words with the
+            bound phase's cut not counted: ``stopped_by`` itself unless ``bound_phase_cut`` (then
+            e.g. ``"neighbourhood"`` where ``stopped_by`` says ``"timeout"``); None when no study
+            ran (``"static_memory"``).
     """
 
     best: CostReport | None
