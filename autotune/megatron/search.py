@@ -669,7 +669,7 @@ class _AgainstIncumbent(Delegate):
     threshold (the gap target, see :func:`relaxation_bound`) while the proof still prunes by the
     incumbent."""
 
-    upper_ms: float = 0.0
+    upper_ms: float
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
         return self.proof.bound(problem, V, dataclasses.replace(ctx, upper_ms=self.upper_ms))

@@ -104,7 +104,7 @@ class _Noted(Delegate):
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
         self.ran.add(V)
-        return self.proof.bound(problem, V, ctx)
+        return super().bound(problem, V, ctx)
 
 
 @dataclass(frozen=True)
