@@ -29,7 +29,8 @@ from typing import Callable
 import numpy as np
 
 from autotune.cost.budget import fits
-from autotune.tuner.bounds import ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, tighten
+from autotune.tuner.bounds import (ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, several_kinds,
+                                   stage_dp_first, tighten)
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import fitted, search_fit
@@ -388,7 +389,11 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     starts = propose(problem)
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     ub = _incumbent(starts + out)
-    first, *later = REGISTRY
+    short = timed and deadline is not None and deadline - t_start <= ANYTIME_HORIZON_S
+    first, later = REGISTRY[0], REGISTRY[1:]
+    first_until = share(FIRST_PASS_SHARE)
+    if short and not several_kinds(problem):  # the stage DP first, with the anytime pass's share too
+        first, first_until = stage_dp_first(first_until), share(ANYTIME_SHARE)
 
     def past(limit: float | None) -> bool:
         """A step that ended past its deadline was cut (the first pass is not counted: its proofs
@@ -396,13 +401,12 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
         return limit is not None and time.monotonic() > limit
 
     say("first bound pass", ub, None)
-    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=share(FIRST_PASS_SHARE),
+    b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=first_until,
                                                         target_gap=target_gap),
                 skip=first.skip)
     per_v = dict(b.per_v_ms)
     done: frozenset[int] = frozenset()  # V's the anytime pass ran its proof for, to its end
-    near = deadline is not None and (past(share(FIRST_PASS_SHARE))
-                                     or (timed and deadline - t_start <= ANYTIME_HORIZON_S))
+    near = short or past(first_until)
     if near and per_v and not _gap_met(ub, min(per_v.values()), target_gap):
         # a --timeout: the anytime pass raises the bound while its share lasts (ANYTIME)
         say(ANYTIME.name, ub, min(per_v.values()))

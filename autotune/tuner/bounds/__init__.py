@@ -32,13 +32,14 @@ that cannot change the least. :data:`REGISTRY` lists the passes the search runs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from autotune.tuner.bounds._base import (BoundContext, BoundOutcome, Delegate, Fallback, LowerBound, Skip,
                                          Tightened, tighten)
 from autotune.tuner.bounds._paths import critical_path
+from autotune.tuner.bounds._relax import several_kinds
 from autotune.tuner.bounds.device_dp import DeviceDP
 from autotune.tuner.bounds.lagrangian import Lagrangian
 from autotune.tuner.bounds.milp import IntegerProgram
@@ -108,6 +109,43 @@ REGISTRY: tuple[Pass, ...] = (
 ANYTIME = Pass("anytime path LP", (PathLP(),), skip="dominated", seed_tag="path-lp")
 
 
+@dataclass(frozen=True)
+class Unproven(Delegate):
+    """``proof`` only for a V that holds no proof yet (``ctx.lower_ms`` None): a fallback."""
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        return None if ctx.lower_ms is not None else self.proof.bound(problem, V, ctx)
+
+
+@dataclass(frozen=True)
+class Until(Delegate):
+    """``proof`` with the earlier of the pass's deadline and ``at`` (time.monotonic(); None: the
+    pass's) as its own."""
+
+    at: float | None = None
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        at = ctx.deadline if self.at is None or (ctx.deadline is not None and ctx.deadline < self.at) else self.at
+        return self.proof.bound(problem, V, replace(ctx, deadline=at))
+
+
+def stage_dp_first(lagrangian_until: float | None) -> Pass:
+    """The first pass under a short ``--timeout`` on a model of one layer kind
+    (:func:`autotune.tuner.solve.bound_and_seeds`, which gives it the anytime pass's share of the
+    time too): the stage DP before the Lagrangian, which runs, to ``lagrangian_until``
+    (time.monotonic()), only for a V the stage DP left without a proof (its tables gave up on the
+    clock: :func:`~autotune.tuner.bounds.stage_dp.cannot_finish`; or a schedule it does not cover).
+
+    Why: :data:`REGISTRY`'s first pass gets 30 % of a timed bound phase, and on the large rows its
+    Lagrangian takes all of it, so the stage DP never runs; yet on a model of one kind (the stage
+    DP is exact for it) that proves far more in a few seconds (each alone, the answer as
+    incumbent: pp 32 × vpp 4 × m 256 dense 130,025.8 ms in 1.9 CPU s, the Lagrangian 115,640.1 in
+    1.7, the path LP 121,394.5 in 23.4). On a model of several kinds (dense + MoE + MTP) it charges
+    every layer the cheapest kind and the anytime path LP proves more (pp 32 × vpp 4 MoE: stage DP
+    80,310.5 ms in 3.6 s, path LP 89,912.8): there :data:`REGISTRY`'s first pass stays."""
+    return Pass("relaxations", (PathDP(), SplitLP(), StageDP(), Unproven(Until(Lagrangian(), lagrangian_until))))
+
+
 @dataclass
 class BoundResult:
     """A lower bound on the step time (ms) of every memory-feasible layout of a problem.
@@ -150,4 +188,5 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
 
 __all__ = ["ANYTIME", "BoundContext", "BoundOutcome", "BoundResult", "Delegate", "DeviceDP", "Fallback",
            "IntegerProgram", "Lagrangian", "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP",
-           "StageDP", "Tightened", "WrapDP", "critical_path", "lower_bound", "path_dp_bound", "tighten"]
+           "StageDP", "Tightened", "Unproven", "Until", "WrapDP", "critical_path", "lower_bound",
+           "path_dp_bound", "several_kinds", "stage_dp_first", "tighten"]

@@ -692,6 +692,14 @@ def _same_layers(layers: tuple[RelaxedLayer, ...]) -> bool:
     return all(np.allclose(values(b), values(layers[0]), rtol=0.0, atol=1e-9) for b in layers[1:])
 
 
+def several_kinds(problem: Problem) -> bool:
+    """Whether the model's layers are of several kinds that differ (in static MiB, time,
+    activation, replay, static change or workspace): DeepSeek-V3's dense + MoE layers and MTP
+    tail, not a Llama's (one kind) nor a model whose kinds are the same layer. The relaxations
+    that charge every layer the cheapest kind (the stage DP) are exact only without them."""
+    return kind_mix(problem).counts.size >= 2 and not _same_layers(typed_layers(problem))
+
+
 def kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None) -> KindWindows | None:
     """The :class:`KindWindows` of a model of several layer kinds that differ (in static MiB, time,
     activation, replay, static change or workspace); None otherwise. Mini-stage j holds
@@ -700,9 +708,9 @@ def kind_windows(problem: Problem, V: int, fixed: np.ndarray | None = None) -> K
     split's, whose windows are then its own positions): on a model whose dense layers come first,
     a mini-stage after a few others holds none. A relaxation of the real kinds (their order is
     dropped), so a bound."""
-    mix = kind_mix(problem)
-    if mix.counts.size < 2 or _same_layers(typed_layers(problem)):
+    if not several_kinds(problem):
         return None
+    mix = kind_mix(problem)
     lo = (problem.bounds(V)[0] if fixed is None else np.asarray(fixed)).reshape(-1).astype(np.int64)
     before = np.concatenate([[0], np.cumsum(lo)[:-1]])
     after = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])

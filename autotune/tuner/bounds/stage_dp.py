@@ -587,6 +587,17 @@ def stage_vectors(problem: Problem, su: IntegerSetup, V: int, upper_ms: float | 
     return out
 
 
+def cannot_finish(t0: float, done: int, total: int, deadline: float | None) -> bool:
+    """Whether a loop of ``total`` stages started at ``t0`` (time.monotonic()), ``done`` of them
+    finished, is past ``deadline`` or will be at its rate so far (None: no deadline). Its tables
+    prove nothing until the last stage, so a table loop that gives up early leaves the time to
+    the proofs after it (the timed first pass's Lagrangian, :data:`~autotune.tuner.bounds.TIMED_FIRST`)."""
+    if deadline is None:
+        return False
+    now = time.monotonic()
+    return now > deadline or (done > 0 and now + (now - t0) / done * (total - done) > deadline)
+
+
 def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
                    lower_ms: float | None = None, rel_tol: float = 1e-4,
                    max_configs: int = 200_000, deadline: float | None = None) -> StageDPBound | None:
@@ -597,8 +608,9 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     would exceed ``max_configs`` (a work cap; the caller keeps its other bound). ``upper_ms``: a
     feasible step time (caps the layers per stage and starts the bisection); ``lower_ms``: a bound
     already proven (the bisection starts there, so the result is never below it). Past
-    ``deadline`` (time.monotonic()) the stage tables stop (None) and the bisection returns the
-    largest threshold it has shown infeasible (a bound, anytime).
+    ``deadline`` (time.monotonic()) the stage tables stop (None), also as soon as their rate so far
+    shows they cannot end before it (:func:`cannot_finish`), and the bisection returns the largest
+    threshold it has shown infeasible (a bound, anytime).
     """
     su = integer_setup(problem, V)
     if su is None:
@@ -618,8 +630,9 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
         if all_vecs is None:
             return StageDPBound(cap, 0, total)
     configs = []
+    t0 = time.monotonic()
     for p, vecs in enumerate(all_vecs):
-        if deadline is not None and time.monotonic() > deadline:
+        if cannot_finish(t0, p, len(all_vecs), deadline):
             return None
         cf = stage_configs(problem, su, p, paths[p], fr, vecs, cap)
         if cf is None:
@@ -627,7 +640,10 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
         configs.append(cf)
     H = other_replay(configs, N)
     tabs = []
+    t0 = time.monotonic()
     for p, cf in enumerate(configs):
+        if cannot_finish(t0, p, len(configs), deadline):
+            return None
         tab = _stage_table(problem, su, p, paths[p], fr, cf, H[p], cap)
         if tab is None:
             return StageDPBound(float("inf") if cap is None else cap, 0, total)
