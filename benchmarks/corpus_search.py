@@ -4,6 +4,7 @@ seconds, certified gap and why each search ended, as a new user would run it.
     .venv/bin/python scripts/collect_mindformers_configs.py     # once: extract the corpus
     .venv/bin/python benchmarks/corpus_search.py                 # every distinct layout
     .venv/bin/python benchmarks/corpus_search.py --only llama --json rows.json
+    .venv/bin/python benchmarks/corpus_search.py --min-pp 2 --timeout 10   # as a user with --timeout 10
 
 Which files: those of ``tests/corpus/expectations.yaml`` with outcome ``read`` (autotune reads them
 and MindFormers would run them) and no ``xfail``, with the expectation's extra ``args``. Files
@@ -12,7 +13,8 @@ hidden_size, seq_length, pipeline_stage, pp_interleave_num, micro_batch_num, dat
 model_parallel, the recompute keys, max_device_memory), first file in manifest order kept.
 
 Each search runs in a child process, ``autotune search FILE --format json --quiet --out TMP``
-with every other option at its default (200 trials, 0.5 % gap stop, 300 s wall-clock safety net);
+with every other option at its default (200 trials, 0.5 % gap stop, 300 s wall-clock safety net)
+but ``--timeout S`` when given;
 CPU s = the child's user + sys (``os.wait4``), imports and output included; wall s likewise.
 """
 
@@ -108,12 +110,13 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="files whose id contains this")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--min-pp", type=int, default=1, help="only files with pipeline_stage >= this")
+    ap.add_argument("--timeout", type=float, default=None, help="each search's --timeout (s; default: none)")
     a = ap.parse_args()
     rows = []
     todo = files(a.only, a.min_pp)
     print(f"{'file':70s} {'CPU s':>7s} {'wall s':>7s} {'step ms':>10s} {'gap':>7s}  ended by")
     for fid, path, args in todo:
-        r = run_one(path, args)
+        r = run_one(path, args + ([] if a.timeout is None else ["--timeout", str(a.timeout)]))
         r["id"] = fid
         rows.append(r)
         gap = "-" if r.get("gap") is None else f"{100 * r['gap']:.2f}%"
