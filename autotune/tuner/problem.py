@@ -339,7 +339,15 @@ def even_layers(N: int, P: int, V: int) -> np.ndarray:
 def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
                  seq_split_num: int = 1) -> list[int]:
     """The candidates V that can run: P·V <= N, within the simulation limits of
-    :mod:`autotune.config.limits` (R_LIMIT_SCHEDULE), and the schedule accepts (P, V, m, seq_split_num)."""
+    :mod:`autotune.config.limits` (R_LIMIT_SCHEDULE), and the schedule accepts (P, V, m, seq_split_num).
+
+    With one pipeline stage (P = 1) only V = 1 is kept when it is a candidate: there is no pipeline
+    bubble for interleaving to shorten (``check`` warns W_VPP_LOW_GAIN about such a config), so a
+    V > 1 can only tie V = 1 (the same ops on one device; the simulated times differed in the last
+    float digit on the corpus's InternLM-7B LoRA, and the search answered pp_interleave_num 4) or
+    hold more activations. An explicit list without 1 is kept."""
+    if P == 1 and 1 in candidates:
+        candidates = [1]
     out = []
     for V in candidates:
         if P * V > N or V * m * seq_split_num > MAX_STAGE_UNITS or P * V * m * seq_split_num > MAX_SCHEDULE_UNITS:

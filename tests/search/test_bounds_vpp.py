@@ -155,3 +155,33 @@ def test_exact_projection_keeps_every_run_that_its_budget_finishes() -> None:
         capped = exact_optimum(problem, max_work=free.work)
         assert free.best is not None and capped.best is not None
         assert capped.best.step_ms == free.best.step_ms and capped.work == free.work
+
+
+def test_one_pipeline_stage_runs_only_vpp_1() -> None:
+    """P = 1: no bubble for interleaving to shorten, so V = 1 alone when it is a candidate (a
+    V > 1 only tied it to the last float digit, and the search answered vpp 4); an explicit list
+    without 1 is kept; P = 2 keeps its candidates."""
+    from autotune.tuner.problem import runnable_vpp
+
+    assert runnable_vpp(32, 1, 1, "1f1b", [1, 2, 3, 4]) == [1]
+    assert runnable_vpp(32, 1, 4, "1f1b", [4, 2, 1]) == [1]
+    assert runnable_vpp(32, 1, 4, "1f1b", [2, 3]) == [2, 3]
+    assert runnable_vpp(32, 2, 4, "1f1b", [1, 2, 3, 4]) == [1, 2, 3, 4]
+
+
+def test_a_one_stage_config_is_answered_exactly_with_vpp_1(tmp_path) -> None:
+    """The shipped GLM4-9B config with pipeline_stage 1 (and 120 GB, as it needs ~101.5 GB even
+    with full recompute): one split per V = 1, so the search enumerates it (exact, certified gap
+    0) and answers pp_interleave_num 1 (the default space lists 1-4)."""
+    import yaml
+
+    from autotune.tuner.search import run_search
+
+    cfg = yaml.safe_load(open("examples/real_configs/05_glm4_9b.yaml", encoding="utf-8"))
+    cfg["parallel_config"]["pipeline_stage"] = 1
+    cfg["context"]["max_device_memory"] = "120GB"
+    path = tmp_path / "glm4_pp1.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    out = run_search(path, timeout=60)
+    assert out.exact and out.certified_gap == 0.0
+    assert out.best is not None and out.best.layout.layers_vp.shape == (1, 1)  # [V][P]: vpp 1
