@@ -129,6 +129,15 @@ class Until(Delegate):
         return self.proof.bound(problem, V, replace(ctx, deadline=at))
 
 
+@dataclass(frozen=True)
+class BoundOnly(Delegate):
+    """``proof``'s bound without its relaxed split (no seed from it)."""
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        out = self.proof.bound(problem, V, ctx)
+        return None if out is None else replace(out, split=None)
+
+
 def stage_dp_first(lagrangian_until: float | None) -> Pass:
     """The first pass under a short ``--timeout`` on a model of one layer kind
     (:func:`autotune.tuner.solve.bound_and_seeds`, which gives it the anytime pass's share of the
@@ -143,7 +152,8 @@ def stage_dp_first(lagrangian_until: float | None) -> Pass:
     1.7, the path LP 121,394.5 in 23.4). On a model of several kinds (dense + MoE + MTP) it charges
     every layer the cheapest kind and the anytime path LP proves more (pp 32 × vpp 4 MoE: stage DP
     80,310.5 ms in 3.6 s, path LP 89,912.8): there :data:`REGISTRY`'s first pass stays."""
-    return Pass("relaxations", (PathDP(), SplitLP(), StageDP(), Unproven(Until(Lagrangian(), lagrangian_until))))
+    return Pass("relaxations", (PathDP(), SplitLP(), BoundOnly(StageDP()),
+                                Unproven(Until(Lagrangian(), lagrangian_until))))
 
 
 @dataclass
@@ -186,7 +196,7 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
     return BoundResult(t.bound_ms, dict(t.per_v_ms), dict(t.splits), work)
 
 
-__all__ = ["ANYTIME", "BoundContext", "BoundOutcome", "BoundResult", "Delegate", "DeviceDP", "Fallback",
+__all__ = ["ANYTIME", "BoundContext", "BoundOnly", "BoundOutcome", "BoundResult", "Delegate", "DeviceDP", "Fallback",
            "IntegerProgram", "Lagrangian", "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP",
            "StageDP", "Tightened", "Unproven", "Until", "WrapDP", "critical_path", "lower_bound",
            "path_dp_bound", "several_kinds", "stage_dp_first", "tighten"]
