@@ -1,6 +1,7 @@
 """The first bound pass under a short ``--timeout`` (issue 17, "anytime and honest"): on a model of
 one layer kind the stage DP runs before the Lagrangian, with the anytime pass's share of the
-time, and the Lagrangian only for a V the stage DP left without a proof, to its own 30 % share;
+time and without seeding the local search (``BoundOnly``), and the Lagrangian only for a V the
+stage DP left without a proof, to its own 30 % share;
 on a model of several kinds, and without a short timeout, the registry's order (Lagrangian, then
 stage DP) stays. The stage DP's tables give up as soon as their rate shows they cannot end before
 the deadline (``cannot_finish``).
@@ -19,7 +20,7 @@ import autotune.tuner.bounds.stage_dp as stage_dp
 import autotune.tuner.solve as solve
 from autotune.cost.inputs import ProfileArrays
 from autotune.profile.schema import ModelProfile
-from autotune.tuner.bounds import BoundContext, Lagrangian, SplitLP, StageDP, Unproven, Until, several_kinds
+from autotune.tuner.bounds import BoundContext, BoundOnly, Lagrangian, SplitLP, StageDP, Unproven, Until, several_kinds
 from autotune.tuner.bounds._base import BoundOutcome
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.fit import fitted
@@ -90,11 +91,16 @@ class _Probe:
 
     def bound(self, problem, V, ctx):
         self.seen.append(ctx)
-        return None if self.value is None else BoundOutcome(self.value, None, {})
+        return None if self.value is None else BoundOutcome(self.value, np.ones((2, 2), dtype=int), {})
 
 
-def test_unproven_and_until_by_hand() -> None:
+def test_unproven_until_and_bound_only_by_hand() -> None:
     pr = _problem(**ONE)
+    probe = _Probe(5.0)
+    assert probe.bound(pr, 2, BoundContext()).split is not None
+    kept = BoundOnly(probe).bound(pr, 2, BoundContext())
+    assert kept.bound_ms == 5.0 and kept.split is None  # the bound, no seed
+    assert BoundOnly(_Probe(None)).bound(pr, 2, BoundContext()) is None
     probe = _Probe(5.0)
     assert Unproven(probe).bound(pr, 2, BoundContext(lower_ms=3.0)) is None and probe.seen == []
     assert Unproven(probe).bound(pr, 2, BoundContext()).bound_ms == 5.0
