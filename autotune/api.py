@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config.layout import layout_from_config
+from autotune.config.patterns import pattern_scope
 from autotune.config.training import TrainingConfig, load_config
 from autotune.cost.report import CostReport, evaluate_layout
 from autotune.emit import notebook, search_result
@@ -39,6 +40,7 @@ def load_megatron(source: Any) -> MegatronRun:
     return build_run(source)
 
 
+@pattern_scope()   # one select-pattern budget for the config read and the per-op pricing
 def evaluate(config: str | Path | TrainingConfig, profile: str | Path | ModelProfile | None = None, *,
              device: str = DEFAULT_DEVICE, hbm_mib: float | None = None,
              overrides: dict[str, float] | None = None) -> CostReport:
@@ -106,6 +108,7 @@ class SearchResult(SearchOutcome):
         return self.study.trials_dataframe()
 
 
+@pattern_scope()   # one select-pattern budget for the whole search (its answers are remembered)
 def search(config: Any = None, profile: str | Path | ModelProfile | None = None, *,
            space: SearchSpace | str | Path | None = None, trials: int = 200,
            timeout: float | None = None, seed: int | None = 0, storage: Any = None,

@@ -14,6 +14,7 @@ import sys
 import click
 
 import autotune.commands as pkg
+from autotune.config.patterns import pattern_scope
 from autotune.errors import AutotuneError
 
 EXIT_BAD_INPUT = 2
@@ -24,7 +25,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
-            return super().invoke(ctx)
+            with pattern_scope():   # one select-pattern budget (R_PATTERN_BUDGET) per command
+                return super().invoke(ctx)
         except AutotuneError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise

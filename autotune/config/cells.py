@@ -26,8 +26,10 @@ cost model credits select / comm recompute no saving.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from autotune.config.patterns import path_matches, pattern_scope
+from autotune.errors import ConfigError
 
 #: Roles priced by the analytic profile (autotune.profile.analytic.op_tables).
 ROLES = ("attn_norm", "q", "k", "v", "qkv", "core", "o", "ffn_norm", "gate", "up", "gate_up", "act",
@@ -264,32 +266,37 @@ def family_for(arch_type: str | None, mode: str, *, moe: bool = False,
     return fam
 
 
-def _segments(pattern: str) -> list[str]:
-    return pattern.split("\\.")
-
-
-def matches(pattern: str, path: str, *, cells: bool = True) -> bool:
+def matches(pattern: str, path: str, *, cells: bool = True,
+            yaml_field: str = "recompute_config.select_recompute") -> bool:
     """Does a MindFormers select pattern match the op / cell at ``path``? Segments are split on
-    the literal ``\\.`` and full-matched (``re.fullmatch``) against the path's names; with
-    ``cells`` (``select_recompute``) a pattern shorter than the path matches a cell on it. An
-    invalid regular expression matches nothing (the caller reports it)."""
-    segs, names = _segments(pattern), path.split(".")
-    if len(segs) > len(names) or (not cells and len(segs) != len(names)):
-        return False
+    the literal ``\\.`` and full-matched against the path's names with ``regex`` under MindFormers'
+    1 s timeout, charged to the enclosing pattern budget (:func:`autotune.config.patterns.path_matches`;
+    a timeout is no match); with ``cells`` (``select_recompute``) a pattern shorter than the path
+    matches a cell on it. An invalid regular expression matches nothing (the caller reports it).
+
+    Raises:
+        ConfigError: R_PATTERN_BUDGET (``yaml_field``) when the config's matches have used their budget.
+    """
     try:
-        return all(re.fullmatch(s, n) is not None for s, n in zip(segs, names))
-    except re.error:
-        return False
+        return path_matches(pattern, path.split("."), cells=cells, path=yaml_field)
+    except ConfigError as exc:
+        if exc.rule == "R_SELECT_PATTERN":
+            return False
+        raise
 
 
-def pattern_hits(fam: CellFamily, pattern: str, *, cells: bool = True) -> list[str]:
-    """The paths of ``fam`` a pattern matches (cells and ops, registry order)."""
-    return [p for p in fam.paths if matches(pattern, p, cells=cells)]
+def pattern_hits(fam: CellFamily, pattern: str, *, cells: bool = True,
+                 yaml_field: str = "recompute_config.select_recompute") -> list[str]:
+    """The paths of ``fam`` a pattern matches (cells and ops, registry order; one pattern budget,
+    see :func:`matches`)."""
+    with pattern_scope():
+        return [p for p in fam.paths if matches(pattern, p, cells=cells, yaml_field=yaml_field)]
 
 
 def role_hits(fam: CellFamily, pattern: str, *, cells: bool = True) -> list[str]:
     """The priced roles whose op a pattern matches (select: also via a matched parent cell)."""
-    return [r for r, p in fam.roles.items() if matches(pattern, p, cells=cells)]
+    with pattern_scope():
+        return [r for r, p in fam.roles.items() if matches(pattern, p, cells=cells)]
 
 
 def _get(data: dict, path: str):
@@ -342,15 +349,20 @@ def _active(value) -> bool:
 
 
 def select_no_match(fam: CellFamily | None, arch: str | None, key: str, pattern: str,
-                    value) -> str | None:
+                    value, *, yaml_field: str | None = None) -> str | None:
     """The ``W_SELECT_NO_MATCH`` message for a select (``key`` = ``select_recompute``) or comm
     (``select_comm_recompute``) pattern that is active (``value`` applies to some layer) and names
     no cell / op of the family's decoder layer; None when it matches, is inactive, or the family is
-    unknown (the caller then uses its legacy-vs-mcore check)."""
+    unknown (the caller then uses its legacy-vs-mcore check). A match that times out is no match.
+
+    Raises:
+        ConfigError: R_PATTERN_BUDGET (``yaml_field``, default ``recompute_config.<key>``) when the
+            config's pattern matches have used their budget (:func:`matches`).
+    """
     if fam is None or not _active(value):
         return None
     cells = key == "select_recompute"
-    if pattern_hits(fam, pattern, cells=cells):
+    if pattern_hits(fam, pattern, cells=cells, yaml_field=yaml_field or f"recompute_config.{key}"):
         return None
     what = "cell or op" if cells else "op"
     tops = ", ".join(dict.fromkeys(p.split(".")[0] for p in fam.roles.values()))

@@ -60,7 +60,7 @@ from autotune.config.layer_types import (ABSENT, AUTOTUNE_SCHEDULERS, DEFAULT_PA
 from autotune.config.limits import (MAX_MICRO_BATCH_NUM, MAX_NUM_LAYERS, MAX_PIPELINE_STAGE,
                                     MAX_PP_INTERLEAVE_NUM, MAX_SCHEDULE_UNITS, MAX_SEQ_SPLIT_NUM,
                                     MAX_STAGE_UNITS)
-from autotune.config.patterns import MatchBudget, compile_segments, patterns_conflict
+from autotune.config.patterns import MatchBudget, compile_segments, pattern_scope, patterns_conflict
 from autotune.errors import ConfigError
 
 __all__ = ["VERSIONS", "SCHEDULERS", "FIELDS", "DEFAULT_PATTERNS", "HUGE", "ABSENT", "LayerInputs",
@@ -575,9 +575,9 @@ def _remove_conflicts(st: _State, ex_fmt: dict[str, Any], s_fmt: dict[str, Any],
     path = st.inp.path(key)
     for ex_pat in ex_fmt:
         for s_pat in list(s_fmt):
-            before = len(st.budget.timeouts)
+            before = st.budget.timeout_events
             hit = patterns_conflict(ex_pat, s_pat, path, st.budget)
-            if len(st.budget.timeouts) > before:
+            if st.budget.timeout_events > before:
                 st.warns.append(Warning_("W_PATTERN_TIMEOUT", path,
                                          f"matching pattern {s_pat[:60]!r} against exclude pattern "
                                          f"{ex_pat[:60]!r} timed out; like MindFormers r1.6+ (regex, 1 s "
@@ -644,6 +644,12 @@ def _per_layer(st: _State, pl: _Placement, t: _Tables, has_exclude: bool, swap_a
 
 # ---- step 9: advice ------------------------------------------------------------------------------
 
+def _timeout_warning(path: str, pattern: str, name: str) -> Warning_:
+    return Warning_("W_PATTERN_TIMEOUT", path,
+                    f"matching pattern {pattern[:60]!r} against the cell / op name {name[:60]!r} timed out; like "
+                    "MindFormers r1.6+ (regex, 1 s timeout) this counts as no match")
+
+
 def _advice(st: _State, t: _Tables) -> None:
     inp, mode = st.inp, st.mode
     other = "mcore" if mode == "legacy" else "legacy"
@@ -652,7 +658,10 @@ def _advice(st: _State, t: _Tables) -> None:
         pats = t.formatted[key]
         for pat in pats:
             if fam is not None and fam.mode == mode:   # registry of the model class's cell names
-                msg = select_no_match(fam, arch, key, pat, pats[pat])
+                before = st.budget.timeout_events
+                msg = select_no_match(fam, arch, key, pat, pats[pat], yaml_field=inp.path(key))
+                if st.budget.timeout_events > before:
+                    st.warns.append(_timeout_warning(inp.path(key), pat, st.budget.timed_out.get(pat, "")))
                 if msg:
                     st.warns.append(Warning_("W_SELECT_NO_MATCH", inp.path(key), msg))
                 continue
@@ -685,9 +694,16 @@ def normalize(inp: LayerInputs, version: str = "1.8", *, emulate: bool = False) 
         emulate: report pitfalls as warnings instead of rejecting them.
 
     Raises:
-        ConfigError: with a stable rule code (R_OFFSET_SUM, R_OFFSET_SHAPE_PP, ...).
+        ConfigError: with a stable rule code (R_OFFSET_SUM, R_OFFSET_SHAPE_PP, ...; R_PATTERN_BUDGET
+            when matching the select / comm patterns used the config's pattern budget, shared with
+            the enclosing :func:`~autotune.config.patterns.pattern_scope`).
     """
-    st = _State(inp, _check_version(version), emulate)
+    with pattern_scope() as budget:   # one pattern budget per config read (or per enclosing command)
+        return _normalize(_State(inp, _check_version(version), emulate, budget=budget))
+
+
+def _normalize(st: _State) -> LayerSettingResult:
+    emulate = st.emulate
     _read_inputs(st)
     _resolve_vpp(st)
     _count_mtp(st)

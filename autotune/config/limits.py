@@ -74,6 +74,8 @@ TABLE: list[tuple[str, str, str]] = [
     ("any other integer read from the config", f"{MAX_INT:,} (int32)", "R_RANGE"),
     ("select/comm patterns per key; characters per pattern", f"{MAX_PATTERNS}; {MAX_PATTERN_CHARS}",
      "R_LIMIT_PATTERNS"),
-    ("regex time per pattern match; per config", f"{REGEX_TIMEOUT_S:g} s (timeout = no match, as "
-     f"MindFormers r1.6+); {PATTERN_BUDGET_S:g} s", "W_PATTERN_TIMEOUT / R_PATTERN_BUDGET"),
+    ("regex time per pattern match (a select / comm / exclude pattern against a cell or op name, or against "
+     "another pattern); per config (one budget per command, each answer remembered)",
+     f"{REGEX_TIMEOUT_S:g} s (timeout = no match, as MindFormers r1.6+); {PATTERN_BUDGET_S:g} s",
+     "W_PATTERN_TIMEOUT / R_PATTERN_BUDGET"),
 ]

@@ -14,8 +14,10 @@ family (a reshape, a cast, ...) matches and saves nothing, without a warning.
 
 **Matching** (MindFormers, shared/spec/mindformers-layer-setting.md §4.2). A pattern is split on
 the literal two characters ``\\.``; each segment is a regular expression that must fully match one
-name (Python ``re.fullmatch``). A pattern of k segments matches the op path n₁…n_j when segment i
-full-matches nᵢ for every i ≤ k, and:
+name (``regex`` under MindFormers' 1 s timeout, as r1.6+: a timeout is no match and warns
+``W_PATTERN_TIMEOUT``; the config's matches share one budget, whose end is the rule
+``R_PATTERN_BUDGET``; :func:`autotune.config.patterns.path_matches`). A pattern of k segments
+matches the op path n₁…n_j when segment i full-matches nᵢ for every i ≤ k, and:
 
 - ``select_recompute``: k = j (the op itself) or k < j (a cell on the op's path: MindFormers
   recomputes a matched child cell whole, so every op under it is recomputed);
@@ -43,28 +45,29 @@ import numpy as np
 from autotune.config.cells import FAMILIES, pattern_hits
 from autotune.config.layer_setting import DEFAULT_PATTERNS, FIELDS, Warning_
 from autotune.config.layout import Layout
-from autotune.config.patterns import compile_segments
+from autotune.config.patterns import compile_segments, path_matches, pattern_scope
 from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays, StageCosts, first_layers, stage_costs
 
 
 FAMILIES_BY_NAME = {f.name: f for f in FAMILIES}
 
 
-def pattern_matches(pattern: str, op_path: str, *, cells: bool = True) -> bool:
+def pattern_matches(pattern: str, op_path: str, *, cells: bool = True,
+                    field: str = FIELDS["select_recompute"]) -> bool:
     """Does a MindFormers select pattern match the op at ``op_path`` (module docstring)?
 
     Args: pattern (segments separated by the literal ``\\.``), op_path (names joined by "."),
     cells: True for ``select_recompute`` (a matched cell on the path counts), False for
-    ``select_comm_recompute`` (only the op itself).
+    ``select_comm_recompute`` (only the op itself); field: the YAML key named by an error.
+    Each segment match runs under the 1 s timeout (a timeout is no match) and is charged to the
+    enclosing :func:`~autotune.config.patterns.pattern_scope`'s budget.
 
     Raises:
-        ConfigError: a segment is not a valid regular expression (rule R_SELECT_PATTERN).
+        ConfigError: a segment is not a valid regular expression (rule R_SELECT_PATTERN), or the
+            config's pattern matches have used their budget (R_PATTERN_BUDGET).
     """
-    segs = compile_segments(pattern, FIELDS["select_recompute"])
-    names = op_path.split(".")
-    if len(segs) > len(names) or (not cells and len(segs) != len(names)):
-        return False
-    return all(rx.fullmatch(nm) is not None for rx, nm in zip(segs, names))
+    compile_segments(pattern, field)
+    return path_matches(pattern, op_path.split("."), cells=cells, path=field)
 
 
 def _default_group(pattern: str, key: str) -> list[str] | None:
@@ -74,6 +77,7 @@ def _default_group(pattern: str, key: str) -> list[str] | None:
     return None
 
 
+@pattern_scope()
 def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
                         pos: np.ndarray | None = None) -> tuple[StageCosts, list[Warning_]]:
     """Stage costs of one layout with per-op select / comm recompute (module docstring).
@@ -89,7 +93,8 @@ def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
         (:class:`StageCosts` with B = 1, warnings): act/bwd/recompute_ms/ws per mini-stage [1, V, P].
 
     Raises:
-        ValueError: a pattern table's shape differs from the layout's; ConfigError: bad regex.
+        ValueError: a pattern table's shape differs from the layout's; ConfigError: bad regex
+        (R_SELECT_PATTERN), or the pattern matches used the config's budget (R_PATTERN_BUDGET).
     """
     L = layout.layers_vp
     V, P = L.shape
@@ -100,6 +105,7 @@ def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
     start = first_layers(L[None], pos)[0]
     kind_of = np.argmax(np.diff(pa.kind_prefix, axis=1), axis=0)
     sides = []
+    timed_out: list[tuple[str, str, str]] = []   # (key, pattern, name) of a first timeout in this scope
     for key, tables, agg_vp, ops_k, cells in (
             ("select_recompute", layout.select_patterns, layout.select_vp, pa.select_ops, True),
             ("select_comm_recompute", layout.comm_patterns, layout.comm_vp, pa.comm_ops, False)):
@@ -108,10 +114,15 @@ def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
                 raise ValueError(f"{key} table of {pat!r} has shape {np.shape(tab)}, layout is {(V, P)}")
         K = len(pa.fwd_k)
         ops_k = ops_k or (None,) * K
-        match = {pat: [None if ops_k[k] is None else
-                       frozenset(i for i, (name, _, _) in enumerate(ops_k[k])
-                                 if pattern_matches(pat, name, cells=cells)) for k in range(K)]
-                 for pat in tables}
+        with pattern_scope() as budget:
+            seen = dict(budget.timed_out)
+            match = {pat: [None if ops_k[k] is None else
+                           frozenset(i for i, (name, _, _) in enumerate(ops_k[k])
+                                     if pattern_matches(pat, name, cells=cells, field=FIELDS[key]))
+                           for k in range(K)]
+                     for pat in tables}
+            timed_out += [(key, pat, budget.timed_out[pat]) for pat in tables
+                          if pat in budget.timed_out and pat not in seen]
         sides.append((key, tables, agg_vp, ops_k, match))
     for v in range(V):
         for p in range(P):
@@ -142,7 +153,10 @@ def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
                 act[0, v, p] -= min(saved, pa.act_kc[kd, NONE])
                 bwd[0, v, p] += extra
                 rec_ms[0, v, p] += extra
-    warns: list[Warning_] = []
+    warns: list[Warning_] = [Warning_("W_PATTERN_TIMEOUT", FIELDS[key],
+                                      f"matching pattern {pat[:60]!r} against the op name {name[:60]!r} timed "
+                                      "out; like MindFormers r1.6+ (regex, 1 s timeout) this counts as no match")
+                             for key, pat, name in timed_out]
     fam = FAMILIES_BY_NAME.get(pa.cell_family or "")
     for key, tables, _agg, ops_k, match in sides:
         if all(o is None for o in ops_k):
@@ -150,7 +164,7 @@ def pattern_stage_costs(pa: ProfileArrays, layout: Layout, *,
         for pat, tab in tables.items():
             if not np.any(np.asarray(tab) > 0) or any(m for m in match[pat] if m):
                 continue
-            if fam is not None and pattern_hits(fam, pat, cells=key == "select_recompute"):
+            if fam is not None and pattern_hits(fam, pat, cells=key == "select_recompute", yaml_field=FIELDS[key]):
                 continue   # a real cell / op of this model class whose recompute the profile prices at 0
             group = _default_group(pat, key)
             if group and any(any(m for m in match.get(g, []) if m) for g in group if g != pat):

@@ -45,6 +45,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.config.layout import layout_from_config
+from autotune.config.patterns import pattern_scope
 from autotune.config.training import config_from_dict, get_path, read_yaml
 from autotune.cost.inputs import BOTH, COMM, NONE, SELECT, ProfileArrays
 from autotune.cost.schedules import registered
@@ -230,6 +231,7 @@ def config_patterns(cfg: Any) -> tuple[list[str] | None, list[str] | None]:
     return list(lay.select_patterns) or None, list(lay.comm_patterns) or None
 
 
+@pattern_scope()
 def fold_patterns(pa: Any, select: list[str] | None, comm: list[str] | None) -> Any:
     """Profile arrays whose aggregate ``select`` / ``comm`` / ``both`` options equal the per-op
     savings of the pattern sets applied with one shared count table (what the search emits), so

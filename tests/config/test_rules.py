@@ -52,6 +52,13 @@ def write(tmp_path, data, name="c.yaml"):
     return p
 
 
+def write_tmp(data):
+    """``data`` as a YAML file in a fresh temporary directory (for CLI runs)."""
+    import tempfile
+    from pathlib import Path
+    return write(Path(tempfile.mkdtemp()), data)
+
+
 def assert_rule(exc, rule, field, value):
     assert (exc.rule, exc.field) == (rule, field), str(exc)
     assert exc.value == value
@@ -276,9 +283,80 @@ def test_the_match_budget_is_a_rule(monkeypatch):
     monkeypatch.setattr(patterns, "REGEX_TIMEOUT_S", 0.05)
     budget = patterns.MatchBudget(limit_s=0.1)
     with pytest.raises(ConfigError) as ei:
-        for _ in range(10):
-            budget.fullmatch("(x+x+)+y", "x" * 5000, "recompute_config.select_recompute")
+        for i in range(10):   # distinct texts: a pair already answered is remembered and costs nothing
+            budget.fullmatch("(x+x+)+y", "x" * (5000 + i), "recompute_config.select_recompute")
     assert ei.value.rule == "R_PATTERN_BUDGET" and ei.value.field == "recompute_config.select_recompute"
+    assert ei.value.value == "(x+x+)+y" and "\n" not in str(ei.value)
+
+
+def test_a_remembered_timeout_costs_nothing_and_still_counts(monkeypatch):
+    monkeypatch.setattr(patterns, "REGEX_TIMEOUT_S", 0.05)
+    budget = patterns.MatchBudget(limit_s=5.0)
+    assert budget.fullmatch("(x+x+)+y", "x" * 5000, "f", value="a\\.(x+x+)+y") is False
+    spent = budget.spent_s
+    assert budget.fullmatch("(x+x+)+y", "x" * 5000, "f", value="a\\.(x+x+)+y") is False
+    assert budget.spent_s == spent and budget.timeout_events == 2 and len(budget.timeouts) == 1
+    assert budget.timed_out == {"a\\.(x+x+)+y": "x" * 5000}
+
+
+# ---- a user's pattern against the layer's cell names (fuzzing: ReDoS hung check / evaluate / search) ---
+
+#: The fuzzing run's patterns: catastrophic backtracking with ``re`` (check hung past 60 s, evaluate
+#: 56 s); ``regex`` (MindFormers r1.6+) answers them at once: no cell matches, so W_SELECT_NO_MATCH.
+REDOS = [["(.*.*.*)*=$"], ["(.*.*)*=$"], {"(.*.*)*=$": [1, 1, 1, 1]}]
+#: Times out under ``regex`` too, on every cell name of 9 characters or more (attention_norm,
+#: attention, feed_forward, ...): the config's 2 s budget ends.
+REGEX_HOSTILE = "(.*?.*?.*?.*?)*?(?<=Z)"
+
+
+@pytest.mark.parametrize("value", REDOS, ids=["list3", "list2", "dict"])
+def test_redos_patterns_end_at_once_with_no_match(value):
+    data = cfg(recompute_config__select_recompute=value)
+    t0 = time.perf_counter()
+    res = check_config(data)
+    report = autotune.evaluate(config_from_dict(data))
+    assert time.perf_counter() - t0 < 10          # a hang guard (was > 60 s), not a benchmark
+    assert "W_SELECT_NO_MATCH" in res.warning_codes and "W_PATTERN_TIMEOUT" not in res.warning_codes
+    assert [w.field for w in report.warnings if w.code == "W_SELECT_NO_MATCH"][0] == "recompute_config.select_recompute"
+
+
+def test_redos_pattern_in_comm_recompute_ends_at_once():
+    data = cfg(recompute_config__select_comm_recompute=["(.*.*)*=$"])
+    t0 = time.perf_counter()
+    r = run("evaluate", write_tmp(data))
+    assert time.perf_counter() - t0 < 10
+    assert r.exit_code == 0 and "W_SELECT_NO_MATCH" in r.output
+
+
+@pytest.mark.parametrize("command", ["check", "evaluate"])
+@pytest.mark.parametrize("key", ["select_recompute", "select_comm_recompute"])
+def test_a_pattern_that_times_out_everywhere_spends_the_budget(command, key):
+    t0 = time.perf_counter()
+    r = run(command, write_tmp(cfg(**{f"recompute_config__{key}": [REGEX_HOSTILE]})))
+    assert time.perf_counter() - t0 < 10          # 2 s budget + the regex timeout's overshoot
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    line = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert len(line) == 1 and f"[R_PATTERN_BUDGET] recompute_config.{key}:" in line[0]
+    assert repr(REGEX_HOSTILE) in line[0]
+
+
+def test_a_timed_out_cell_match_warns_and_is_no_match(monkeypatch):
+    monkeypatch.setattr(patterns, "REGEX_TIMEOUT_S", 0.01)   # every cell name times out, within the budget
+    res = check_config(cfg(recompute_config__select_recompute=[REGEX_HOSTILE]))
+    w = [w for w in res.warnings if w.code == "W_PATTERN_TIMEOUT"]
+    assert len(w) == 1 and w[0].field == "recompute_config.select_recompute" and REGEX_HOSTILE in w[0].message
+    assert "W_SELECT_NO_MATCH" in res.warning_codes
+
+
+def test_compiled_segments_do_not_bypass_the_timeout():
+    """select_ops used to call the compiled segment's ``fullmatch`` without a timeout."""
+    from autotune.cost.select_ops import pattern_matches
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as ei, patterns.pattern_scope():
+        for name in ("attention_norm", "feed_forward", "activation"):
+            pattern_matches(REGEX_HOSTILE, name, cells=False, field="recompute_config.select_comm_recompute")
+    assert time.perf_counter() - t0 < 10
+    assert (ei.value.rule, ei.value.field) == ("R_PATTERN_BUDGET", "recompute_config.select_comm_recompute")
 
 
 def test_pattern_count_limit():

@@ -167,3 +167,46 @@ def test_more_recompute_never_keeps_more(counts, extra, rec):
     a1, b1, _, _ = _run(_layout(more, rec=rec))
     assert a1 <= a0 + 1e-9 and b1 >= b0 - 1e-9
     assert 0 <= a1 <= 400.0
+
+
+# ---- every match runs under the regex timeout and still answers as re did (fuzzing: ReDoS) --------
+
+def _re_matches(pattern: str, path: str, cells: bool) -> bool:
+    """The matcher before the ReDoS fix: plain ``re.fullmatch`` per segment (no timeout)."""
+    import re
+    segs, names = pattern.split("\\."), path.split(".")
+    if len(segs) > len(names) or (not cells and len(segs) != len(names)):
+        return False
+    return all(re.fullmatch(s, n) is not None for s, n in zip(segs, names))
+
+
+_PIECES = ["feed_forward", "attention", "mlp", "w1", "w[0-9]", "mul", ".*", ".+", "norm", ".*norm",
+           "(w1|w3)", "[a-z_]+", "activation", "silu", "self_attention", "input_layernorm", "q?k?v?",
+           "attention_norm", "linear_fc1", "experts", "ffn_norm", "\\w+_norm"]
+
+
+def _all_paths() -> list[str]:
+    from autotune.config.cells import FAMILIES
+    return sorted({p for f in FAMILIES for p in f.paths})
+
+
+@settings(max_examples=150, deadline=None)
+@given(segs=st.lists(st.sampled_from(_PIECES), min_size=1, max_size=3), cells=st.booleans())
+def test_budgeted_matching_answers_as_re_did(segs, cells):
+    """Normal patterns match the same cells and ops as before (``re``), across every family's paths;
+    ``pattern_matches`` (per-op pricing) and ``cells.matches`` (W_SELECT_NO_MATCH) agree."""
+    from autotune.config.cells import matches
+    pattern = "\\.".join(segs)
+    for path in _all_paths():
+        want = _re_matches(pattern, path, cells)
+        assert pattern_matches(pattern, path, cells=cells) is want, (pattern, path)
+        assert matches(pattern, path, cells=cells) is want, (pattern, path)
+
+
+def test_known_patterns_hit_the_same_llama_cells():
+    from autotune.config.cells import FAMILIES, pattern_hits
+    llama = next(f for f in FAMILIES if f.name == "llama")
+    for pat, cells in (("feed_forward\\.mul", True), ("feed_forward\\.w1\\.activation\\.silu", True),
+                       (".*\\.norm", False), ("feed_forward", True), ("attention\\.w[qkv]", True)):
+        assert pattern_hits(llama, pat, cells=cells) == [p for p in llama.paths if _re_matches(pat, p, cells)]
+    assert pattern_hits(llama, ".*\\.norm", cells=False) == ["attention_norm.norm", "ffn_norm.norm"]
