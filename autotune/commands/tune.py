@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -28,6 +29,18 @@ from autotune.units import parse_memory_mib
 FORMATS = click.Choice(["text", "json"])
 
 
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (Python's ``float`` reads both, and
+    ``nan`` passes every range test): a usage error (exit 2) naming the option, the value and the
+    range, like a value out of the range."""
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number (the range is {self._describe_range()})", param, ctx)
+        return rv
+
+
 def _hbm(value: str | None) -> float | None:
     return None if value is None else parse_memory_mib(value, field="--hbm")
 
@@ -40,8 +53,10 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, float]:
             if not sep:
                 raise ValueError
             out[key.strip()] = float(val)
+            if not math.isfinite(out[key.strip()]):
+                raise ValueError
         except ValueError:
-            raise ConfigError(f"expected KEY=NUMBER, got {p!r}", field="--set", value=p,
+            raise ConfigError(f"expected KEY=NUMBER (a finite number), got {p!r}", field="--set", value=p,
                               rule="assumption") from None
     return out
 
@@ -174,7 +189,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--trials", default=200, show_default=True, type=click.IntRange(1),
               help="Most finished trials in the study (seeds and the final local-search trial included); "
                    "resuming a --storage study runs only the trials it still lacks.")
-@click.option("--timeout", default=None, type=click.FloatRange(0, min_open=True),
+@click.option("--timeout", default=None, type=FiniteFloatRange(0, min_open=True),
               help="Wall-clock limit (s). Default: none - the search is bounded by --trials and the "
                    "--gap stop, so --seed reproduces it exactly (a 300 s safety net still applies: the bound "
                    "phase gets its first half, the trials the rest; when a limit fires every output says "
@@ -185,9 +200,9 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress output (bar on a terminal, status lines on a log).")
 @click.option("--progress-every", "progress_every", default=10.0, show_default=True,
-              type=click.FloatRange(0, min_open=True), metavar="S",
+              type=FiniteFloatRange(0, min_open=True), metavar="S",
               help="On a log (stderr not a terminal): seconds between status lines (one also starts each phase).")
-@click.option("--gap", default=0.005, show_default=True, type=click.FloatRange(0),
+@click.option("--gap", default=0.005, show_default=True, type=FiniteFloatRange(0),
               help="Stop once the certified gap (best - lower bound) / lower bound is at most this.")
 @click.option("--objective", default="time", show_default=True,
               type=click.Choice(["time", "time,memory"]),

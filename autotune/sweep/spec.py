@@ -66,10 +66,10 @@ class _Knobs(BaseModel):
     timeout: float | None = Field(None, gt=0, description="wall-clock limit (s) of one scenario's search; "
                                   "None (default): no clock at all, the budget is work (trials, moves), so "
                                   "rows do not depend on the machine or its load; when the limit fires the "
-                                  "row says timed_out with the gap at that moment")
+                                  "row says timed_out with the gap at that moment", allow_inf_nan=False)
     target_gap: float | None = Field(None, ge=0, lt=1, description="stop a scenario early once its "
                                      "certified gap to the lower bound is at most this fraction; 0 = always "
-                                     "run the whole trial budget; None = the search's default")
+                                     "run the whole trial budget; None = the search's default", allow_inf_nan=False)
     seed: int | None = None
     device: str | None = None
     profile: str | None = Field(None, description="profile YAML/JSON (None: analytic from the config)")
@@ -102,10 +102,10 @@ class SweepSpec(BaseModel):
     name: str = "sweep"
     defaults: Defaults = Field(default_factory=Defaults)
     lease_seconds: float = Field(60.0, ge=1, description="heartbeat silence after which a scenario "
-                                 "is taken over by another worker")
+                                 "is taken over by another worker", allow_inf_nan=False)
     storage_retry_seconds: float = Field(120.0, ge=0, description="how long a worker retries a lost "
                                          "database connection (exponential backoff) before it stops "
-                                         "with a one-line error")
+                                         "with a one-line error", allow_inf_nan=False)
     scenarios: list[ScenarioSpec] = Field(min_length=1)
 
 

@@ -14,6 +14,7 @@ the Optuna studies and the Pareto pool.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,11 +73,19 @@ class StudiesOutcome:
     pareto_exact: bool = True
 
 
-def check_arguments(gap: float | None, objective: str) -> str:
-    """The objective without spaces. Raises ConfigError for a negative gap or an unknown objective."""
-    if gap is not None and not gap >= 0:
-        raise ConfigError(f"gap must be a fraction >= 0 or None (no early stop), got {gap}", field="gap",
+def check_arguments(gap: float | None, objective: str, timeout: float | None = None) -> str:
+    """The objective without spaces.
+
+    Raises:
+        ConfigError (rule ``range``): a gap that is not a finite fraction >= 0 (nan, inf, negative), a
+            timeout (s) that is not a finite number > 0; (rule ``choice``) an unknown objective.
+    """
+    if gap is not None and not (math.isfinite(gap) and gap >= 0):
+        raise ConfigError(f"gap must be a finite fraction >= 0 or None (no early stop), got {gap}", field="gap",
                           value=gap, rule="range")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"timeout must be a finite number of seconds > 0 or None (no wall-clock limit), got "
+                          f"{timeout}", field="timeout", value=timeout, rule="range")
     objective = objective.replace(" ", "")
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}",
@@ -384,7 +393,7 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                 overrides: dict[str, float] | None, prog: Progress, gap: float | None, objective: str,
                 hbm_margin: float | str | None, safety_net: bool) -> SearchOutcome:
     t0 = time.monotonic()
-    objective = check_arguments(gap, objective)
+    objective = check_arguments(gap, objective, timeout)
     cfg = as_config(config, hbm_mib)
     if cfg.hbm_mib is None:
         raise ConfigError("no HBM budget: set context.max_device_memory or pass --hbm",

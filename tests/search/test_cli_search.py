@@ -116,3 +116,35 @@ def test_a_text_file_that_mentions_pretrain_says_how_it_was_read(tmp_path):
     assert "[R_MEGATRON_SCRIPT]" in r.output and "no training command found" in r.output
     assert "read as a Megatron-LM launch script; a MindFormers config must be a YAML mapping" in r.output
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("option, value, rng", [
+    ("--timeout", "nan", "x>0"), ("--timeout", "inf", "x>0"), ("--timeout", "NaN", "x>0"),
+    ("--gap", "nan", "x>=0"), ("--gap", "inf", "x>=0"),
+    ("--progress-every", "nan", "x>0"), ("--progress-every", "inf", "x>0"),
+])
+def test_non_finite_float_options_are_refused(option, value, rng) -> None:
+    """``--timeout nan`` ran to the end and wrote ``"time_limit_s": NaN`` (invalid JSON); ``inf``
+    wrote ``Infinity``. Refused like 0 and negative values: exit 2 before any work."""
+    r = CliRunner().invoke(main, ["search", EX, option, value, "--format", "json", "--dry-run"])
+    assert r.exit_code == 2
+    assert f"Invalid value for '{option}': '{value}' is not a finite number (the range is {rng})" in r.output
+    assert "Traceback" not in r.output and "time_limit_s" not in r.output
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_assumption_override_is_refused(value) -> None:
+    r = CliRunner().invoke(main, ["search", EX, "--set", f"stage_const_mib={value}", "--dry-run"])
+    assert r.exit_code == 2
+    assert f"[assumption] --set: expected KEY=NUMBER (a finite number), got 'stage_const_mib={value}'" in r.output
+
+
+@pytest.mark.parametrize("kw", [{"timeout": float("nan")}, {"timeout": float("inf")}, {"timeout": 0.0},
+                                {"gap": float("nan")}, {"gap": float("inf")}])
+def test_api_refuses_non_finite_timeout_and_gap(kw) -> None:
+    from autotune.errors import ConfigError
+    from autotune.tuner.search import check_arguments
+    with pytest.raises(ConfigError) as ei:
+        check_arguments(kw.get("gap", 0.005), "time", kw.get("timeout"))
+    assert (ei.value.field, ei.value.rule) == (next(iter(kw)), "range")
+    assert check_arguments(0.0, "time", 20.0) == "time"

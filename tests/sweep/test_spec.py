@@ -103,3 +103,15 @@ def test_imports_flow_one_way():
     assert "autotune.tuner.storage" in imported("autotune/tuner/runner.py")
     assert "autotune.sweep.run" not in imported("autotune/sweep/worker.py")
     assert "autotune.sweep.run" not in imported("autotune/sweep/claims.py")
+
+
+@pytest.mark.parametrize("extra, extra_top, field", [
+    ("  - name: t\n    config: %s\n    timeout: .nan\n" % (DATA / "tiny.yaml"), "", "scenarios.1.timeout"),
+    ("  - name: t\n    config: %s\n    timeout: .inf\n" % (DATA / "tiny.yaml"), "", "scenarios.1.timeout"),
+    ("", "storage_retry_seconds: .inf\n", "storage_retry_seconds"),
+])
+def test_non_finite_seconds_are_refused(tmp_path, extra, extra_top, field):
+    """``.inf`` passed ``gt=0`` and would be written as the invalid JSON ``Infinity``."""
+    with pytest.raises(ConfigError) as ei:
+        load_sweep(write_sweep(tmp_path / "s.yaml", extra=extra, extra_top=extra_top))
+    assert (ei.value.field, ei.value.rule) == (field, "sweep") and "finite" in str(ei.value)
