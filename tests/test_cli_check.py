@@ -229,3 +229,39 @@ def test_apply_does_not_overwrite_an_existing_output_without_force(tmp_path):
     r = subprocess.run(cmd + ["--force"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "offset: [[-1, 0, 0, 0, 0, 0, 0, 0]" in out.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# splice: line endings, tabs before comments, anchors' other uses, null parents
+
+
+@pytest.mark.parametrize("text, updates, expected", [
+    # an anchor in the replaced value: its aliases elsewhere are written out as the value they had
+    ("m:\n  offset: &off 0\n  x: *off\n  y: [*off, 1]\n", [(("m", "offset"), [[1, -1]])],
+     "m:\n  offset: [[1, -1]]\n  x: 0\n  y: [0, 1]\n"),
+    ("m:\n  offset: &off\n    - 1\n    - 2\n  x: *off\n", [(("m", "offset"), [[1, -1]])],
+     "m:\n  offset: [[1, -1]]\n  x: [1, 2]\n"),
+    # a tuned key that is an alias: the alias is replaced, not the anchored value it names
+    ("z: &z 0\nm:\n  offset: *z\n", [(("m", "offset"), [[1, -1]])], "z: &z 0\nm:\n  offset: [[1, -1]]\n"),
+    # a null parent (its keys commented out): the keys as a block under it, the comments kept
+    ("rc:\n#  recompute: True\n\ncb: 1\n", [(("rc", "recompute"), [[1, 0]]), (("rc", "sel"), False)],
+     "rc:\n  recompute: [[1, 0]]\n  sel: False\n#  recompute: True\n\ncb: 1\n"),   # True/False as the file
+    ("rc: ~\ncb: 1\n", [(("rc", "recompute"), 1)], "rc:\n  recompute: 1\ncb: 1\n"),
+    ("rc: {a: null}\n", [(("rc", "a", "b"), 1)], "rc: {a: {b: 1}}\n"),
+    # CRLF kept in inserted lines; a tab before a comment (libyaml reads it, as `check` does)
+    ("m:\r\n  offset: 0\t# c\r\n", [(("m", "offset"), [1]), (("m", "pp"), 2), (("p", "q"), True)],
+     "m:\r\n  offset: [1]\t# c\r\n  pp: 2\r\np:\r\n  q: true\r\n"),
+    # a block scalar value keeps the line break after it
+    ("a: |\n  x\nb: 1\n", [(("a",), [1])], "a: [1]\nb: 1\n"),
+])
+def test_splice_edge_cases(text, updates, expected):
+    from autotune.emit.splice import splice
+    assert splice(text, updates)[0] == expected
+
+
+def test_splice_refuses_to_write_into_an_aliased_mapping():
+    from autotune.emit.splice import splice
+    from autotune.errors import ConfigError
+    with pytest.raises(ConfigError) as ei:
+        splice("base: &b {x: 1}\nrc: *b\n", [(("rc", "recompute"), 1)])
+    assert (ei.value.rule, ei.value.field) == ("R_UNSUPPORTED", "rc")

@@ -27,6 +27,10 @@ from autotune.config.limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODE
 from autotune.errors import ConfigError, require_file
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: The loader class every reader uses (libyaml's when built in). Code that composes or parses the
+#: text itself (``autotune.emit.splice``) must use this one too: the pure-Python scanner refuses
+#: text libyaml accepts (a tab before an inline comment), so a file ``check`` reads would not splice.
+SAFE_LOADER = _Loader
 
 
 def _scan(text: str, where: str) -> None:
