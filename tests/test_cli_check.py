@@ -232,6 +232,110 @@ def test_apply_does_not_overwrite_an_existing_output_without_force(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# apply writes only the tuned keys; splice keeps line endings, anchors' other uses, null parents
+
+TOY = ROOT / "tests" / "e2e" / "data" / "toy.yaml"
+HEADER = ("# autotune: tuned pipeline layout\n"
+          "# tuned keys: model.model_config.{offset, pp_interleave_num}, parallel.pipeline_config, "
+          "recompute_config.{recompute, select_recompute, select_comm_recompute}{extra}\n")
+#: the toy's own user edits: what a search's best.yaml (written before them) does not have
+USER = ("runner_config:\n  epochs: 5  # user edit\n  batch_size: 1\n"
+        "callbacks:\n  - type: MFLossMonitor  # keep\n  - type: CheckpointMonitor\n    prefix: llama\n")
+
+
+def toy_best(extra: str = "", **edits: tuple[str, str]) -> str:
+    """The toy as `search --out` would write it (epochs 2, callbacks in flow style, a new layout);
+    ``edits``: more (old, new) text replacements."""
+    text = TOY.read_text() + USER.replace("epochs: 5  # user edit", "epochs: 2").replace(
+        "callbacks:\n  - type: MFLossMonitor  # keep\n  - type: CheckpointMonitor\n    prefix: llama\n",
+        "callbacks: [{type: MFLossMonitor}, {type: CheckpointMonitor, prefix: llama}]\n")
+    text = text.replace("recompute: [2, 1, 0, 0]", "recompute: [[1, 1, 0, 0]]").replace(
+        "offset: [-1, 1, 1, -1]", "offset: [[0, 1, 0, -1]]")
+    for old, new in edits.values():
+        assert old in text
+        text = text.replace(old, new)
+    return HEADER.replace("{extra}", extra) + text
+
+
+def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
+    diff = [l for l in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+            if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+    return [l[1:] for l in diff if l.startswith("-")], [l[1:] for l in diff if l.startswith("+")]
+
+
+def test_apply_writes_only_the_tuned_keys_of_a_whole_best_yaml(tmp_path):
+    cfg = write(tmp_path, "c.yaml", TOY.read_text() + USER)
+    best = write(tmp_path, "best.yaml", toy_best())
+    out = tmp_path / "out.yaml"
+    r = run("apply", best, cfg, "-o", out)
+    assert r.exit_code == 0, r.output
+    removed, added = changed_lines(cfg.read_text(), out.read_text())
+    assert removed == ["  recompute: [2, 1, 0, 0]", "    offset: [-1, 1, 1, -1]"]
+    assert added == ["  recompute: [[1, 1, 0, 0]]", "    offset: [[0, 1, 0, -1]]"]
+    assert "epochs: 5  # user edit" in out.read_text()                       # not put back to 2
+    assert "  - type: CheckpointMonitor\n    prefix: llama\n" in out.read_text()   # not flow style
+
+
+@pytest.mark.parametrize("old, new, field, values", [
+    ("micro_batch_num: 8", "micro_batch_num: 16", "parallel_config.micro_batch_num", ("16", "8")),
+    ("pipeline_stage: 4", "pipeline_stage: 2", "parallel_config.pipeline_stage", ("2", "4")),
+    ("num_layers: 16", "num_layers: 32", "model.model_config.num_layers", ("32", "16")),
+    ("hidden_size: 4096", "hidden_size: 8192", "model.model_config.hidden_size", ("8192", "4096")),
+    ('max_device_memory: "13GB"', 'max_device_memory: "58GB"', "context.max_device_memory",
+     ("'58GB'", "'13GB'")),
+    ("data_parallel: 2", "data_parallel: 8", "parallel_config.data_parallel", ("8", "2")),
+])
+def test_apply_refuses_a_best_yaml_tuned_for_another_config(tmp_path, old, new, field, values):
+    cfg = write(tmp_path, "c.yaml", TOY.read_text() + USER)
+    best = write(tmp_path, "best.yaml", toy_best(edit=(old, new)))
+    out = tmp_path / "out.yaml"
+    r = run("apply", best, cfg, "-o", out)
+    assert r.exit_code == 2
+    assert r.output.startswith(f"error: [R_APPLY_MISMATCH] {field}: {values[0]} in {best} but {values[1]} in {cfg}: ")
+    assert r.output.count("\n") == 1
+    assert not out.exists()
+
+
+def test_apply_refuses_a_layout_key_the_config_added_after_the_search(tmp_path):
+    cfg = write(tmp_path, "c.yaml", TOY.read_text().replace("  micro_batch_num: 8\n",
+                                                             "  micro_batch_num: 8\n  seq_split_num: 2\n") + USER)
+    best = write(tmp_path, "best.yaml", toy_best())
+    r = run("apply", best, cfg, "-o", tmp_path / "out.yaml")
+    assert r.exit_code == 2
+    assert r.output.startswith("error: [R_APPLY_MISMATCH] parallel_config.seq_split_num: "
+                               f"{best} has no parallel_config.seq_split_num but {cfg} sets it to 2: ")
+
+
+def test_apply_writes_the_free_knobs_its_header_names(tmp_path):
+    cfg = write(tmp_path, "c.yaml", TOY.read_text() + USER)
+    edit = ("micro_batch_num: 8", "micro_batch_num: 16")
+    best = write(tmp_path, "best.yaml", toy_best(", parallel_config.micro_batch_num", edit=edit))
+    out = tmp_path / "out.yaml"
+    r = run("apply", best, cfg, "-o", out)
+    assert r.exit_code == 0, r.output
+    removed, added = changed_lines(cfg.read_text(), out.read_text())
+    assert "  micro_batch_num: 16" in added and "  micro_batch_num: 8" in removed
+    # a block of tuned keys alone (what `search` prints): every key in it is written
+    block = write(tmp_path, "block.yaml", {"parallel_config": {"micro_batch_num": 4},
+                                           "runner_config": {"batch_size": 4}})
+    r = run("apply", block, cfg)
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load(r.output)["runner_config"] == {"epochs": 5, "batch_size": 4}
+
+
+def test_apply_does_not_insert_default_pipeline_keys(tmp_path):
+    cfg = write(tmp_path, "c.yaml", "model:\n  model_config:\n    num_layers: 8\n"
+                                    "parallel_config:\n  pipeline_stage: 4\n  micro_batch_num: 8\n")
+    best = write(tmp_path, "b.yaml", {"model": {"model_config": {"offset": [1, 0, 0, -1], "pp_interleave_num": 1}},
+                                      "parallel": {"pipeline_config": {"pipeline_interleave": False,
+                                                                       "pipeline_scheduler": "1f1b"}}})
+    r = run("apply", best, cfg)
+    assert r.exit_code == 0, r.output
+    assert r.output == ("model:\n  model_config:\n    num_layers: 8\n    offset: [1, 0, 0, -1]\n"
+                        "    pp_interleave_num: 1\nparallel_config:\n  pipeline_stage: 4\n  micro_batch_num: 8\n")
+
+
+# ---------------------------------------------------------------------------------------------
 # splice: line endings, tabs before comments, anchors' other uses, null parents
 
 
@@ -265,3 +369,16 @@ def test_splice_refuses_to_write_into_an_aliased_mapping():
     with pytest.raises(ConfigError) as ei:
         splice("base: &b {x: 1}\nrc: *b\n", [(("rc", "recompute"), 1)])
     assert (ei.value.rule, ei.value.field) == ("R_UNSUPPORTED", "rc")
+
+
+def test_apply_keys_follow_the_search_space_settings():
+    from autotune.emit.apply_keys import FREEABLE_PATHS, TUNED_PATHS
+    from autotune.emit.yaml_block import tuned_block
+    from autotune.tuner.space import KNOBS
+    block = tuned_block({"offset": 0, "pp_interleave_num": 1, "recompute": 0, "select_recompute": 0,
+                         "select_comm_recompute": 0})
+    from autotune.emit.splice import leaves
+    assert {".".join(p) for p, _ in leaves(block)} == TUNED_PATHS
+    # expand_space's settings: recompute_config.<knob>, parallel_config.micro_batch_num, runner_config.batch_size
+    assert {f"recompute_config.{k}" for k in KNOBS} | {"parallel_config.micro_batch_num",
+                                                       "runner_config.batch_size"} == FREEABLE_PATHS

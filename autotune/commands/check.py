@@ -20,7 +20,8 @@ from autotune.config.model_dims import missing_dims_error
 from autotune.config.read import check_config
 from autotune.config.safe_yaml import load_yaml_text, read_yaml_file
 from autotune.config.training import read_training_yaml, read_yaml
-from autotune.emit.splice import leaves, splice
+from autotune.emit.apply_keys import apply_updates
+from autotune.emit.splice import splice
 from autotune.errors import AutotuneError, ConfigError, require_file
 
 EXIT_BAD_INPUT = 2
@@ -141,10 +142,13 @@ def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str
               show_default=True, help="The result must pass `check` for this release.")
 def apply(best: str, config: str, output: str | None, output_alias: str | None, in_place: bool, force: bool,
           version: str) -> None:
-    """Write the tuned values of BEST (a partial MindFormers YAML, e.g. the block `autotune` emits)
-    into CONFIG, changing only those values' text; comments and formatting stay as they were.
+    """Write the tuned values of BEST (the block `autotune search` prints, or the file `search --out`
+    writes) into CONFIG, changing only those values' text; comments and formatting stay as
+    they were, and keys the search does not tune (epochs, callbacks, ...) are not touched.
 
-    The result must pass `autotune check` (strict); otherwise nothing is written.
+    A layout key (num_layers, pipeline_stage, micro_batch_num, model dims, max_device_memory, ...)
+    that differs between BEST and CONFIG stops it (R_APPLY_MISMATCH): BEST was tuned for another
+    config. The result must pass `autotune check` (strict); otherwise nothing is written.
     """
     if output and output_alias and output != output_alias:
         raise ConfigError("give the output once (--out / -o; --output is its old name)", field="--out",
@@ -153,9 +157,11 @@ def apply(best: str, config: str, output: str | None, output_alias: str | None, 
     try:
         tuned = read_yaml(best)
         path = require_file(config)
-        read_yaml_file(path, mapping=True)       # the limits, and a mapping to splice into
+        target = read_yaml_file(path, mapping=True)       # the limits, and a mapping to splice into
         text = path.read_text(encoding="utf-8")
-        new_text, changed = splice(text, leaves(tuned))
+        updates = apply_updates(Path(best).read_text(encoding="utf-8"), tuned, target, best_name=best,
+                                config_name=config)
+        new_text, changed = splice(text, updates)
         try:
             check_config(load_yaml_text(new_text, where=config), version)
         except ConfigError as exc:
