@@ -335,6 +335,52 @@ def test_apply_does_not_insert_default_pipeline_keys(tmp_path):
                         "    pp_interleave_num: 1\nparallel_config:\n  pipeline_stage: 4\n  micro_batch_num: 8\n")
 
 
+def test_apply_keeps_crlf_line_endings(tmp_path):
+    text = (TOY.read_text() + USER).replace("\n", "\r\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_bytes(text.encode())
+    best = write(tmp_path, "best.yaml", toy_best().replace(
+        "    pipeline_interleave: True\n", "    pipeline_interleave: True\n    pipeline_scheduler: 1f1b\n"
+    ).replace("    pp_interleave_num: 1\n", "    pp_interleave_num: 2\n").replace(
+        "offset: [[0, 1, 0, -1]]", "offset: [[0, 0, 0, 0], [0, 0, 0, 0]]").replace(
+        "recompute: [[1, 1, 0, 0]]", "recompute: [[1, 1, 0, 0], [0, 0, 0, 0]]"))
+    out = tmp_path / "out.yaml"
+    r = run("apply", best, cfg, "-o", out)
+    assert r.exit_code == 0, r.output
+    new = out.read_bytes().decode()
+    assert new.count("\n") == new.count("\r\n") == text.count("\r\n")
+    removed, added = changed_lines(text.replace("\r\n", "\n"), new.replace("\r\n", "\n"))
+    assert [l.split(":")[0].strip() for l in removed + added] == ["recompute", "pp_interleave_num", "offset",
+                                                                 "recompute", "pp_interleave_num", "offset"]
+    # a key inserted into a CRLF file ends its line with CRLF too
+    ins = tmp_path / "ins.yaml"
+    ins.write_bytes(b"model:\r\n  model_config:\r\n    num_layers: 8\r\nparallel_config:\r\n"
+                    b"  pipeline_stage: 4\r\n  micro_batch_num: 8\r\n")
+    block = write(tmp_path, "b.yaml", {"model": {"model_config": {"offset": [1, 0, 0, -1]}}})
+    r = run("apply", block, ins, "--in-place")
+    assert r.exit_code == 0, r.output
+    assert ins.read_bytes() == (b"model:\r\n  model_config:\r\n    num_layers: 8\r\n    offset: [1, 0, 0, -1]\r\n"
+                                b"parallel_config:\r\n  pipeline_stage: 4\r\n  micro_batch_num: 8\r\n")
+
+
+def test_apply_into_a_config_with_a_tab_before_a_comment(tmp_path):
+    cfg = write(tmp_path, "c.yaml", TOY.read_text().replace("offset: [-1, 1, 1, -1]",
+                                                            "offset: [-1, 1, 1, -1]\t# tab"))
+    best = write(tmp_path, "b.yaml", {"model": {"model_config": {"offset": [0, 1, 0, -1]}}})
+    assert run("check", cfg).exit_code == 0
+    r = run("apply", best, cfg)
+    assert r.exit_code == 0, r.output
+    removed, added = changed_lines(cfg.read_text(), r.output)
+    assert (removed, added) == (["    offset: [-1, 1, 1, -1]\t# tab"], ["    offset: [0, 1, 0, -1]\t# tab"])
+
+
+def test_an_unexpected_error_is_one_line():
+    from autotune.commands.check import _as_config_error
+    err = _as_config_error(ValueError("while scanning\n  in line 3\nfound a tab"))
+    assert str(err) == ("[R_UNSUPPORTED] <file>: input not supported (ValueError: while scanning in line 3 "
+                        "found a tab); fix: simplify the value")
+
+
 # ---------------------------------------------------------------------------------------------
 # splice: line endings, tabs before comments, anchors' other uses, null parents
 

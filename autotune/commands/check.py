@@ -21,7 +21,7 @@ from autotune.config.read import check_config
 from autotune.config.safe_yaml import load_yaml_text, read_yaml_file
 from autotune.config.training import read_training_yaml, read_yaml
 from autotune.emit.apply_keys import apply_updates
-from autotune.emit.splice import splice
+from autotune.emit.splice import read_text_exact, splice
 from autotune.errors import AutotuneError, ConfigError, require_file
 
 EXIT_BAD_INPUT = 2
@@ -33,7 +33,7 @@ def _as_config_error(exc: BaseException) -> ConfigError:
         return exc
     if isinstance(exc, AutotuneError):
         return ConfigError(str(exc), field=None, value=None, rule="R_ERROR")
-    return ConfigError(f"input not supported ({type(exc).__name__}: {str(exc)[:200]}); fix: simplify "
+    return ConfigError(f"input not supported ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); fix: simplify "
                        "the value", field="<file>", value=None, rule="R_UNSUPPORTED")
 
 
@@ -143,8 +143,8 @@ def check(ctx: click.Context, config: str, version: str, emulate: bool, fmt: str
 def apply(best: str, config: str, output: str | None, output_alias: str | None, in_place: bool, force: bool,
           version: str) -> None:
     """Write the tuned values of BEST (the block `autotune search` prints, or the file `search --out`
-    writes) into CONFIG, changing only those values' text; comments and formatting stay as
-    they were, and keys the search does not tune (epochs, callbacks, ...) are not touched.
+    writes) into CONFIG, changing only those values' text; comments, formatting and line endings
+    stay as they were, and keys the search does not tune (epochs, callbacks, ...) are not touched.
 
     A layout key (num_layers, pipeline_stage, micro_batch_num, model dims, max_device_memory, ...)
     that differs between BEST and CONFIG stops it (R_APPLY_MISMATCH): BEST was tuned for another
@@ -158,9 +158,8 @@ def apply(best: str, config: str, output: str | None, output_alias: str | None, 
         tuned = read_yaml(best)
         path = require_file(config)
         target = read_yaml_file(path, mapping=True)       # the limits, and a mapping to splice into
-        text = path.read_text(encoding="utf-8")
-        updates = apply_updates(Path(best).read_text(encoding="utf-8"), tuned, target, best_name=best,
-                                config_name=config)
+        text = read_text_exact(path)                       # CRLF stays CRLF
+        updates = apply_updates(read_text_exact(best), tuned, target, best_name=best, config_name=config)
         new_text, changed = splice(text, updates)
         try:
             check_config(load_yaml_text(new_text, where=config), version)
@@ -179,9 +178,9 @@ def apply(best: str, config: str, output: str | None, output_alias: str | None, 
     except Exception as exc:  # noqa: BLE001
         raise _as_config_error(exc) from None
     if output:
-        Path(output).write_text(new_text, encoding="utf-8")
+        Path(output).write_text(new_text, encoding="utf-8", newline="")
     elif in_place:
-        path.write_text(new_text, encoding="utf-8")
+        path.write_text(new_text, encoding="utf-8", newline="")
     else:
         sys.stdout.write(new_text)
     if output or in_place:
