@@ -85,7 +85,8 @@ def check_out_dir(path: str | Path | None, *, force: bool, option: str = "--out"
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` (UTF-8), creating its folder; checked by :func:`check_out_file`."""
+    """Write ``text`` to ``path`` (UTF-8, line endings as they are in ``text``), creating its folder;
+    checked by :func:`check_out_file`."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
+    p.write_text(text, encoding="utf-8", newline="")

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -16,7 +17,7 @@ from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.emit.render import comparison_table, headroom_text, render_report, report_json
-from autotune.emit.search_result import bound_line, bounds_by_vpp_line
+from autotune.emit.search_result import bound_line, bounds_by_vpp_line, check_writable
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
@@ -250,6 +251,8 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     try:
         prog.phase("reading", config)
         cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)  # a bad margin stops here, before the work
+        if out and Path(config).is_file():
+            check_writable(config)   # a file --out cannot be written into stops here, not after the search
         _config_warnings(cfg)
         if dry_run:
             _dry_run(config, hf_config, profile, space, device, cfg.hbm_mib, sets, margin, fmt)

@@ -9,8 +9,9 @@ from typing import Any
 
 from autotune.config.layout import canonical_values, mtp_layers_in_split
 from autotune.cost.report import CostReport
+from autotune.emit.apply_keys import TUNED_PATHS
 from autotune.emit.render import fits_word, memory_text, report_json
-from autotune.emit.splice import leaves, splice
+from autotune.emit.splice import leaves, line_ending, read_text_exact, splice
 from autotune.emit.yaml_block import deep_merge, dump_yaml, tuned_block
 from autotune.errors import ConfigError, InfeasibleError
 from autotune.units import parse_memory_mib
@@ -62,10 +63,23 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
     block = tuned_keys(result)
     source = Path(result.config.source)
     if full and source.is_file():
-        text, _ = splice(source.read_text(encoding="utf-8"), leaves(block))
-        return "".join(f"# {line}\n" for line in head) + text
+        text, _ = splice(read_text_exact(source), leaves(block))
+        nl = line_ending(text)
+        return "".join(f"# {line}{nl}" for line in head) + text
     data = deep_merge(result.config.raw, block) if full else block
     return dump_yaml(data, header="\n".join(head))
+
+
+def check_writable(source: str | Path) -> None:
+    """Raise now, not after a search, when ``result_yaml`` could not splice the tuned keys into the
+    config file ``source`` (e.g. a tuned key's parent is an alias of a mapping written elsewhere):
+    every key a search always writes is spliced, with a placeholder value, into the file's text.
+
+    Raises:
+        ConfigError: the rule :func:`autotune.emit.splice.splice` gives (one line, the key named).
+    """
+    probe = "__autotune_probe__"
+    splice(read_text_exact(source), [(tuple(p.split(".")), probe) for p in sorted(TUNED_PATHS)])
 
 
 def config_warnings(result: Any) -> list[dict[str, str]]:

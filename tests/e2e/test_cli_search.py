@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 import sys
@@ -202,3 +203,81 @@ def test_none_found_is_not_called_proven_infeasible() -> None:
     assert ("[R_HBM_INFEASIBLE] --hbm: no configuration fits the HBM budget of 8950 MiB (proven: the lower "
             "bounds' memory relaxation admits no layout)") in by_bounds.stderr
     assert "(no layout fits the budget)" in by_bounds.stdout and "certified gap n/a (nothing fits)" in by_bounds.stdout
+
+
+# --out writes into files `check` and `evaluate` read (fuzzing found three it crashed on after the search)
+OUT_CASES = {
+    "tab_before_comment": ("offset: [-1, 1, 1, -1]", "offset: [-1, 1, 1, -1]\t# tab before comment"),
+    "anchored_offset": ("    offset: [-1, 1, 1, -1]\n",
+                        "    offset: &off [-1, 1, 1, -1]\n    extra_offset_ref: *off\n"),
+    "recompute_config_commented_out": ("  recompute: [2, 1, 0, 0]\n  select_recompute: False\n"
+                                       "  select_comm_recompute: False\n",
+                                       "#  recompute: [2, 1, 0, 0]\n#  select_recompute: False\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_CASES))
+def test_search_out_writes_what_evaluate_reads(tmp_path, case):
+    old, new = OUT_CASES[case]
+    text = TOY.read_text()
+    assert old in text
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(text.replace(old, new))
+    out = tmp_path / "best.yaml"
+    r = run("search", str(cfg), "--out", str(out), "--trials", "3", "--timeout", "4", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    best = json.loads(r.stdout)["best"]
+    ev = run("evaluate", str(out), "--format", "json")
+    assert ev.returncode == 0, ev.stderr
+    assert json.loads(ev.stdout)["step_time_ms"] == pytest.approx(best["step_time_ms"], rel=1e-12)
+    assert json.loads(ev.stdout)["config"] == best["config"]
+    lines = out.read_text().splitlines()
+    before = cfg.read_text().splitlines()
+    assert all(line.startswith("# ") for line in lines[:lines.index(before[0])])
+    body = lines[lines.index(before[0]):]                              # less autotune's header
+    diff = [d for d in difflib.unified_diff(before, body, lineterm="", n=0)
+            if d[:1] in "+-" and not d.startswith(("+++", "---"))]
+    keys = {d[1:].split(":")[0].strip() for d in diff}
+    assert keys <= {"offset", "recompute", "select_recompute", "select_comm_recompute", "pp_interleave_num",
+                    "extra_offset_ref"}, diff                          # only tuned lines (and the alias)
+    assert "offset" in keys
+    if case == "anchored_offset":                                      # the alias still reads the old value
+        assert "    extra_offset_ref: [-1, 1, 1, -1]" in body
+        assert yaml.safe_load(out.read_text())["model"]["model_config"]["extra_offset_ref"] == [-1, 1, 1, -1]
+    if case == "tab_before_comment":
+        assert any(line.endswith("]\t# tab before comment") and "offset:" in line for line in body)
+    if case == "recompute_config_commented_out":
+        assert "#  recompute: [2, 1, 0, 0]" in body
+
+
+def test_search_out_keeps_crlf(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_bytes(TOY.read_bytes().replace(b"\n", b"\r\n"))
+    out = tmp_path / "best.yaml"
+    r = run("search", str(cfg), "--out", str(out), "--trials", "3", "--timeout", "4")
+    assert r.returncode == 0, r.stderr
+    data = out.read_bytes()
+    assert data.count(b"\n") == data.count(b"\r\n") > cfg.read_bytes().count(b"\r\n")
+
+
+def test_search_out_that_cannot_be_written_stops_before_the_search(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+    from autotune.commands import tune
+
+    def no_search(*a, **k):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(tune, "search", no_search)
+    text = TOY.read_text().replace("recompute_config:\n", "rc_base: &rcb\n  recompute: [2, 1, 0, 0]\n"
+                                   "recompute_config: *rcb\nunused:\n")
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(text)
+    assert run("check", str(cfg)).returncode == 0
+    out = tmp_path / "best.yaml"
+    r = CliRunner().invoke(main, ["search", str(cfg), "--out", str(out), "--quiet"])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: [R_UNSUPPORTED] recompute_config: recompute_config is an alias of a "
+                               "mapping written elsewhere")
+    assert r.output.count("\n") == 1 and not out.exists()
