@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from autotune.cost.budget import fits
-from autotune.tuner.bounds import (ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, several_kinds,
+from autotune.tuner.bounds import (ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, Pass, several_kinds,
                                    stage_dp_first, tighten)
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
@@ -347,6 +347,17 @@ def _gap_met(best_ms: float | None, bound_ms: float, target_gap: float | None) -
     return (best_ms - bound_ms) / bound_ms <= target_gap
 
 
+def _first_pass(problem: Problem, short: bool, share: Callable[[float], float | None]) -> tuple[Pass, float | None]:
+    """The first bound pass and its deadline (time.monotonic()); ``share(f)``: the time at fraction
+    f of the bound phase. :data:`REGISTRY`'s first pass to FIRST_PASS_SHARE; under a short
+    ``--timeout`` (``short``) on a model of one layer kind, the stage DP first
+    (:func:`~autotune.tuner.bounds.stage_dp_first`, its Lagrangian fallback to FIRST_PASS_SHARE)
+    to ANYTIME_SHARE."""
+    if short and not several_kinds(problem):
+        return stage_dp_first(share(FIRST_PASS_SHARE)), share(ANYTIME_SHARE)
+    return REGISTRY[0], share(FIRST_PASS_SHARE)
+
+
 def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                     deadline: float | None = None, report: Report | None = None,
                     target_gap: float | None = None, timed: bool = False) -> BoundAndSeeds:
@@ -390,10 +401,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     problem.score([c for c in out if not np.isfinite(c.step_ms)])
     ub = _incumbent(starts + out)
     short = timed and deadline is not None and deadline - t_start <= ANYTIME_HORIZON_S
-    first, later = REGISTRY[0], REGISTRY[1:]
-    first_until = share(FIRST_PASS_SHARE)
-    if short and not several_kinds(problem):  # the stage DP first, with the anytime pass's share too
-        first, first_until = stage_dp_first(first_until), share(ANYTIME_SHARE)
+    (first, first_until), later = _first_pass(problem, short, share), REGISTRY[1:]
 
     def past(limit: float | None) -> bool:
         """A step that ended past its deadline was cut (the first pass is not counted: its proofs
