@@ -71,7 +71,7 @@ TABLE: list[tuple[str, str, str]] = [
     ("pipeline_stage × pp_interleave_num × micro_batch_num × seq_split_num", f"{MAX_SCHEDULE_UNITS:,}",
      "R_LIMIT_SCHEDULE"),
     ("pp_interleave_num × micro_batch_num × seq_split_num (per stage)", f"{MAX_STAGE_UNITS:,}", "R_LIMIT_SCHEDULE"),
-    ("any other integer read from the config", f"{MAX_INT:,} (int32)", "R_RANGE"),
+    ("any other integer read from the config (model dimensions included)", f"{MAX_INT:,} (int32)", "R_RANGE"),
     ("select/comm patterns per key; characters per pattern", f"{MAX_PATTERNS}; {MAX_PATTERN_CHARS}",
      "R_LIMIT_PATTERNS"),
     ("regex time per pattern match (a select / comm / exclude pattern against a cell or op name, or against "

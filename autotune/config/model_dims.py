@@ -24,6 +24,7 @@ value by :func:`resolve_refs` (dotted path into the same YAML).
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from autotune.config.layer_setting import Warning_
+from autotune.config.layer_types import short_repr
+from autotune.config.limits import MAX_INT
 from autotune.errors import ConfigError
 
 MC = "model.model_config."
@@ -155,7 +158,7 @@ def resolve_refs(data: dict[str, Any], value: Any, *, field: str, _depth: int = 
     """Resolve a ``${a.b.c}`` string (a dotted path into ``data``); other values pass through.
 
     Raises:
-        ConfigError: the path does not exist or the references loop (rule ``reference``).
+        ConfigError: the path does not exist or the references loop (rule R_REFERENCE).
     """
     if not isinstance(value, str):
         return value
@@ -165,7 +168,7 @@ def resolve_refs(data: dict[str, Any], value: Any, *, field: str, _depth: int = 
     target = _node(data, m.group(1))
     if target is None or _depth > 8:
         raise ConfigError(f"reference {value!r} does not resolve to a value in this YAML",
-                          field=field, value=value, rule="reference")
+                          field=field, value=value, rule="R_REFERENCE")
     return resolve_refs(data, target, field=field, _depth=_depth + 1)
 
 
@@ -183,22 +186,55 @@ def as_count(val: Any, path: str, *, minimum: int = 0) -> int:
     """An integer count; an integer-valued float (``8.0``) is accepted as MindFormers does.
 
     Raises:
-        ConfigError: not a whole number, or below ``minimum`` (rule ``type`` / ``range``).
+        ConfigError: not a whole number (rule R_TYPE), below ``minimum`` or above
+            :data:`~autotune.config.limits.MAX_INT` (int32, the README's input limit; rule R_RANGE).
     """
     if isinstance(val, float) and val.is_integer():
         val = int(val)
     if isinstance(val, bool) or not isinstance(val, int):
-        raise ConfigError(f"must be an integer, got {val!r}", field=path, value=val, rule="type")
+        raise ConfigError(f"must be an integer, got {short_repr(val)}; fix: write a whole number",
+                          field=path, value=val, rule="R_TYPE")
     if val < minimum:
-        raise ConfigError(f"must be >= {minimum}, got {val}", field=path, value=val, rule="range")
+        raise ConfigError(f"must be >= {minimum}, got {short_repr(val)}; fix: use a value >= {minimum}",
+                          field=path, value=val, rule="R_RANGE")
+    if val > MAX_INT:
+        raise ConfigError(f"must be <= {MAX_INT} (int32; autotune's input limit), got {short_repr(val)}; "
+                          "fix: use a real size", field=path, value=val, rule="R_RANGE")
     return val
+
+
+def as_number(val: Any, path: str, *, low: float = 0.0, high: float = float(MAX_INT),
+              low_ok: bool = True) -> float:
+    """A finite real number in ``[low, high]`` (``(low, high]`` when not ``low_ok``).
+
+    Raises:
+        ConfigError: not a number (rule R_TYPE); NaN, infinite or outside the range (rule R_RANGE).
+    """
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        hint = "write a number"
+        if isinstance(val, str) and re.fullmatch(r"\s*[-+]?[0-9.]+[eE][0-9]+\s*", val):
+            hint = ("YAML 1.1 (PyYAML, as MindFormers loads it) reads an exponent without a sign as "
+                    "a string; write e.g. 1.0e+3")
+        raise ConfigError(f"must be a number, got {short_repr(val)}; fix: {hint}", field=path,
+                          value=val, rule="R_TYPE")
+    try:
+        num = float(val)
+    except OverflowError:                     # an integer beyond float's range
+        num = math.inf if val > 0 else -math.inf
+    ok = math.isfinite(num) and (num >= low if low_ok else num > low) and num <= high
+    if not ok:
+        rng = f"{'[' if low_ok else '('}{_num(low)}, {_num(high)}]"
+        raise ConfigError(f"must be a finite number in {rng}, got {short_repr(val)}; fix: use a value "
+                          f"in {rng}", field=path, value=val, rule="R_RANGE")
+    return num
 
 
 def count(data: dict[str, Any], quantity: str, default: int | None = None, *, minimum: int = 0) -> int:
     """:func:`find` + :func:`as_count`; ``default`` when absent (None = required).
 
     Raises:
-        ConfigError: missing (rule ``missing_key``, naming every spelling) or not a count.
+        ConfigError: missing (rule R_MISSING, naming every spelling) or not a count (R_TYPE /
+            R_RANGE, :func:`as_count`).
     """
     val, path = find(data, quantity)
     if val is None:
@@ -206,7 +242,7 @@ def count(data: dict[str, Any], quantity: str, default: int | None = None, *, mi
             names = ALIASES[quantity]
             raise ConfigError("required key is missing" + (
                 f" (also looked for {', '.join(names[1:])})" if len(names) > 1 else ""),
-                field=MC + names[0], value=None, rule="missing_key")
+                field=MC + names[0], value=None, rule="R_MISSING")
         return default
     return as_count(val, path or quantity, minimum=minimum)
 
@@ -218,7 +254,7 @@ def _dtype(data: dict[str, Any], quantity: str, default: int) -> tuple[int, str 
     key = str(val).lower().replace("mstype.", "")
     if key not in DTYPE_BYTES:
         raise ConfigError(f"unknown dtype {val!r}; known: {', '.join(sorted(DTYPE_BYTES))}",
-                          field=path, value=val, rule="type")
+                          field=path, value=val, rule="R_TYPE")
     return DTYPE_BYTES[key], path
 
 
@@ -242,12 +278,13 @@ def _seq_length(data: dict[str, Any]) -> tuple[int, str]:
 
     walk(data.get("train_dataset"), "train_dataset")
     if found:
-        return max(found)
+        val, where = max(found)
+        return as_count(val, where, minimum=1), where
     mpe = _node(data, MC + "max_position_embeddings")
     if mpe is not None:
         return as_count(mpe, MC + "max_position_embeddings", minimum=1), MC + "max_position_embeddings"
     raise ConfigError("required key is missing (also looked for the train_dataset's seq_length and "
-                      "max_position_embeddings)", field=MC + "seq_length", value=None, rule="missing_key")
+                      "max_position_embeddings)", field=MC + "seq_length", value=None, rule="R_MISSING")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,18 +386,27 @@ def _flag(data: dict[str, Any], path: str, default: bool) -> bool:
     if val is None:
         return default
     if not isinstance(val, bool):
-        raise ConfigError(f"must be true or false, got {val!r}", field=path, value=val, rule="type")
+        raise ConfigError(f"must be true or false, got {short_repr(val)}", field=path, value=val, rule="R_TYPE")
     return val
 
 
-def _float(data: dict[str, Any], paths: tuple[str, ...], default: float) -> float:
+def _num(x: float) -> str:
+    """``x`` for a message: a whole number in full (2147483647, not 2.14748e+09), else ``:g``."""
+    return str(int(x)) if math.isfinite(x) and x.is_integer() else f"{x:g}"
+
+
+def _float(data: dict[str, Any], paths: tuple[str, ...], default: float, *, high: float = float(MAX_INT)) -> float:
+    """The first of ``paths`` present as a finite number in [0, ``high``] (:func:`as_number`);
+    ``default`` when none is.
+
+    Raises:
+        ConfigError: not a number (R_TYPE), NaN, infinite, negative or above ``high`` (R_RANGE).
+    """
     for p in paths:
         val = resolve_refs(data, _node(data, p), field=p)
         if val is None:
             continue
-        if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise ConfigError(f"must be a number, got {val!r}", field=p, value=val, rule="type")
-        return float(val)
+        return as_number(val, p, high=high)
     return default
 
 
@@ -382,23 +428,42 @@ def family_of(data: dict[str, Any]) -> str | None:
 def _intermediate_size(data: dict[str, Any], hidden: int, notes: list[str]) -> int:
     """The FFN width: ``intermediate_size``, else GPT-2's ``expand_ratio`` · h, else Llama's
     LlamaFeedForward rule (llama_layer.py: hidden_dim = 4h, ffn_dim_multiplier, multiple_of); the
-    derived ones add a note."""
+    derived ones add a note.
+
+    Raises:
+        ConfigError: a count out of range (:func:`as_count`); ``ffn_dim_multiplier`` not a finite
+            number > 0 (R_TYPE / R_RANGE); a derived width above
+            :data:`~autotune.config.limits.MAX_INT` (R_RANGE, naming the key that makes it so).
+    """
     inter_v, inter_p = find(data, "intermediate_size")
     if inter_v is not None:
         return as_count(inter_v, inter_p or "intermediate_size", minimum=1)
-    if _node(data, MC + "expand_ratio") is not None:            # GPT-2: f = expand_ratio · h
-        inter = as_count(_node(data, MC + "expand_ratio"), MC + "expand_ratio", minimum=1) * hidden
+    ratio_v = resolve_refs(data, _node(data, MC + "expand_ratio"), field=MC + "expand_ratio")
+    if ratio_v is not None:            # GPT-2: f = expand_ratio · h
+        inter = as_count(ratio_v, MC + "expand_ratio", minimum=1) * hidden
+        _derived_in_range(inter, MC + "expand_ratio", ratio_v)
         notes.append(f"intermediate_size = expand_ratio x hidden_size = {inter}")
         return inter
-    mult = _node(data, MC + "ffn_dim_multiplier")
-    multiple_of = _node(data, MC + "multiple_of") or 256
+    mult_p, mo_p = MC + "ffn_dim_multiplier", MC + "multiple_of"
+    mult = resolve_refs(data, _node(data, mult_p), field=mult_p)
+    mo_v = resolve_refs(data, _node(data, mo_p), field=mo_p)
+    multiple_of = 256 if mo_v is None else as_count(mo_v, mo_p, minimum=1)
     base = 4 * hidden
     if mult is not None:
-        base = int((float(mult) + 0.01) * base)
+        base = int((as_number(mult, mult_p, low_ok=False) + 0.01) * base)
     base = int(2 * base / 3)
     inter = multiple_of * ((base + multiple_of - 1) // multiple_of)
+    _derived_in_range(inter, mult_p if mult is not None else mo_p, mult if mult is not None else multiple_of)
     notes.append(f"intermediate_size from hidden_size/ffn_dim_multiplier/multiple_of = {inter}")
     return inter
+
+
+def _derived_in_range(inter: int, path: str, value: Any) -> None:
+    """Refuse a derived FFN width outside [1, MAX_INT], naming the key ``path`` that makes it so."""
+    if not 1 <= inter <= MAX_INT:
+        raise ConfigError(f"gives intermediate_size {inter:,} with the hidden_size, outside [1, {MAX_INT}] "
+                          f"(int32; autotune's input limit), got {short_repr(value)}; fix: use a real "
+                          "value or set intermediate_size", field=path, value=value, rule="R_RANGE")
 
 
 def _flash_attention(data: dict[str, Any], notes: list[str]) -> bool | Any:
@@ -422,7 +487,8 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
 
     Raises:
         ConfigError: a count, dtype or flag of the wrong type (field = its YAML path) or a required
-            dim missing (rule ``missing_key``).
+            dim missing (rule R_MISSING); every count is an integer in [minimum, int32 max] and
+            every real number finite and in range (rules R_TYPE / R_RANGE, field = its YAML path).
     """
     if find(data, "hidden_size")[0] is None:
         return None
@@ -443,12 +509,12 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     vocab = count(data, "vocab_size", minimum=1)
     moe = data.get("moe_config")
     if moe is not None and not isinstance(moe, dict):
-        raise ConfigError("must be a mapping", field="moe_config", value=moe, rule="type")
+        raise ConfigError("must be a mapping", field="moe_config", value=moe, rule="R_TYPE")
     experts = count(data, "num_experts", 0)
     if experts <= 1:       # MoEConfig's default expert_num is 1 = no MoE
         experts = 0
     topk = count(data, "num_experts_per_tok", 1 if experts else 0)
-    moe_inter = count(data, "moe_intermediate_size", inter if experts else 0)
+    moe_inter = count(data, "moe_intermediate_size", inter if experts else 0, minimum=1 if experts else 0)
     shared = count(data, "shared_expert_num", 0)
     sh_size = _node(data, MC + "moe_shared_expert_intermediate_size")
     if experts and not shared and sh_size:
@@ -476,6 +542,9 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     if frozen:
         notes.append(f"pet_config {pet.get('pet_type')}: base weights frozen (no gradient, no optimizer state)")
     fa = _flash_attention(data, notes)
+    mbs = resolve_refs(data, _node(data, "runner_config.batch_size"), field="runner_config.batch_size")
+    if isinstance(mbs, int) and not isinstance(mbs, bool) and mbs > 0:   # the profile's micro-batch size
+        as_count(mbs, "runner_config.batch_size", minimum=1)
     return ModelDims(
         hidden_size=hidden, num_heads=heads, n_kv_heads=kv, head_dim=head_dim,
         intermediate_size=inter, seq_length=seq, vocab_size=vocab, num_experts=experts,
@@ -488,9 +557,9 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
         compute_dtype_bytes=cdt, param_dtype_bytes=pdt, embedding_dtype_bytes=edt,
         softmax_dtype_bytes=sdt, use_flash_attention=bool(fa),
         attention_dropout=_float(data, (MC + "attention_dropout", MC + "attention_dropout_rate",
-                                        MC + "attention_dropout_prob"), 0.0),
+                                        MC + "attention_dropout_prob"), 0.0, high=1.0),
         hidden_dropout=_float(data, (MC + "hidden_dropout", MC + "hidden_dropout_rate",
-                                     MC + "hidden_dropout_prob"), 0.0),
+                                     MC + "hidden_dropout_prob"), 0.0, high=1.0),
         gated_mlp=gated_mlp, capacity_factor=cf, frozen_base=frozen,
         vocab_emb_dp=_flag(data, "parallel_config.vocab_emb_dp", True),
         gradient_accumulation_shard=_flag(

@@ -795,7 +795,7 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
     if d is None:
         raise ConfigError("model dims are needed for an analytic profile (hidden_size, num_heads, "
                           "intermediate_size, seq_length, vocab_size)",
-                          field="model.model_config.hidden_size", value=None, rule="missing_key")
+                          field="model.model_config.hidden_size", value=None, rule="R_MISSING")
     A = _assumptions(cfg, overrides)
     mode = "legacy" if cfg.use_legacy else "mcore"
     fam = family_for(d.family, mode, moe=bool(d.num_experts), shared=bool(d.shared_expert_num),

@@ -42,7 +42,7 @@ def test_non_integer_float_count_is_an_error():
 
     with pytest.raises(ConfigError) as ei:
         config_from_dict(data)
-    assert ei.value.field == "moe_config.shared_expert_num" and ei.value.rule == "type"
+    assert ei.value.field == "moe_config.shared_expert_num" and ei.value.rule == "R_TYPE"
 
 
 def test_mcore_spellings_mla_moe_mtp():

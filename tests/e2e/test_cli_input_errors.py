@@ -1,0 +1,107 @@
+"""Bad model dimensions: every command gives the same one-line error, exit 2.
+
+Fuzzing found values that ``check`` accepted and ``evaluate`` / ``search`` / ``profile`` ended on
+with a traceback (exit 1): ``ffn_dim_multiplier: 1.0e+300`` (OverflowError in the analytic
+profile), ``ffn_dim_multiplier: -1.3`` (a negative FFN width, then pydantic's ``extra_ms >= 0``) and
+``hidden_size: 4294967296`` (accepted although the README limits config integers to int32).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from autotune.cli import main
+from tests.conftest import ROOT
+
+BASE = yaml.safe_load((ROOT / "examples" / "llama3_1_70b" / "train.yaml").read_text())
+COMMANDS = ("check", "evaluate", "profile", "search")
+MC = "model.model_config."
+
+
+def _write(tmp_path, text: str):
+    p = tmp_path / "train.yaml"
+    p.write_text(text)
+    return p
+
+
+def _with_dims(tmp_path, **dims):
+    data = copy.deepcopy(BASE)
+    data["model"]["model_config"].update(dims)
+    return _write(tmp_path, yaml.safe_dump(data, sort_keys=False))
+
+
+def _one_error(args) -> str:
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and res.exception is None or isinstance(res.exception, SystemExit)
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and errors == [lines[-1]], res.output
+    return errors[0]
+
+
+def _run(cmd: str, path) -> str:
+    extra = ["--trials", "2", "--timeout", "30"] if cmd == "search" else []
+    return _one_error([cmd, path, *extra])
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+@pytest.mark.parametrize("key, value, expect", [
+    # 1.0e+300 is a YAML float: over the range
+    ("ffn_dim_multiplier", 1.0e300, "[R_RANGE] model.model_config.ffn_dim_multiplier: must be a finite "
+                                    "number in (0, 2147483647], got 1e+300"),
+    ("ffn_dim_multiplier", -1.3, "[R_RANGE] model.model_config.ffn_dim_multiplier: must be a finite "
+                                 "number in (0, 2147483647], got -1.3"),
+    ("ffn_dim_multiplier", 0.0, "[R_RANGE] model.model_config.ffn_dim_multiplier: must be a finite "
+                                "number in (0, 2147483647], got 0.0"),
+    ("ffn_dim_multiplier", float("nan"), "[R_RANGE] model.model_config.ffn_dim_multiplier: must be a finite "
+                                         "number in (0, 2147483647], got nan"),
+    # finite, but the FFN width it gives is over int32
+    ("ffn_dim_multiplier", 5.0e5, "[R_RANGE] model.model_config.ffn_dim_multiplier: gives intermediate_size "
+                                  "10,922,667,008 with the hidden_size"),
+    ("multiple_of", -256, "[R_RANGE] model.model_config.multiple_of: must be >= 1, got -256"),
+    ("hidden_size", 4294967296, "[R_RANGE] model.model_config.hidden_size: must be <= 2147483647 (int32; "
+                                "autotune's input limit), got 4294967296"),
+    ("seq_length", 2**31, "[R_RANGE] model.model_config.seq_length: must be <= 2147483647"),
+    ("vocab_size", 10**30, "[R_RANGE] model.model_config.vocab_size: must be <= 2147483647"),
+    ("n_kv_heads", 0, "[R_RANGE] model.model_config.n_kv_heads: must be >= 1, got 0"),
+    ("intermediate_size", -5, "[R_RANGE] model.model_config.intermediate_size: must be >= 1, got -5"),
+    ("attention_dropout", 1.5, "[R_RANGE] model.model_config.attention_dropout: must be a finite number in "
+                               "[0, 1], got 1.5"),
+    ("num_heads", "many", "[R_TYPE] model.model_config.num_heads: must be an integer, got 'many'"),
+])
+def test_a_bad_model_dim_is_one_line_exit_2_on_every_command(tmp_path, cmd, key, value, expect):
+    path = _with_dims(tmp_path, **{key: value})
+    err = _run(cmd, path)
+    assert err.startswith("error: " + expect), err
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_an_exponent_without_sign_is_a_string_in_yaml_11(tmp_path, cmd):
+    """``1.0e300`` (the fuzzer's file) is a string to PyYAML, as to MindFormers: a type error."""
+    text = (ROOT / "examples" / "llama3_1_70b" / "train.yaml").read_text()
+    assert "ffn_dim_multiplier: 1.3\n" in text
+    path = _write(tmp_path, text.replace("ffn_dim_multiplier: 1.3\n", "ffn_dim_multiplier: 1.0e300\n"))
+    err = _run(cmd, path)
+    assert err.startswith("error: [R_TYPE] model.model_config.ffn_dim_multiplier: must be a number, "
+                          "got '1.0e300'; fix: YAML 1.1"), err
+
+
+def test_the_config_reader_rules_are_the_documented_codes(tmp_path):
+    """A model-dim rule is R_TYPE / R_RANGE / R_MISSING / R_REFERENCE, as the README documents."""
+    readme = (ROOT / "README.md").read_text()
+    cases = [({"vocab_size": "${model.model_config.nope}"}, "R_REFERENCE"),
+             ({"vocab_size": 1.5}, "R_TYPE"), ({"vocab_size": -1}, "R_RANGE")]
+    for dims, rule in cases:
+        err = _one_error(["check", _with_dims(tmp_path, **dims)])
+        assert err.startswith(f"error: [{rule}] model.model_config.vocab_size:"), err
+        assert f"| {rule}" in readme or f"/ {rule}" in readme or f"{rule} /" in readme, rule
+    data = copy.deepcopy(BASE)
+    del data["model"]["model_config"]["vocab_size"]
+    err = _one_error(["check", _write(tmp_path, yaml.safe_dump(data))])
+    assert err.startswith("error: [R_MISSING] model.model_config.vocab_size: required key is missing"), err
+
