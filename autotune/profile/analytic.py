@@ -78,7 +78,8 @@ from autotune.config.training import TrainingConfig, get_path
 from autotune.errors import ConfigError
 from autotune.profile.devices import Device, get_device
 from autotune.profile.schema import EndPart, LayerKind, ModelProfile, OpSaving, RecomputeOption
-from autotune.units import BYTES_PER_MIB
+from autotune.config.limits import MAX_INT
+from autotune.units import BYTES_PER_MIB, MAX_MEMORY_MIB
 
 DEFAULT_ASSUMPTIONS: dict[str, float] = {
     "efficiency": 0.45,             # achieved fraction of peak FLOP/s (MFU-like), all comm included
@@ -95,18 +96,21 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
 }
 
 #: Valid range of each assumption: (lowest, highest, lowest is allowed, must be a whole number).
+#: Every range is finite and far above real values (bytes per parameter 4-16, a few GiB of stage
+#: constant, an efficiency of 0.3-0.6), so that no accepted value makes the profile's arithmetic
+#: overflow to inf / NaN (tests/profile/test_analytic_ranges.py).
 ASSUMPTION_RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "efficiency": (0.0, 1.0, False, False),
-    "micro_batch_size": (1.0, float("inf"), True, True),
-    "weight_bytes": (0.0, float("inf"), True, False),
-    "grad_bytes": (0.0, float("inf"), True, False),
-    "optimizer_bytes": (0.0, float("inf"), True, False),
-    "stage_const_mib": (0.0, float("inf"), True, False),
-    "select_extra_frac": (0.0, float("inf"), True, False),
-    "comm_extra_frac": (0.0, float("inf"), True, False),
-    "softmax_stat_bytes": (0.0, float("inf"), True, False),
-    "allgather_gbps": (0.0, float("inf"), True, False),
-    "moe_buffer_copies": (0.0, float("inf"), True, False),
+    "efficiency": (1e-6, 1.0, True, False),
+    "micro_batch_size": (1.0, float(MAX_INT), True, True),
+    "weight_bytes": (0.0, 64.0, True, False),
+    "grad_bytes": (0.0, 64.0, True, False),
+    "optimizer_bytes": (0.0, 64.0, True, False),
+    "stage_const_mib": (0.0, MAX_MEMORY_MIB, True, False),
+    "select_extra_frac": (0.0, 100.0, True, False),
+    "comm_extra_frac": (0.0, 100.0, True, False),
+    "softmax_stat_bytes": (0.0, 1024.0, True, False),
+    "allgather_gbps": (0.0, 1e6, True, False),
+    "moe_buffer_copies": (0.0, 1024.0, True, False),
 }
 
 
@@ -116,7 +120,7 @@ def _check_assumption(key: str, val: float) -> float:
     if whole and ok:
         ok = float(val).is_integer()
     if not ok:
-        rng = f"{'[' if lo_ok else '('}{lo:g}, {hi:g}]" + (", a whole number" if whole else "")
+        rng = f"{'[' if lo_ok else '('}{lo:g}, {hi:.15g}]" + (", a whole number" if whole else "")
         raise ConfigError(f"must be in {rng}, got {val!r}", field=f"--set {key}", value=val,
                           rule="assumption")
     return float(val)

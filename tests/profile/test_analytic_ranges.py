@@ -1,7 +1,7 @@
 """The analytic profile over the whole accepted range of model dimensions: whatever the config
 reader accepts (every count up to int32, MoE, MLA, MTP, micro-batch size, dropout, capacity factor)
-gives a profile of finite, non-negative numbers; whatever it refuses is a one-line ConfigError with
-R_TYPE / R_RANGE. Fuzzing found
+gives a profile of finite, non-negative numbers, under any ``--set`` assumptions in their ranges;
+whatever it refuses is a one-line ConfigError with R_TYPE / R_RANGE. Fuzzing found
 ``ffn_dim_multiplier: 1.0e+300`` (OverflowError) and ``-1.3`` (a negative FFN width: pydantic's
 ``extra_ms >= 0``) reaching the profile.
 """
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from autotune.config.limits import MAX_INT
 from autotune.config.training import config_from_dict
 from autotune.errors import ConfigError
-from autotune.profile.analytic import analytic_profile
+from autotune.profile.analytic import ASSUMPTION_RANGES, analytic_profile
 from tests.conftest import ROOT
 
 BASE = yaml.safe_load((ROOT / "examples" / "llama3_1_70b" / "train.yaml").read_text())
@@ -80,9 +80,20 @@ def dims(draw):
     return mc, draw(big)
 
 
+@st.composite
+def assumptions(draw):
+    """Some ``--set`` overrides, each anywhere in its accepted range."""
+    out = {}
+    for key, (lo, hi, _ok, whole) in ASSUMPTION_RANGES.items():
+        if draw(st.booleans()):
+            val = draw(st.integers(int(lo), int(hi)) if whole else st.floats(max(lo, 1e-6), hi))
+            out[key] = float(val)
+    return out
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dims())
-def test_accepted_dims_give_a_finite_non_negative_profile(drawn):
+@given(dims(), assumptions())
+def test_accepted_dims_give_a_finite_non_negative_profile(drawn, overrides):
     mc, batch = drawn
     data = copy.deepcopy(BASE)
     data["model"]["model_config"].pop("ffn_dim_multiplier", None)
@@ -94,11 +105,16 @@ def test_accepted_dims_give_a_finite_non_negative_profile(drawn):
         assert exc.rule in ("R_RANGE", "R_TYPE", "R_HIDDEN_HEADS", "R_HEADS_MP"), str(exc)
         assert "\n" not in str(exc)
         return
-    _assert_finite_non_negative(analytic_profile(cfg, "ascend-910b"))
+    _assert_finite_non_negative(analytic_profile(cfg, "ascend-910b", overrides=overrides))
 
 
-def test_every_dim_at_int32_max_gives_a_finite_profile():
-    """The largest accepted values together (no hypothesis luck needed)."""
+EXTREME_ASSUMPTIONS = {k: (lo if k == "efficiency" else hi) for k, (lo, hi, _ok, _whole) in ASSUMPTION_RANGES.items()}
+
+
+@pytest.mark.parametrize("overrides", [None, EXTREME_ASSUMPTIONS], ids=["defaults", "extreme_assumptions"])
+def test_every_dim_at_int32_max_gives_a_finite_profile(overrides):
+    """The largest accepted values together (no hypothesis luck needed), with the default
+    assumptions and with every ``--set`` assumption at its slowest / largest accepted value."""
     data = copy.deepcopy(BASE)
     mc = data["model"]["model_config"]
     mc.pop("ffn_dim_multiplier", None)
@@ -110,7 +126,7 @@ def test_every_dim_at_int32_max_gives_a_finite_profile():
               v_head_dim=MAX_INT, mtp_depth=2, use_flash_attention=False, attention_dropout=1.0,
               moe_expert_capacity_factor=float(MAX_INT))
     data["runner_config"]["batch_size"] = MAX_INT
-    _assert_finite_non_negative(analytic_profile(config_from_dict(data), "ascend-910b"))
+    _assert_finite_non_negative(analytic_profile(config_from_dict(data), "ascend-910b", overrides=overrides))
 
 
 @pytest.mark.parametrize("key, value", [("hidden_size", MAX_INT + 1), ("seq_length", 2**40),
