@@ -1,8 +1,10 @@
 """Command-line interface (thin: parse -> api -> render).
 
 Every :class:`~autotune.errors.AutotuneError` becomes a one-line message on stderr and exit code 2;
-``--debug`` shows the traceback instead. Sub-commands live in :mod:`autotune.commands`; each module
-there exposes ``COMMANDS`` (a list of click commands) and is registered automatically.
+so does a pydantic ``ValidationError`` (a derived value one of autotune's models refuses: rule
+R_UNSUPPORTED, naming the model's field); ``--debug`` shows the traceback instead. Sub-commands
+live in :mod:`autotune.commands`; each module there exposes ``COMMANDS`` (a list of click
+commands) and is registered automatically.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import pkgutil
 import sys
 
 import click
+from pydantic import ValidationError
 
 import autotune.commands as pkg
 from autotune.config.patterns import pattern_scope
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, from_validation_error
 
 EXIT_BAD_INPUT = 2
 
@@ -31,6 +34,16 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except ValidationError as exc:
+            # a value read from the input that one of autotune's models refuses after the readers
+            # passed it: one line naming the model's field, never pydantic's multi-line text
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            err = from_validation_error(exc, None, what=f"{exc.title} derived from the input (an "
+                                        "autotune bug: --debug shows the traceback)",
+                                        rule="R_UNSUPPORTED")
+            click.echo(f"error: {err}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
 
 

@@ -7,9 +7,16 @@ messages and exit code 2 (tracebacks only with ``--debug``).
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from pathlib import Path
 from typing import Any
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every line break (and the indentation around it) turned into one space: an
+    error is one line even when it quotes a multi-line text (a pydantic or parser message)."""
+    return re.sub(r"[ \t]*[\r\n]+[ \t]*", " ", text).strip()
 
 
 class AutotuneError(Exception):
@@ -19,11 +26,13 @@ class AutotuneError(Exception):
 class ConfigError(AutotuneError, ValueError):
     """Bad input: names the YAML path (``field``), the offending ``value`` and the ``rule`` broken.
 
+    The message is kept on one line (line breaks become spaces), as the CLI prints it.
+
     Args:
         message: human-readable explanation, ideally with the fix.
         field: YAML path such as ``model.model_config.offset``.
         value: the value found (``None`` when the key is missing).
-        rule: stable rule code, e.g. ``R_OFFSET_SUM`` or ``missing_key``.
+        rule: stable rule code, e.g. ``R_OFFSET_SUM`` or ``R_MISSING``.
     """
 
     def __init__(self, message: str, *, field: str | None = None, value: Any = None,
@@ -31,7 +40,7 @@ class ConfigError(AutotuneError, ValueError):
         self.field = field
         self.value = value
         self.rule = rule
-        self.message = message
+        self.message = _one_line(str(message))
         super().__init__(self.__str__())
 
     def __str__(self) -> str:  # one line, always names the field and rule
@@ -41,7 +50,7 @@ class ConfigError(AutotuneError, ValueError):
         if self.field:
             parts.append(f"{self.field}:")
         parts.append(self.message)
-        return " ".join(parts)
+        return _one_line(" ".join(parts))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form used by ``--format json``: ``{"rule", "field", "message"}``."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from autotune.config.layer_setting import VERSIONS, LayerSettingResult
 from autotune.config.model_dims import missing_dims_error
@@ -22,7 +23,7 @@ from autotune.config.safe_yaml import load_yaml_text, read_yaml_file
 from autotune.config.training import read_training_yaml, read_yaml
 from autotune.emit.apply_keys import apply_updates
 from autotune.emit.splice import read_text_exact, splice
-from autotune.errors import AutotuneError, ConfigError, require_file
+from autotune.errors import AutotuneError, ConfigError, from_validation_error, require_file
 
 EXIT_BAD_INPUT = 2
 _RELEASES = {"1.5": "r1.3–r1.6", "1.7": "r1.7.0", "1.8": "r1.8.0/master"}
@@ -33,6 +34,8 @@ def _as_config_error(exc: BaseException) -> ConfigError:
         return exc
     if isinstance(exc, AutotuneError):
         return ConfigError(str(exc), field=None, value=None, rule="R_ERROR")
+    if isinstance(exc, ValidationError):       # pydantic's text is several lines: its first error
+        return from_validation_error(exc, None, what="config", rule="R_UNSUPPORTED")
     return ConfigError(f"input not supported ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); fix: simplify "
                        "the value", field="<file>", value=None, rule="R_UNSUPPORTED")
 

@@ -333,6 +333,22 @@ def _read_dims(data: dict[str, Any]) -> ModelDims | None:
                           value=None, rule="R_TYPE") from None
 
 
+def _check_top_keys(data: dict[str, Any]) -> None:
+    """Refuse a top-level key that is not a string (``1: 2``, ``~: 2``, ``true: 1``): every section
+    of a MindFormers training YAML is named by a string (MindFormers reads them as attributes).
+
+    Raises:
+        ConfigError: rule R_TYPE, field = the key as YAML wrote it (``~`` for null).
+    """
+    for key in data:
+        if not isinstance(key, str):
+            shown = "~" if key is None else short_repr(key, 60)
+            kind = "null" if key is None else type(key).__name__
+            raise ConfigError(f"a top-level key must be a string (a section name such as "
+                              f"parallel_config), got {kind} key {shown}; fix: remove "
+                              "the line or quote the key", field=shown, value=key, rule="R_TYPE")
+
+
 def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
                      hbm_mib: float | None = None, version: str = "1.8", spelling: bool = True) -> TrainingConfig:
     """Validate a parsed MindFormers YAML mapping into a :class:`TrainingConfig`.
@@ -354,12 +370,14 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         spelling: refuse misspelled keys (:func:`check_keys`); ``check --emulate`` turns it off.
 
     Raises:
-        ConfigError: a required key is missing or has the wrong type/range, a key is misspelled,
-            or a rule above is broken; the message names the YAML path and the rule.
+        ConfigError: a required key is missing or has the wrong type/range, a top-level key is not
+            a string (R_TYPE), a key is misspelled, or a rule above is broken; the message names the
+            YAML path and the rule.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"top level must be a mapping, got {type(data).__name__}", field=source,
                           value=None, rule="yaml")
+    _check_top_keys(data)
     key_warnings = check_keys(data) if spelling else []
     missing = missing_dims_error(data, source if source != "<memory>" else None)
     if missing is not None:

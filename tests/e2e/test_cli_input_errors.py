@@ -1,9 +1,10 @@
-"""Bad model dimensions: every command gives the same one-line error, exit 2.
+"""Bad model dimensions and non-string keys: every command gives the same one-line error, exit 2.
 
 Fuzzing found values that ``check`` accepted and ``evaluate`` / ``search`` / ``profile`` ended on
 with a traceback (exit 1): ``ffn_dim_multiplier: 1.0e+300`` (OverflowError in the analytic
-profile), ``ffn_dim_multiplier: -1.3`` (a negative FFN width, then pydantic's ``extra_ms >= 0``) and
-``hidden_size: 4294967296`` (accepted although the README limits config integers to int32).
+profile), ``ffn_dim_multiplier: -1.3`` (a negative FFN width, then pydantic's ``extra_ms >= 0``),
+``hidden_size: 4294967296`` (accepted although the README limits config integers to int32), and a
+top-level key ``1: 2`` / ``~: 2`` (pydantic's multi-line ``raw.1.[key]`` error).
 """
 
 from __future__ import annotations
@@ -91,6 +92,16 @@ def test_an_exponent_without_sign_is_a_string_in_yaml_11(tmp_path, cmd):
                           "got '1.0e300'; fix: YAML 1.1"), err
 
 
+@pytest.mark.parametrize("cmd", COMMANDS)
+@pytest.mark.parametrize("line, field, shown", [("1: 2", "1", "int key 1"), ("~: 2", "~", "null key ~"),
+                                                ("true: 2", "True", "bool key True")])
+def test_a_non_string_top_level_key_is_one_line_r_type(tmp_path, cmd, line, field, shown):
+    text = (ROOT / "examples" / "llama3_1_70b" / "train.yaml").read_text() + line + "\n"
+    err = _run(cmd, _write(tmp_path, text))
+    assert err.startswith(f"error: [R_TYPE] {field}: a top-level key must be a string"), err
+    assert shown in err and "pydantic" not in err
+
+
 def test_the_config_reader_rules_are_the_documented_codes(tmp_path):
     """A model-dim rule is R_TYPE / R_RANGE / R_MISSING / R_REFERENCE, as the README documents."""
     readme = (ROOT / "README.md").read_text()
@@ -105,3 +116,42 @@ def test_the_config_reader_rules_are_the_documented_codes(tmp_path):
     err = _one_error(["check", _write(tmp_path, yaml.safe_dump(data))])
     assert err.startswith("error: [R_MISSING] model.model_config.vocab_size: required key is missing"), err
 
+
+
+def test_a_pydantic_error_is_one_line_on_the_cli(monkeypatch, tmp_path):
+    """A derived value one of autotune's models refuses (what ``-1.3`` did before the reader checked
+    it) is one line naming the model and its field, exit 2, not pydantic's multi-line text."""
+    import autotune.profile.analytic as analytic
+    from autotune.profile.schema import OpSaving
+
+    def bad_tables(*a, **k):
+        OpSaving(act_mib=1.0, extra_ms=-0.25)
+
+    monkeypatch.setattr(analytic, "op_tables", bad_tables)
+    path = _with_dims(tmp_path)
+    for cmd in ("evaluate", "profile"):
+        err = _one_error([cmd, path])
+        assert err.startswith("error: [R_UNSUPPORTED] extra_ms: Input should be greater than or equal to 0 "
+                              "(got -0.25) in the OpSaving derived from the input"), err
+    res = CliRunner().invoke(main, ["--debug", "evaluate", str(path)])
+    assert type(res.exception).__name__ == "ValidationError"      # --debug keeps the real error
+
+
+def test_a_config_error_with_a_line_break_prints_one_line():
+    from autotune.errors import ConfigError
+
+    err = ConfigError("first\n  second\r\nthird", field="a.b", value=1, rule="R_TYPE")
+    assert str(err) == "[R_TYPE] a.b: first second third" and err.message == "first second third"
+
+
+def test_check_turns_a_pydantic_error_into_one_line():
+    from pydantic import ValidationError
+
+    from autotune.commands.check import _as_config_error
+    from autotune.profile.schema import OpSaving
+
+    with pytest.raises(ValidationError) as ei:
+        OpSaving(extra_ms=-1.0)
+    err = _as_config_error(ei.value)
+    assert "\n" not in str(err) and "errors.pydantic.dev" not in str(err)
+    assert (err.rule, err.field, err.value) == ("R_UNSUPPORTED", "extra_ms", -1.0)
