@@ -223,7 +223,9 @@ def test_moe_without_sequence_parallel_by_release():
 
 
 @pytest.mark.parametrize("hbm, rule", [("60", "R_MEMORY_UNIT"), ("60TB", "R_MEMORY_RANGE"),
-                                       ("0GB", "R_MEMORY_RANGE"), ("lots", "memory_size")])
+                                       ("0GB", "R_MEMORY_RANGE"), ("lots", "R_TYPE"),
+                                       ("-58GB", "R_MEMORY_RANGE"), ("nanGB", "R_MEMORY_RANGE"),
+                                       ("infGB", "R_MEMORY_RANGE")])
 def test_hbm_needs_a_unit_and_a_sane_size(tmp_path, hbm, rule):
     path = write(tmp_path, BASE)
     r = run("evaluate", path, "--hbm", hbm)

@@ -51,7 +51,7 @@ def test_hbm_override_wins():
     (lambda d: d["model"]["model_config"].pop("num_layers"), "model.model_config.num_layers", "R_MISSING"),
     (lambda d: d["parallel_config"].__setitem__("pipeline_stage", "8"), "parallel_config.pipeline_stage", "R_TYPE"),
     (lambda d: d["parallel_config"].__setitem__("micro_batch_num", 0), "parallel_config.micro_batch_num", "R_RANGE"),
-    (lambda d: d.__setitem__("context", {"max_device_memory": "lots"}), "context.max_device_memory", "memory_size"),
+    (lambda d: d.__setitem__("context", {"max_device_memory": "lots"}), "context.max_device_memory", "R_TYPE"),
     (lambda d: d.__setitem__("parallel", {"pipeline_config": {"pipeline_scheduler": "2f2b"}}),
      "parallel.pipeline_config.pipeline_scheduler", "R_SCHEDULER"),
     (lambda d: d.__setitem__("recompute_config", [1, 2]), "recompute_config", "R_TYPE"),

@@ -155,3 +155,40 @@ def test_check_turns_a_pydantic_error_into_one_line():
     err = _as_config_error(ei.value)
     assert "\n" not in str(err) and "errors.pydantic.dev" not in str(err)
     assert (err.rule, err.field, err.value) == ("R_UNSUPPORTED", "extra_ms", -1.0)
+
+
+def _with_memory(tmp_path, text_value: str):
+    text = (ROOT / "examples" / "llama3_1_70b" / "train.yaml").read_text()
+    assert "  max_device_memory: 52.5GB\n" in text
+    return _write(tmp_path, text.replace("  max_device_memory: 52.5GB\n", f"  max_device_memory: {text_value}\n"))
+
+
+@pytest.mark.parametrize("cmd", ("check", "evaluate"))
+@pytest.mark.parametrize("written, rule, shown", [
+    ("-58GB", "R_MEMORY_RANGE", "got '-58GB'"), ("nanGB", "R_MEMORY_RANGE", "got 'nanGB'"),
+    (".nan", "R_MEMORY_UNIT", "got nan"), ("-58", "R_MEMORY_UNIT", "got -58"), (".inf", "R_MEMORY_UNIT", "got inf"),
+    ("[60GB]", "R_TYPE", "got a list")])
+def test_a_bad_memory_size_has_a_documented_rule_and_no_invalid_fix(tmp_path, cmd, written, rule, shown):
+    err = _one_error([cmd, _with_memory(tmp_path, written)])
+    assert err.startswith(f"error: [{rule}] context.max_device_memory:") and shown in err, err
+    fix = err.split("; fix: ")[-1]
+    assert not any(bad in fix for bad in ("nan", "inf", "-58")), err
+    if rule == "R_MEMORY_UNIT":          # a bare number: the fix is a size that is itself accepted
+        assert "e.g. '60GB'" in err, err
+
+
+@pytest.mark.parametrize("value", [60, 0.5, 1024, 52.5, 1e-300, 1025, -1, float("nan"), float("inf")])
+def test_a_suggested_memory_size_is_itself_valid(value):
+    import re
+
+    from autotune.errors import ConfigError
+    from autotune.units import MAX_MEMORY_MIB, parse_memory_mib
+
+    with pytest.raises(ConfigError) as ei:
+        parse_memory_mib(value, field="--hbm")
+    assert ei.value.rule == "R_MEMORY_UNIT"
+    suggested = re.findall(r"e\.g\. '([^']*)'", ei.value.message)
+    assert len(suggested) == 1
+    assert 0 < parse_memory_mib(suggested[0], field="--hbm") <= MAX_MEMORY_MIB
+    if 0 < value <= 1024 and "e" not in repr(value):
+        assert suggested[0] == f"{value}GB"
