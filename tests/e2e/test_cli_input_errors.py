@@ -192,3 +192,17 @@ def test_a_suggested_memory_size_is_itself_valid(value):
     assert 0 < parse_memory_mib(suggested[0], field="--hbm") <= MAX_MEMORY_MIB
     if 0 < value <= 1024 and "e" not in repr(value):
         assert suggested[0] == f"{value}GB"
+
+
+@pytest.mark.parametrize("make, args, rule", [
+    (lambda d: d / "absent.yaml", [], "file"),
+    (lambda d: (d / "bad.yaml").write_text("a: [1, 2\n") and d / "bad.yaml", [], "yaml"),
+    (lambda d: d / "train.yaml", ["--set", "efficiency=2"], "assumption"),
+])
+def test_the_lower_case_rules_are_documented(tmp_path, make, args, rule):
+    """The remaining lower-case codes of the reader and --set are in README's code table."""
+    _write(tmp_path, (ROOT / "examples" / "llama3_1_70b" / "train.yaml").read_text())
+    err = _one_error(["evaluate", make(tmp_path), *args])
+    assert err.startswith(f"error: [{rule}] "), err
+    row = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("| file / yaml"))
+    assert f"(`{rule}`)" in row
