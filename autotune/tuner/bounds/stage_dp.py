@@ -591,7 +591,7 @@ def cannot_finish(t0: float, done: int, total: int, deadline: float | None) -> b
     """Whether a loop of ``total`` stages started at ``t0`` (time.monotonic()), ``done`` of them
     finished, is past ``deadline`` or will be at its rate so far (None: no deadline). Its tables
     prove nothing until the last stage, so a table loop that gives up early leaves the time to
-    the proofs after it (the timed first pass's Lagrangian, :data:`~autotune.tuner.bounds.TIMED_FIRST`)."""
+    the proofs after it (the timed first pass's Lagrangian: :func:`~autotune.tuner.bounds.stage_dp_first`)."""
     if deadline is None:
         return False
     now = time.monotonic()
