@@ -17,7 +17,7 @@ from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.emit.render import comparison_table, headroom_text, render_report, report_json
-from autotune.emit.search_result import bound_line, bounds_by_vpp_line, check_writable
+from autotune.emit.search_result import bound_line, bounds_by_vpp_line, check_writable, pattern_warnings
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
@@ -270,6 +270,8 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
         files = result.write_report(report_dir) if report_dir else None
     finally:
         prog.close()
+    for w in pattern_warnings(result):  # known once the user's layout is priced; the key warnings came first
+        click.echo(f"warning {w['code']}: {w['field']}: {w['message']}", err=True)
     if files is not None and fmt != "json":
         click.echo(f"wrote {len(files)} report files to {report_dir} (open report.html)", err=True)
     if result.timed_out and not quiet:  # also on stderr, where a log reader looks for trouble

@@ -82,11 +82,30 @@ def check_writable(source: str | Path) -> None:
     splice(read_text_exact(source), [(tuple(p.split(".")), probe) for p in sorted(TUNED_PATHS)])
 
 
+#: Warnings about the config's select / comm patterns that concern the search's answer too: it keeps
+#: the config's own patterns (by default), so a pattern that matches no op of the model (or whose
+#: matches timed out) makes the answer's select / comm counts recompute nothing.
+PATTERN_CODES = ("W_SELECT_NO_MATCH", "W_PATTERN_TIMEOUT")
+
+
+def pattern_warnings(result: Any) -> list[dict[str, str]]:
+    """The user baseline's :data:`PATTERN_CODES` warnings as {code, field, message} dicts, once each
+    ([] when the user's layout could not be priced)."""
+    user = (getattr(result, "baselines", None) or {}).get("user")
+    out: list[dict[str, str]] = []
+    for w in getattr(user, "warnings", None) or []:
+        d = {"code": w.code, "field": w.field, "message": w.message}
+        if w.code in PATTERN_CODES and d not in out:
+            out.append(d)
+    return out
+
+
 def config_warnings(result: Any) -> list[dict[str, str]]:
     """The warnings ``autotune check`` gives for the config's keys (``W_KEY_UNKNOWN``: a near miss
-    of a key autotune reads, whose default is then used) as {code, field, message} dicts."""
+    of a key autotune reads, whose default is then used) and for its select / comm patterns
+    (:func:`pattern_warnings`) as {code, field, message} dicts."""
     return [{"code": w.code, "field": w.field, "message": w.message}
-            for w in getattr(result.config, "config_warnings", [])]
+            for w in getattr(result.config, "config_warnings", [])] + pattern_warnings(result)
 
 
 def budget_notes(result: Any, report: CostReport | None) -> list[str]:

@@ -148,3 +148,26 @@ def test_api_refuses_non_finite_timeout_and_gap(kw) -> None:
         check_arguments(kw.get("gap", 0.005), "time", kw.get("timeout"))
     assert (ei.value.field, ei.value.rule) == (next(iter(kw)), "range")
     assert check_arguments(0.0, "time", 20.0) == "time"
+
+
+def test_a_pattern_that_matches_nothing_is_warned_by_search(tmp_path):
+    """A select pattern that names no op of the model: ``check`` warns W_SELECT_NO_MATCH, and so does
+    ``search`` (on stderr, in the JSON's ``warnings`` and in the ``--out`` header), since the answer
+    keeps the config's patterns and their counts then recompute nothing. The toy config without
+    it carries no such warning."""
+    text = open("tests/e2e/data/toy.yaml").read()
+    assert "  select_recompute: False\n" in text
+    cfg = tmp_path / "toy_dead_pattern.yaml"
+    cfg.write_text(text.replace("  select_recompute: False\n", "  select_recompute: ['nonexistent\\.op']\n"))
+    out = tmp_path / "best.yaml"
+    r = CliRunner().invoke(main, ["search", str(cfg), "--trials", "3", "--quiet", "--out", str(out),
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    [w] = [w for w in data["warnings"] if w["code"] == "W_SELECT_NO_MATCH"]
+    assert w["field"] == "recompute_config.select_recompute" and "nonexistent" in w["message"]
+    assert "warning W_SELECT_NO_MATCH: recompute_config.select_recompute:" in r.stderr
+    assert "# WARNING W_SELECT_NO_MATCH: recompute_config.select_recompute:" in out.read_text()
+    clean = CliRunner().invoke(main, ["search", "tests/e2e/data/toy.yaml", "--trials", "3", "--quiet",
+                                      "--format", "json"])
+    assert clean.exit_code == 0 and json.loads(clean.stdout)["warnings"] == []
