@@ -93,7 +93,12 @@ def _config_warnings(cfg) -> None:
     (``W_KEY_UNKNOWN``: a near miss of a key autotune reads, e.g. a memory key typo, so its default
     is used and the predicted peak may move by gigabytes)."""
     for w in cfg.config_warnings:
-        click.echo(f"warning {w.code}: {w.field}: {w.message}", err=True)
+        _warn(w.code, w.field, w.message)
+
+
+def _warn(code: str, field: str, message: str) -> None:
+    """One warning line on stderr, as ``autotune check`` prints it."""
+    click.echo(f"warning {code}: {field}: {message}", err=True)
 
 
 def _write(path: str, text: str, force: bool, option: str = "--out") -> None:
@@ -271,7 +276,7 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     finally:
         prog.close()
     for w in pattern_warnings(result):  # known once the user's layout is priced; the key warnings came first
-        click.echo(f"warning {w['code']}: {w['field']}: {w['message']}", err=True)
+        _warn(w["code"], w["field"], w["message"])
     if files is not None and fmt != "json":
         click.echo(f"wrote {len(files)} report files to {report_dir} (open report.html)", err=True)
     if result.timed_out and not quiet:  # also on stderr, where a log reader looks for trouble
