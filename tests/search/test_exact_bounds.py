@@ -196,6 +196,55 @@ def test_detour_counts_1f1b_stage0() -> None:
     assert detour_counts(compile_schedule("1f1b", 4, 1, 8), 3) == []
 
 
+def _detour_counts_by_loops(cs, p: int, max_r: int | None = None,
+                            ratios: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)) -> list[tuple[int, int, int]]:
+    """The reference for :func:`detour_counts`: its DP written as plain loops over (ratio, r, op),
+    a strictly heavier path replacing the kept one (so a round trip's landing keeps ties)."""
+    order = [int(x) for x in cs.order[p]]
+    n = len(order)
+    fw = [bool(cs.fwd[x]) for x in order]
+    pos_b = {int(cs.mb[x]): i for i, x in enumerate(order) if not fw[i]}
+    jump = [pos_b.get(int(cs.mb[x]), -1) if fw[i] else -1 for i, x in enumerate(order)]
+    jump = [j if j > i + 1 else -1 for i, j in enumerate(jump)]
+    R = max_r if max_r is not None else min(2 * cs.P, n // 2)
+    out = set()
+    for rho in ratios:
+        wt = [1.0 if f else rho for f in fw]
+        best = [[(-np.inf, 0, 0)] * n for _ in range(R + 1)]
+        best[0][0] = (wt[0], int(fw[0]), int(not fw[0]))
+        for r in range(R + 1):
+            for i in range(n):
+                w, f, b = best[r][i]
+                if w == -np.inf:
+                    continue
+                if i + 1 < n and w + wt[i + 1] > best[r][i + 1][0]:
+                    best[r][i + 1] = (w + wt[i + 1], f + int(fw[i + 1]), b + int(not fw[i + 1]))
+                if r < R and jump[i] >= 0 and w + wt[jump[i]] > best[r + 1][jump[i]][0]:
+                    best[r + 1][jump[i]] = (w + wt[jump[i]], f, b + 1)
+        out |= {(r, best[r][n - 1][1], best[r][n - 1][2]) for r in range(1, R + 1) if best[r][n - 1][0] > -np.inf}
+    return sorted(t for t in out if not any(o != t and all(a >= b for a, b in zip(o, t)) for o in out))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "1f1b_less_memory", "gpipe"])
+def test_detour_counts_match_the_loop_dp(schedule: str) -> None:
+    """The vectorised prefix-scan DP gives exactly the plain loops' triples, on every stage of small
+    schedules (odd m, m < P, m = 1) and with a cap on r."""
+    from autotune.cost.simulate import compile_schedule
+    seen = 0
+    for P in (2, 3, 4, 5, 8):
+        for m in (1, 2, 3, 5, 8, 9, 16):
+            try:
+                cs = compile_schedule(schedule, P, 1, m)
+            except ValueError:
+                continue
+            for p in range(P):
+                for max_r in (None, 1, 3):
+                    want = _detour_counts_by_loops(cs, p, max_r) if p < P - 1 else []
+                    assert detour_counts(cs, p, max_r) == want, (P, m, p, max_r)
+                    seen += bool(want)
+    assert seen > 20
+
+
 def test_exact_prices_v_shaped_placements_as_the_cost_model() -> None:
     """zero_bubble_v places the tail on stage 0: the enumeration's per-stage memory filter must
     price it there (it used chunk-major placement, and its optimum on this problem was a layout

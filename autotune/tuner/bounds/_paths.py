@@ -300,7 +300,7 @@ def pair_cycle(cs: CompiledSchedule) -> PairCycle | None:
 
 
 def detour_counts(cs: CompiledSchedule, p: int, max_r: int | None = None,
-                   ratios: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)) -> list[tuple[int, int, int]]:
+                  ratios: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)) -> list[tuple[int, int, int]]:
     """Op counts (r, forwards, backwards) on stage p (V = 1) of "detour" paths of the dependency
     graph: walk stage p's ops in program order; at a forward F_p(u) the path may leave through
     F_{p+1}(u) … F_{P-1}(u) (data edges), B_{P-1}(u) … B_{p+1}(u), come back to B_p(u) (data edge)
@@ -311,52 +311,65 @@ def detour_counts(cs: CompiledSchedule, p: int, max_r: int | None = None,
     T >= prefix_p + (cF·f_p + cB·b_p + r·Suf(end of p's block))/k + (2p + 2r(P−1−p))·p2p.
 
     For each r (0 < r <= ``max_r``) and each weighting b/f in ``ratios`` the heaviest path is found
-    by a DP over p's order (any path is valid; the weighting only chooses which ones to keep).
-    Returns the distinct non-dominated (r, cF, cB); empty for the last stage.
+    by a DP over p's order (any path is valid; the weighting only chooses which ones to keep): row r
+    (paths with r round trips) is a max-plus prefix scan, ``best_r[i] = S[i] + max_{j<=i} (in_r[j]
+    − S[j])`` with S the running weight and in_r the values entering at j (op 0 for r = 0, the
+    landing B_p(u) of a round trip from row r − 1), computed for all ratios at once with
+    ``np.maximum.accumulate``; a tie keeps the path that entered last (weights are multiples of
+    0.5: the sums are exact). Returns the distinct non-dominated (r, cF, cB); empty for the last
+    stage.
     """
     P = cs.P
     if p >= P - 1:
         return []
-    order = [int(x) for x in cs.order[p]]
-    n = len(order)
-    fw = [bool(cs.fwd[x]) for x in order]
-    idx_b = {}
-    for i, x in enumerate(order):
-        if not fw[i]:
-            idx_b[int(cs.mb[x])] = i
-    jump = [-1] * n  # jump[i] = index of B_p(u) for a forward at i (if after it)
-    for i, x in enumerate(order):
-        if fw[i]:
-            kb = idx_b.get(int(cs.mb[x]), -1)
-            if kb > i + 1:
-                jump[i] = kb
+    order = np.asarray(cs.order[p], dtype=np.int64)
+    n = order.size
+    fw = np.asarray(cs.fwd, dtype=bool)[order]
+    mb = np.asarray(cs.mb, dtype=np.int64)[order]
+    pos_b = np.full(int(mb.max()) + 1, -1, dtype=np.int64)
+    pos_b[mb[~fw]] = np.flatnonzero(~fw)
+    src = np.flatnonzero(fw)  # a forward at i jumps to B_p of its micro-batch when that is after i + 1
+    dst = pos_b[mb[src]]
+    keep = dst > src + 1
+    src, dst = src[keep], dst[keep]
     R = max_r if max_r is not None else min(2 * P, n // 2)
+    rho = np.asarray(ratios, dtype=np.float64)[:, None]
+    wt = np.where(fw[None, :], 1.0, rho)  # [ratios, n]
+    S = np.cumsum(wt, axis=1)
+    PF = np.cumsum(fw)
+    PB = np.cumsum(~fw)
+    idx = np.arange(n)
+    # entries of row 0: op 0 alone
+    h = np.full(wt.shape, -np.inf)
+    h[:, 0] = wt[:, 0] - S[:, 0]
+    eF = np.zeros(wt.shape, dtype=np.int64)
+    eB = np.zeros(wt.shape, dtype=np.int64)
+    eF[:, 0], eB[:, 0] = int(fw[0]), int(not fw[0])
     out: set[tuple[int, int, int]] = set()
-    for rho in ratios:
-        wt = [1.0 if f else rho for f in fw]
-        # best[r][i] = (weight, cF, cB) of the heaviest path from op 0 to op i with r round trips
-        neg = (-np.inf, 0, 0)
-        best = [[neg] * n for _ in range(R + 1)]
-        best[0][0] = (wt[0], int(fw[0]), int(not fw[0]))
-        for r in range(R + 1):
-            row = best[r]
-            for i in range(n):
-                cur = row[i]
-                if cur[0] == -np.inf:
-                    continue
-                if i + 1 < n:
-                    cand = (cur[0] + wt[i + 1], cur[1] + int(fw[i + 1]), cur[2] + int(not fw[i + 1]))
-                    if cand[0] > row[i + 1][0]:
-                        row[i + 1] = cand
-                if r < R and jump[i] >= 0:
-                    kb = jump[i]
-                    cand = (cur[0] + wt[kb], cur[1], cur[2] + 1)
-                    if cand[0] > best[r + 1][kb][0]:
-                        best[r + 1][kb] = cand
-        for r in range(1, R + 1):
-            w_, cf_, cb_ = best[r][n - 1]
-            if w_ > -np.inf:
-                out.add((r, cf_, cb_))
-    keep = [t for t in out if not any(o != t and all(a >= b for a, b in zip(o, t)) for o in out)]
-    return sorted(keep)
+    for r in range(R + 1):
+        g = np.maximum.accumulate(h, axis=1)
+        prev = np.concatenate([np.full((len(ratios), 1), -np.inf), g[:, :-1]], axis=1)
+        new = np.isfinite(h) & (h >= prev)
+        at = np.maximum.accumulate(np.where(new, idx, -1), axis=1)  # the entry each best path took
+        reach = at >= 0
+        a = np.maximum(at, 0)
+        cF = np.take_along_axis(eF, a, axis=1) + PF[None, :] - PF[a]
+        cB = np.take_along_axis(eB, a, axis=1) + PB[None, :] - PB[a]
+        if r > 0:
+            for t in range(len(ratios)):
+                if reach[t, -1]:
+                    out.add((r, int(cF[t, -1]), int(cB[t, -1])))
+        if r == R or not reach[:, src].any():
+            break
+        # row r + 1: the round trips leaving from the forwards at src and landing at dst
+        w = g + S
+        h = np.full(wt.shape, -np.inf)
+        ok = reach[:, src]
+        h[:, dst] = np.where(ok, w[:, src] + wt[:, dst] - S[:, dst], -np.inf)
+        eF = np.zeros(wt.shape, dtype=np.int64)
+        eB = np.zeros(wt.shape, dtype=np.int64)
+        eF[:, dst] = cF[:, src]
+        eB[:, dst] = cB[:, src] + 1
+    keep_ = [t for t in out if not any(o != t and all(x >= y for x, y in zip(o, t)) for o in out)]
+    return sorted(keep_)
 
