@@ -128,8 +128,9 @@ def search(config: Any = None, profile: str | Path | ModelProfile | None = None,
             faster (``stopped_by="neighbourhood"``), or when its neighbourhood scans used their work
             cap on a large schedule (``stopped_by="work"``).
         timeout: wall-clock limit (s) for the whole search; None (default) = bounded by work only
-            (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net on the trial phase.
-            seed: kept for reproducible APIs (the neighbourhood sampler is deterministic).
+            (reproducible), with :data:`SAFETY_TIMEOUT_S` as a safety net on the whole search (its
+            first half for the bound phase, the rest for the trials).
+        seed: kept for reproducible APIs (the neighbourhood sampler is deterministic).
         safety_net: False drops that safety net too (no wall clock at all: a nightly sweep's
             scenarios, whose rows must not depend on the machine's load).
         progress: False, True / "bar" (a tqdm bar from the start: the phase, the best step time
