@@ -29,8 +29,8 @@ from typing import Callable
 import numpy as np
 
 from autotune.cost.budget import fits
-from autotune.tuner.bounds import (ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, Pass, several_kinds,
-                                   stage_dp_first, tighten)
+from autotune.tuner.bounds import (ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, Pass, WorkFloor,
+                                   several_kinds, stage_dp_first, tighten)
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import fitted, search_fit
@@ -411,7 +411,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     say("first bound pass", ub, None)
     b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=first_until,
                                                         target_gap=target_gap),
-                skip=first.skip)
+                skip=first.skip, floor=WorkFloor())
     per_v = dict(b.per_v_ms)
     done: frozenset[int] = frozenset()  # V's the anytime pass ran its proof for, to its end
     near = short or past(first_until)

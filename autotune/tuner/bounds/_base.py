@@ -118,7 +118,7 @@ class Tightened:
 
 
 def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[int, float] | None = None, *,
-            ctx: BoundContext = BoundContext(), skip: Skip = "none") -> Tightened:
+            ctx: BoundContext = BoundContext(), skip: Skip = "none", floor: LowerBound | None = None) -> Tightened:
     """Raise the bound of each V with ``proofs``: the rule "max over proofs per V, min over V, skip
     a V that cannot change the minimum", stated once.
 
@@ -140,8 +140,10 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
         ctx: shared context (``upper_ms``, ``layouts``, ``deadline``); ``lower_ms`` (the V's bound so
             far) and ``others_ms`` (the least bound of the other V's) are set per V.
 
-    Past ``ctx.deadline`` a V that already holds a proof runs no further proof (the first proof
-    of a V without one always runs, so every V keeps a valid bound).
+    Past ``ctx.deadline`` a V that already holds a proof runs no further proof. A V without one
+    gets ``floor`` instead (a bound that costs nothing, e.g.
+    :class:`~autotune.tuner.bounds.work_floor.WorkFloor`), or, without a floor, its first proof
+    runs anyway; either way every V keeps a valid bound.
 
     Returns :class:`Tightened` (V's left without any proof are not in ``per_v_ms``).
     """
@@ -168,10 +170,12 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             if not proof.applies(problem, V):
                 continue
             lower = per_v[V] if np.isfinite(per_v[V]) else None
-            if lower is not None and ctx.deadline is not None and time.monotonic() > ctx.deadline:
+            late = ctx.deadline is not None and time.monotonic() > ctx.deadline
+            if late and lower is not None:
                 continue  # past the deadline: a V that holds a proof keeps it (anytime)
             others = [per_v[W] for W in per_v if W != V and np.isfinite(per_v[W])]
-            out = proof.bound(problem, V, replace(ctx, lower_ms=lower, others_ms=min(others) if others else None))
+            run = floor if late and floor is not None else proof
+            out = run.bound(problem, V, replace(ctx, lower_ms=lower, others_ms=min(others) if others else None))
             if out is None:
                 continue
             per_v[V] = max(per_v[V], float(out.bound_ms))
