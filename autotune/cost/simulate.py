@@ -198,64 +198,74 @@ def _op_table(name: str, table: list[list[Op]], per_stage: int, split: bool) -> 
     return _OpTable(ids, stage_l, chunk_l, mb_l, fwd_l, prev_l, order, warmup)
 
 
-def _data_deps(ids: dict, pos: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _data_deps(stage: np.ndarray, chunk: np.ndarray, mb: np.ndarray, kind: np.ndarray, pos: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Each op's data dependency (n: none) and whether it crosses stages (1.0): a forward needs the
     forward of the previous pipeline position, a backward the backward of the next one (the last
-    position's backward its own forward), a W its own B."""
+    position's backward its own forward), a W its own B. Ops are given by int [n] arrays (stage,
+    chunk, micro-batch unit, kind 0 forward / 1 backward / 2 W) and ``pos`` int [V, P] is each
+    mini-stage's pipeline position; every op is found through one table indexed by (position,
+    unit, kind).
+
+    Raises:
+        KeyError: an op whose dependency is not in the schedule.
+    """
     V, P = pos.shape
-    at_pos = {int(pos[v, p]): (v, p) for v in range(V) for p in range(P)}
+    n = stage.size
+    U = int(mb.max()) + 1 if n else 1
+    q = pos[chunk, stage]  # each op's pipeline position
+    table = np.full(V * P * U * 3, -1, dtype=np.int64)
+    table[(q * U + mb) * 3 + kind] = np.arange(n)
     last = V * P - 1
+    tq = np.where(kind == 2, q, np.where(kind == 0, q - 1, np.where(q < last, q + 1, q)))
+    tkind = np.where(kind == 2, 1, np.where((kind == 1) & (q == last), 0, kind))
+    needs = (kind != 0) | (q > 0)
     dep = np.full(n, n, dtype=np.int64)
-    cross = np.zeros(n)
-    for (v, p, j, f), i in ids.items():
-        q = int(pos[v, p])
-        if f == W:
-            dep[i] = ids[(v, p, j, False)]  # its own B, same device
-            continue
-        if f and q > 0:
-            dv, dp = at_pos[q - 1]
-            dep[i] = ids[(dv, dp, j, True)]
-        elif not f and q < last:
-            dv, dp = at_pos[q + 1]
-            dep[i] = ids[(dv, dp, j, False)]
-        elif not f:
-            dv, dp = v, p
-            dep[i] = ids[(v, p, j, True)]
-        else:
-            continue
-        cross[i] = 1.0 if dp != p else 0.0
+    found = table[(np.clip(tq, 0, last) * U + mb) * 3 + tkind]
+    if np.any(needs & (found < 0)):
+        i = int(np.flatnonzero(needs & (found < 0))[0])
+        raise KeyError(f"op {i} (chunk {int(chunk[i])}, stage {int(stage[i])}, unit {int(mb[i])}) has no "
+                       f"dependency in the schedule")
+    dep[needs] = found[needs]
+    stage_of_pos = np.empty(V * P, dtype=np.int64)
+    stage_of_pos[pos.reshape(-1)] = np.tile(np.arange(P), V)
+    cross = np.where(needs & (kind != 2), (stage_of_pos[np.clip(tq, 0, last)] != stage).astype(np.float64), 0.0)
     return dep, cross
 
 
 def _waves(dep: np.ndarray, prev_arr: np.ndarray) -> list[np.ndarray] | None:
     """Kahn levels over the edges dep -> i and prev -> i (ops whose inputs are all in earlier
-    levels); None when some op is never reached (the order deadlocks)."""
+    levels), each level's ops ascending; None when some op is never reached (the order deadlocks).
+
+    Levels are taken wave by wave: an op becomes ready when its last input is taken, and that input
+    is in the wave just before, so the wave an op joins is its level (the longest chain of inputs
+    before it). Python lists, not numpy scalars, in the loop (pp 64 × vpp 4 × m 512: 262,144 ops)."""
     n = dep.size
-    level = np.full(n, -1, dtype=np.int64)
-    indeg = (dep < n).astype(np.int64) + (prev_arr < n).astype(np.int64)
+    indeg = [0] * n
     children: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        if dep[i] < n:
-            children[dep[i]].append(i)
-        if prev_arr[i] < n:
-            children[prev_arr[i]].append(i)
+    for i, (d, q) in enumerate(zip(dep.tolist(), prev_arr.tolist())):
+        if d < n:
+            children[d].append(i)
+            indeg[i] += 1
+        if q < n:
+            children[q].append(i)
+            indeg[i] += 1
     frontier = [i for i in range(n) if indeg[i] == 0]
-    for i in frontier:
-        level[i] = 0
+    waves: list[np.ndarray] = []
     done = 0
     while frontier:
+        waves.append(np.sort(np.asarray(frontier, dtype=np.int64)))
+        done += len(frontier)
         nxt = []
         for i in frontier:
-            done += 1
             for c in children[i]:
                 indeg[c] -= 1
-                level[c] = max(level[c], level[i] + 1)
                 if indeg[c] == 0:
                     nxt.append(c)
         frontier = nxt
     if done != n:
         return None
-    return [np.flatnonzero(level == lv) for lv in range(int(level.max()) + 1)]
+    return waves
 
 
 def _live_vectors(order: list[np.ndarray], chunk_l: list, fwd_l: list, kind_a: np.ndarray, V: int,
@@ -319,7 +329,10 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
     ops = _op_table(name, table, (3 if split else 2) * U * V, split)
     order, chunk_l = ops.order, ops.chunk
     n = len(ops.stage)
-    dep, cross = _data_deps(ops.ids, sched.virtual_position(P, V), n)
+    kind_a = np.asarray([2 if f == W else (0 if f else 1) for f in ops.fwd], dtype=np.int8)
+    dep, cross = _data_deps(np.asarray(ops.stage, dtype=np.int64), np.asarray(chunk_l, dtype=np.int64),
+                            np.asarray(ops.mb, dtype=np.int64), kind_a.astype(np.int64),
+                            np.asarray(sched.virtual_position(P, V), dtype=np.int64))
     prev_arr = np.asarray(ops.prev, dtype=np.int64)
     prev_arr[prev_arr < 0] = n
     waves = _waves(dep, prev_arr)
@@ -327,7 +340,6 @@ def compile_schedule(name: str, P: int, V: int, m: int, seq_split_num: int = 1) 
         raise ValueError(f"schedule {name} deadlocks for pipeline_stage={P}, pp_interleave_num={V}, "
                          f"micro_batch_num={m}, seq_split_num={k_split}")
     topo = np.concatenate(waves)
-    kind_a = np.asarray([2 if f == W else (0 if f else 1) for f in ops.fwd], dtype=np.int8)
     fwd_l = [f is True for f in ops.fwd]
     mem_fwd, mem_bwd, max_inflight, mem_split = _live_vectors(order, chunk_l, fwd_l, kind_a, V, split)
     stage_a, chunk_a = np.asarray(ops.stage, dtype=np.int64), np.asarray(chunk_l, dtype=np.int64)
