@@ -363,17 +363,27 @@ def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
 
 def count_splits_v(problem: Problem, V: int) -> int:
     """Number of layer splits of pp_interleave_num V within ``problem.bounds(V)`` summing to N (a
-    counting DP over the mini-stages' bounds with Python integers; never enumerates)."""
+    counting DP over the mini-stages' bounds with Python integers; never enumerates). Each
+    mini-stage's step is a window sum over the prefix sums of the counts so far (O(N) per
+    mini-stage: pp 64 × vpp 4 × 256 layers in milliseconds); memoised on the problem."""
+    key = ("count_splits", V)
+    if key in problem.fit_cache:
+        return problem.fit_cache[key]
     N = problem.N
     lo, hi = problem.bounds(V)
     ways = np.zeros(N + 1, dtype=object)
     ways[0] = 1
-    for a, b in zip(lo.reshape(-1), hi.reshape(-1)):
-        nxt = np.zeros(N + 1, dtype=object)
-        for x in range(int(a), int(min(b, N)) + 1):
-            nxt[x:] = nxt[x:] + ways[:N + 1 - x]
-        ways = nxt
-    return int(ways[N])
+    t = np.arange(N + 1)
+    for a, b in zip(lo.reshape(-1).tolist(), hi.reshape(-1).tolist()):
+        b = min(int(b), N)
+        if a > b:
+            ways = np.zeros(N + 1, dtype=object)
+            break
+        cum = np.concatenate([np.zeros(1, dtype=object), np.cumsum(ways)])  # cum[u] = Σ ways[:u]
+        # ways'[t] = Σ_{x=a..b} ways[t − x] = cum[t − a + 1] − cum[max(t − b, 0)] (0 when t < a)
+        ways = np.where(t >= a, cum[np.clip(t - a + 1, 0, N + 1)] - cum[np.clip(t - b, 0, N + 1)], 0)
+    problem.fit_cache[key] = int(ways[N])
+    return problem.fit_cache[key]
 
 
 def count_splits(problem: Problem) -> int:

@@ -4,16 +4,19 @@ scaling.py it was built for."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import autotune.tuner.bounds.split_lp as SL
 from autotune.tuner.bounds import REGISTRY, SplitLP
 from autotune.tuner.exact import exact_optimum
-from autotune.tuner.problem import Problem, count_splits_v
+from autotune.tuner.problem import Problem, compositions, count_splits_v
 from tests.search.test_exact_bounds import _random_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +26,28 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_count_splits_matches_the_enumeration(P: int, V: int, N: int) -> None:
     p = _random_problem(seed=P * 10 + V, N=N, P=P, V=V, kinds=("full",), tight=1.0)
     assert count_splits_v(p, V) == len(SL._splits(p, V)) > 1
+
+
+class _Bounds:
+    """A stand-in problem: only what count_splits_v reads (N, bounds(V), fit_cache)."""
+
+    def __init__(self, N: int, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.N, self.lo, self.hi, self.fit_cache = N, lo, hi, {}
+
+    def bounds(self, V: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.lo, self.hi
+
+
+@given(N=st.integers(0, 14), lo=st.lists(st.integers(0, 4), min_size=1, max_size=5),
+       width=st.lists(st.integers(-1, 9), min_size=5, max_size=5))
+def test_count_splits_equals_the_compositions(N: int, lo: list[int], width: list[int]) -> None:
+    """Any per-mini-stage bounds (an empty range, a bound over N): the window-sum DP counts exactly
+    the compositions; big counts stay exact Python integers (256 mini-stages of 0..256 layers:
+    C(511, 255))."""
+    lo_a = np.asarray(lo)
+    hi_a = lo_a + np.asarray(width[:len(lo)])
+    assert count_splits_v(_Bounds(N, lo_a, hi_a), 1) == len(compositions(N, lo_a, hi_a))
+    assert count_splits_v(_Bounds(256, np.zeros(256, int), np.full(256, 256)), 1) == math.comb(511, 255)
 
 
 CASES = [dict(seed=s, N=n, P=P, V=V, kinds=k, tight=t, static_delta=sd, end_ws=ws)

@@ -384,10 +384,7 @@ class SplitLP:
             return False
         if not np.array_equal(problem.positions(V), np.arange(V * problem.P).reshape(V, problem.P)):
             return False  # a V-shaped placement: the stage keys assume chunk-major layer order
-        key = ("split_lp_splits", V)  # the count, memoised on the problem (~0.1 s at pp 64 × 256 layers)
-        if key not in problem.fit_cache:
-            problem.fit_cache[key] = count_splits_v(problem, V)
-        if problem.fit_cache[key] > MAX_SPLITS:
+        if count_splits_v(problem, V) > MAX_SPLITS:  # memoised on the problem
             return False
         lo, hi = (a.reshape(V, problem.P) for a in problem.bounds(V))
         most = np.minimum(hi, problem.N - (lo.sum() - lo))  # a mini-stage's largest layer count
