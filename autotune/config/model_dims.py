@@ -542,9 +542,6 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     if frozen:
         notes.append(f"pet_config {pet.get('pet_type')}: base weights frozen (no gradient, no optimizer state)")
     fa = _flash_attention(data, notes)
-    mbs = resolve_refs(data, _node(data, "runner_config.batch_size"), field="runner_config.batch_size")
-    if isinstance(mbs, int) and not isinstance(mbs, bool) and mbs > 0:   # the profile's micro-batch size
-        as_count(mbs, "runner_config.batch_size", minimum=1)
     return ModelDims(
         hidden_size=hidden, num_heads=heads, n_kv_heads=kv, head_dim=head_dim,
         intermediate_size=inter, seq_length=seq, vocab_size=vocab, num_experts=experts,
@@ -570,6 +567,30 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
             data, "moe_config.ep_extend_tp", True),
         qkv_concat=_node(data, MC + "qkv_concat") is True, family=family_of(data), notes=tuple(notes),
     )
+
+
+def read_batch_size(data: dict[str, Any]) -> int:
+    """``runner_config.batch_size``, the micro-batch size: 1 when absent (MindFormers' RunnerConfig
+    template default).
+
+    MindFormers does not check it: its trainer multiplies it into the batch it hands to MindSpore's
+    ``Dataset.batch`` (``base_trainer._check_global_batch_size_for_auto_parallel``, r1.3.0 to master),
+    which refuses anything but an int >= 1. So a float (``2.0`` included), a string or null fails
+    there, and a boolean would be multiplied as 0 / 1: each is refused here, never read as 1.
+
+    Raises:
+        ConfigError: not an integer (rule R_TYPE), below 1 or above int32 (rule R_RANGE).
+    """
+    path = "runner_config.batch_size"
+    runner = data.get("runner_config")
+    if not isinstance(runner, dict) or "batch_size" not in runner:
+        return 1
+    val = resolve_refs(data, runner["batch_size"], field=path)
+    if isinstance(val, bool) or not isinstance(val, int):
+        raise ConfigError(f"must be an integer, got {short_repr(val)}; fix: write a whole number >= 1 (MindFormers "
+                          "multiplies it into the batch size MindSpore's Dataset.batch takes, which must be an int)",
+                          field=path, value=val, rule="R_TYPE")
+    return as_count(val, path, minimum=1)
 
 
 def count_path(data: dict[str, Any], path: str, default: int) -> int:

@@ -32,7 +32,8 @@ from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, short_repr  # noqa:
 from autotune.config.layer_yaml import inputs_from_yaml
 from autotune.config.limits import MAX_INT
 from autotune.config.mf_rules import model_rules
-from autotune.config.model_dims import ALIASES, ModelDims, merge_hf_config, missing_dims_error, read_dims
+from autotune.config.model_dims import (ALIASES, ModelDims, merge_hf_config, missing_dims_error, read_batch_size,
+                                        read_dims)
 from autotune.config.safe_yaml import read_yaml_file
 from autotune.errors import ConfigError, require_file
 from autotune.units import parse_memory_mib
@@ -152,7 +153,8 @@ class TrainingConfig(BaseModel):
     the :class:`~autotune.config.layer_types.LayerInputs` read from the YAML (the keys ``check``
     reads; None for a config built in code); ``mindformers_version`` the release whose rules apply;
     ``warnings`` what the reading warned about (near-miss keys, warn-only MindFormers rules, the
-    config-level LayerSetting rules).
+    config-level LayerSetting rules). ``batch_size`` is ``runner_config.batch_size`` (the
+    micro-batch size; 1 when absent).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -178,6 +180,7 @@ class TrainingConfig(BaseModel):
     expert_parallel: int = 1
     use_seq_parallel: bool = False
     seq_split_num: int = 1
+    batch_size: int = 1
     enable_parallel_optimizer: bool = False
     optimizer_weight_shard_size: int = -1
     use_legacy: bool = True
@@ -413,6 +416,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         expert_parallel=_int(data, "parallel_config.expert_parallel", 1, null_ok=False),
         use_seq_parallel=_bool(data, "parallel_config.use_seq_parallel", False),
         seq_split_num=1 if inputs.seq_split_num is None else inputs.seq_split_num,
+        batch_size=read_batch_size(data),
         enable_parallel_optimizer=_bool(data, "parallel.enable_parallel_optimizer", False),
         optimizer_weight_shard_size=_int(
             data, "parallel.parallel_optimizer_config.optimizer_weight_shard_size", -1, minimum=None),

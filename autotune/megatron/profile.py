@@ -74,7 +74,7 @@ def training_config(run: Any, *, hbm_mib: float | None = None, layers_vp: list[l
         source=run.source, num_layers=run.num_layers, pipeline_stage=P, micro_batch_num=run.m,
         pp_interleave_num=V, pipeline_interleave=V > 1, offset=offset if V > 1 else offset[0],
         data_parallel=run.dp, model_parallel=run.tp, context_parallel=run.cp, expert_parallel=run.ep,
-        use_seq_parallel=run.sp, use_legacy=False, hbm_mib=hbm_mib, dims=dims,
+        use_seq_parallel=run.sp, use_legacy=False, hbm_mib=hbm_mib, dims=dims, batch_size=run.mbs,
         raw={"runner_config": {"batch_size": run.mbs}})
 
 

@@ -74,7 +74,7 @@ from autotune.config.cells import family_for
 from autotune.config.cells import matches as match_pattern
 from autotune.config.layer_setting import DEFAULT_PATTERNS
 from autotune.config.model_dims import unread_memory_keys
-from autotune.config.training import TrainingConfig, get_path
+from autotune.config.training import TrainingConfig
 from autotune.errors import ConfigError
 from autotune.profile.devices import Device, get_device
 from autotune.profile.schema import EndPart, LayerKind, ModelProfile, OpSaving, RecomputeOption
@@ -519,9 +519,7 @@ def _assumptions(cfg: TrainingConfig, overrides: dict[str, float] | None) -> dic
     A = dict(DEFAULT_ASSUMPTIONS)
     A["weight_bytes"] = float(d.param_dtype_bytes)
     A["grad_bytes"] = float(d.param_dtype_bytes)
-    mbs = get_path(cfg.raw, "runner_config.batch_size", None)
-    if isinstance(mbs, int) and not isinstance(mbs, bool) and mbs > 0:
-        A["micro_batch_size"] = mbs
+    A["micro_batch_size"] = cfg.batch_size
     for key, val in (overrides or {}).items():
         if key not in A:
             raise ConfigError(f"unknown assumption {key!r}; known: {', '.join(sorted(A))}",

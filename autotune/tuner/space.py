@@ -294,7 +294,7 @@ def micro_batch_candidates(cfg: Any, space: SearchSpace) -> list[tuple[int, int 
     bs0 = get_path(cfg.raw, "runner_config.batch_size", None)
     if space.micro_batch_num is None:
         return [(cfg.micro_batch_num, None)]
-    total = cfg.micro_batch_num * (bs0 if isinstance(bs0, int) and bs0 > 0 else 1)
+    total = cfg.micro_batch_num * cfg.batch_size
     out = []
     for m in space.micro_batch_num:
         if total % m or m < cfg.pipeline_stage:   # R_MICRO_BATCH_MIN: MindSpore needs m >= pipeline_stage

@@ -65,6 +65,41 @@ def test_errors_name_the_field(mutate, field, rule):
     assert field in str(ei.value) and "\n" not in str(ei.value)
 
 
+@pytest.mark.parametrize("value, rule, shown", [
+    (1.5, "R_TYPE", "got 1.5"), ("two", "R_TYPE", "got 'two'"), (True, "R_TYPE", "got True"),
+    (False, "R_TYPE", "got False"), (2.0, "R_TYPE", "got 2.0"), (None, "R_TYPE", "got None"),
+    ([2], "R_TYPE", "got [2]"), (0, "R_RANGE", "must be >= 1, got 0"), (-4, "R_RANGE", "must be >= 1, got -4"),
+    (2**31, "R_RANGE", "must be <= 2147483647"),
+])
+def test_a_bad_batch_size_is_refused_not_read_as_1(value, rule, shown):
+    """A non-integer ``runner_config.batch_size`` used to fall back to 1 without a word (and so did
+    0 and negative values): MindFormers multiplies it into the batch MindSpore's ``Dataset.batch``
+    takes, which refuses anything but an int >= 1."""
+    data = dict(yaml.safe_load(yaml.safe_dump(MINIMAL)), runner_config={"batch_size": value})
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    assert (ei.value.rule, ei.value.field) == (rule, "runner_config.batch_size")
+    assert shown in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_batch_size_is_read_once_and_follows_a_reference():
+    base = yaml.safe_load(yaml.safe_dump(MINIMAL))
+    assert config_from_dict(base).batch_size == 1                      # absent: RunnerConfig's default
+    assert config_from_dict(dict(base, runner_config={"epochs": 2})).batch_size == 1
+    assert config_from_dict(dict(base, runner_config={"batch_size": 4})).batch_size == 4
+    ref = dict(base, runner_config={"batch_size": "${parallel_config.micro_batch_num}"})
+    assert config_from_dict(ref).batch_size == 8                       # was read as 1 by the profile
+
+
+def test_the_profile_uses_the_config_batch_size():
+    from autotune.profile.analytic import analytic_profile
+
+    cfg = load_config(EXAMPLES / "telechat2_115b" / "train.yaml")
+    data = dict(cfg.raw, runner_config={"batch_size": "${parallel_config.micro_batch_num}"})
+    prof = analytic_profile(config_from_dict(data), "ascend-910b")
+    assert prof.assumptions["micro_batch_size"] == 8
+
+
 def test_missing_and_non_yaml_files(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         load_config(tmp_path / "nope.yaml")

@@ -102,6 +102,17 @@ def test_a_non_string_top_level_key_is_one_line_r_type(tmp_path, cmd, line, fiel
     assert shown in err and "pydantic" not in err
 
 
+@pytest.mark.parametrize("cmd", COMMANDS)
+@pytest.mark.parametrize("value, rule, shown", [(1.5, "R_TYPE", "got 1.5"), ("two", "R_TYPE", "got 'two'"),
+                                                (True, "R_TYPE", "got True"), (0, "R_RANGE", "got 0")])
+def test_a_bad_batch_size_is_one_line_exit_2_on_every_command(tmp_path, cmd, value, rule, shown):
+    """``runner_config.batch_size`` 1.5 / 'two' / true used to run as 1 without a word."""
+    data = copy.deepcopy(BASE)
+    data["runner_config"]["batch_size"] = value
+    err = _run(cmd, _write(tmp_path, yaml.safe_dump(data, sort_keys=False)))
+    assert err.startswith(f"error: [{rule}] runner_config.batch_size: ") and shown in err, err
+
+
 def test_the_config_reader_rules_are_the_documented_codes(tmp_path):
     """A model-dim rule is R_TYPE / R_RANGE / R_MISSING / R_REFERENCE, as the README documents."""
     readme = (ROOT / "README.md").read_text()
