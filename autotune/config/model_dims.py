@@ -519,8 +519,7 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     sh_size = _node(data, MC + "moe_shared_expert_intermediate_size")
     if experts and not shared and sh_size:
         shared = max(1, round(as_count(sh_size, MC + "moe_shared_expert_intermediate_size") / moe_inter))
-    fk, fk_path = find(data, "first_k_dense_replace")
-    first_dense = as_count(fk, fk_path or "") if isinstance(fk, (int, float)) and not isinstance(fk, bool) else 0
+    first_dense = _first_dense(data, notes)
     mtp = count(data, "mtp_num_layers", 0)
     cdt, _ = _dtype(data, "compute_dtype", 2)
     pdt, pdt_path = _dtype(data, "param_init_type", 4)
@@ -567,6 +566,34 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
             data, "moe_config.ep_extend_tp", True),
         qkv_concat=_node(data, MC + "qkv_concat") is True, family=family_of(data), notes=tuple(notes),
     )
+
+
+def _first_dense(data: dict[str, Any], notes: list[str]) -> int:
+    """``first_k_dense_replace`` (``model_config``, or legacy ``moe_config``): the dense layers before
+    the MoE ones; 0 when absent or null.
+
+    MindFormers uses it as a number without checking its type: mcore's TransformerConfig builds
+    ``[0] * first_k_dense_replace`` (r1.6.0+) and legacy DeepSeek compares ``layer_id <
+    first_k_dense_replace`` (research deepseek2 / deepseek3). A string fails in both (TypeError), so
+    it is refused here instead of being skipped; a boolean counts as 0 / 1 in both (legacy
+    MoEConfig's own default is ``True``), so it is read as that, with a note.
+
+    Raises:
+        ConfigError: not a number (rule R_TYPE), fractional (R_TYPE), negative or above int32 (R_RANGE).
+    """
+    fk, path = find(data, "first_k_dense_replace")
+    if fk is None:
+        return 0
+    if isinstance(fk, bool):
+        notes.append(f"first_k_dense_replace {fk} from {path}: {int(fk)} dense layer(s), as MindFormers "
+                     "counts a boolean")
+        return int(fk)
+    if not isinstance(fk, (int, float)):
+        raise ConfigError(f"must be an integer, got {short_repr(fk)}; fix: write a whole number (MindFormers "
+                          "uses it as a count: mcore builds [0] * first_k_dense_replace, legacy DeepSeek compares "
+                          "layer_id < first_k_dense_replace; a string or a list fails there)", field=path or "",
+                          value=fk, rule="R_TYPE")
+    return as_count(fk, path or "")
 
 
 def read_batch_size(data: dict[str, Any]) -> int:

@@ -45,6 +45,42 @@ def test_non_integer_float_count_is_an_error():
     assert ei.value.field == "moe_config.shared_expert_num" and ei.value.rule == "R_TYPE"
 
 
+@pytest.mark.parametrize("value", ["1", "one", "", [1], {"k": 1}])
+@pytest.mark.parametrize("where", ["model_config", "moe_config"])
+def test_a_non_number_first_k_dense_replace_is_refused_not_skipped(where, value):
+    """A string ``first_k_dense_replace`` was skipped (0 dense layers) without a word: MindFormers
+    fails on it (mcore ``[0] * first_k_dense_replace``, legacy DeepSeek ``layer_id < ...``)."""
+    import yaml
+
+    from autotune.config.training import config_from_dict
+
+    data = yaml.safe_load((D / "mcore_moe_mla_mtp.yaml").read_text())
+    del data["model"]["model_config"]["first_k_dense_replace"]
+    section = data["model"]["model_config"] if where == "model_config" else data.setdefault("moe_config", {})
+    section["first_k_dense_replace"] = value
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    field = ("model.model_config." if where == "model_config" else "moe_config.") + "first_k_dense_replace"
+    assert (ei.value.rule, ei.value.field, ei.value.value) == ("R_TYPE", field, value)
+    assert str(ei.value).startswith(f"[R_TYPE] {field}: must be an integer, got ")
+
+
+@pytest.mark.parametrize("value, dense", [(True, 1), (False, 0), (None, 0), (2, 2), (2.0, 2)])
+def test_first_k_dense_replace_counts_as_mindformers_counts_it(value, dense):
+    """A boolean counts 0 / 1 in MindFormers (legacy MoEConfig's default is True): read as that, with a
+    note; ``true`` used to be read as 0."""
+    import yaml
+
+    from autotune.config.training import config_from_dict
+
+    data = yaml.safe_load((D / "mcore_moe_mla_mtp.yaml").read_text())
+    data["model"]["model_config"]["first_k_dense_replace"] = value
+    cfg = config_from_dict(data)
+    assert cfg.dims.first_k_dense_replace == dense
+    assert analytic_profile(cfg).layer_kinds == ([("dense", dense)] if dense else []) + [("moe", 6 - dense)]
+    assert any("first_k_dense_replace True" in n for n in cfg.dims.notes) == (value is True)
+
+
 def test_mcore_spellings_mla_moe_mtp():
     cfg = load_config(D / "mcore_moe_mla_mtp.yaml")
     d = cfg.dims

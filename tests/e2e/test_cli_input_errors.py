@@ -113,6 +113,17 @@ def test_a_bad_batch_size_is_one_line_exit_2_on_every_command(tmp_path, cmd, val
     assert err.startswith(f"error: [{rule}] runner_config.batch_size: ") and shown in err, err
 
 
+@pytest.mark.parametrize("cmd", COMMANDS)
+@pytest.mark.parametrize("value", ["3", "three"])
+def test_a_string_first_k_dense_replace_is_one_line_exit_2_on_every_command(tmp_path, cmd, value):
+    """DeepSeek-V3's ``moe_config.first_k_dense_replace: '3'`` used to run as 0 dense layers."""
+    text = (ROOT / "examples" / "real_configs" / "01_deepseek3_671b.yaml").read_text()
+    assert "  first_k_dense_replace: 3\n" in text
+    path = _write(tmp_path, text.replace("  first_k_dense_replace: 3\n", f"  first_k_dense_replace: '{value}'\n"))
+    err = _run(cmd, path)
+    assert err.startswith(f"error: [R_TYPE] moe_config.first_k_dense_replace: must be an integer, got '{value}'"), err
+
+
 def test_the_config_reader_rules_are_the_documented_codes(tmp_path):
     """A model-dim rule is R_TYPE / R_RANGE / R_MISSING / R_REFERENCE, as the README documents."""
     readme = (ROOT / "README.md").read_text()
