@@ -21,6 +21,7 @@ from autotune.emit.search_result import bound_line, bounds_by_vpp_line, check_wr
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
+from autotune.profile.analytic import check_overrides
 from autotune.profile.devices import DEVICES
 from autotune.profile.schema import load_profile
 from autotune.tuner.describe import describe_space
@@ -47,6 +48,8 @@ def _hbm(value: str | None) -> float | None:
 
 
 def _overrides(pairs: tuple[str, ...]) -> dict[str, float]:
+    """``--set KEY=VALUE`` pairs as numbers, checked as the API's ``overrides`` are
+    (:func:`~autotune.profile.analytic.check_overrides`: known key, finite, in range)."""
     out = {}
     for p in pairs:
         key, sep, val = p.partition("=")
@@ -54,12 +57,10 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, float]:
             if not sep:
                 raise ValueError
             out[key.strip()] = float(val)
-            if not math.isfinite(out[key.strip()]):
-                raise ValueError
         except ValueError:
-            raise ConfigError(f"expected KEY=NUMBER (a finite number), got {p!r}", field="--set", value=p,
+            raise ConfigError(f"expected KEY=NUMBER, got {p!r}", field="--set", value=p,
                               rule="assumption") from None
-    return out
+    return check_overrides(out)
 
 
 #: Seconds kept from ``--timeout`` for writing the outputs after the search (measured: < 0.2 s).

@@ -39,7 +39,7 @@ from typing import Any
 
 from autotune.config.training import ModelDims, TrainingConfig
 from autotune.megatron.memory import bytes_per_param, params
-from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile
+from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile, check_overrides
 from autotune.profile.devices import get_device
 from autotune.profile.schema import EndPart, LayerKind, ModelProfile, RecomputeOption
 from autotune.units import BYTES_PER_MIB
@@ -184,7 +184,7 @@ def megatron_profile(run: Any, device: str = "h100", *, modules: list[str] | tup
     cfg = training_config(run)
     prof = base or analytic_profile(cfg, get_device(device), overrides=overrides)
     A = dict(DEFAULT_ASSUMPTIONS)
-    A.update({k: float(v) for k, v in (overrides or {}).items()})
+    A.update(check_overrides(overrides))
     dev = get_device(device)
     flops_per_ms = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
     P = params(run)

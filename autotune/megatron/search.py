@@ -55,7 +55,7 @@ from autotune.megatron.layout import first_last_counts
 from autotune.megatron.memory import theoretical_memory
 from autotune.megatron.profile import activation_components, megatron_profile, selective_option, training_config
 from autotune.megatron.run import MODULES, MegatronRun
-from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile
+from autotune.profile.analytic import DEFAULT_ASSUMPTIONS, analytic_profile, check_overrides
 from autotune.profile.devices import get_device
 from autotune.tuner.bounds import BoundContext, BoundOutcome, Delegate, DeviceDP, lower_bound, tighten
 from autotune.tuner.problem import Candidate, Problem, better, even_layers, rank_order, runnable_vpp
@@ -500,7 +500,7 @@ def _setup(run: MegatronRun, sp: MegatronSpace, device: str, hbm_mib: float | No
     cfg = training_config(run, hbm_mib=hbm)
     base = analytic_profile(cfg, dev, overrides=overrides)
     A = dict(DEFAULT_ASSUMPTIONS)
-    A.update({k: float(v) for k, v in (overrides or {}).items()})
+    A.update(check_overrides(overrides))
     fpm = dev.peak_tflops * 1e12 * A["efficiency"] / 1e3
     Vs = _runnable_vpps(run, sp)
     plain = megatron_profile(run, device, overrides=overrides, base=base)

@@ -67,6 +67,9 @@ the compute dtype):
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,14 +117,35 @@ ASSUMPTION_RANGES: dict[str, tuple[float, float, bool, bool]] = {
 }
 
 
+def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, float]:
+    """The assumption overrides (``--set KEY=VALUE``, the API's ``overrides``) as floats, each a known
+    key with a finite real number in its :data:`ASSUMPTION_RANGES` range: the one check both the
+    CLI and the Python API go through (:func:`analytic_profile`, ``resolve_profile``, the Megatron
+    profiles).
+
+    Raises:
+        ConfigError: rule ``assumption``: an unknown key, a value that is not a real number (a string,
+            a boolean, None), NaN or infinite, or outside its range.
+    """
+    out: dict[str, float] = {}
+    for key, val in (overrides or {}).items():
+        if key not in DEFAULT_ASSUMPTIONS:
+            raise ConfigError(f"unknown assumption {key!r}; known: {', '.join(sorted(DEFAULT_ASSUMPTIONS))}",
+                              field=f"--set {key}", value=val, rule="assumption")
+        if isinstance(val, bool) or not isinstance(val, numbers.Real):
+            raise ConfigError(f"must be a number, got {val!r}", field=f"--set {key}", value=val, rule="assumption")
+        out[key] = _check_assumption(key, float(val))
+    return out
+
+
 def _check_assumption(key: str, val: float) -> float:
     lo, hi, lo_ok, whole = ASSUMPTION_RANGES[key]
-    ok = (val >= lo if lo_ok else val > lo) and val <= hi and val == val
+    ok = math.isfinite(val) and (val >= lo if lo_ok else val > lo) and val <= hi
     if whole and ok:
         ok = float(val).is_integer()
     if not ok:
         rng = f"{'[' if lo_ok else '('}{lo:g}, {hi:.15g}]" + (", a whole number" if whole else "")
-        raise ConfigError(f"must be in {rng}, got {val!r}", field=f"--set {key}", value=val,
+        raise ConfigError(f"must be a finite number in {rng}, got {val!r}", field=f"--set {key}", value=val,
                           rule="assumption")
     return float(val)
 
@@ -508,23 +532,19 @@ class _Shape:
     flops_per_ms: float
 
 
-def _assumptions(cfg: TrainingConfig, overrides: dict[str, float] | None) -> dict[str, float]:
+def _assumptions(cfg: TrainingConfig, overrides: Mapping[str, Any] | None) -> dict[str, float]:
     """:data:`DEFAULT_ASSUMPTIONS` with the parameter dtype's bytes, ``runner_config.batch_size``
-    and the overrides (each checked against :data:`ASSUMPTION_RANGES`).
+    and the overrides (:func:`check_overrides`).
 
     Raises:
-        ConfigError: an override key is unknown or out of range.
+        ConfigError: an override key is unknown, its value not a finite number or out of range.
     """
     d = cfg.dims
     A = dict(DEFAULT_ASSUMPTIONS)
     A["weight_bytes"] = float(d.param_dtype_bytes)
     A["grad_bytes"] = float(d.param_dtype_bytes)
     A["micro_batch_size"] = cfg.batch_size
-    for key, val in (overrides or {}).items():
-        if key not in A:
-            raise ConfigError(f"unknown assumption {key!r}; known: {', '.join(sorted(A))}",
-                              field=f"--set {key}", value=val, rule="assumption")
-        A[key] = _check_assumption(key, float(val))
+    A.update(check_overrides(overrides))
     return A
 
 

@@ -13,7 +13,7 @@ from autotune.config.training import TrainingConfig, load_config
 from autotune.cost.schedules import registered
 from autotune.cost.simulate import compile_schedule
 from autotune.errors import ConfigError
-from autotune.profile.analytic import analytic_profile
+from autotune.profile.analytic import analytic_profile, check_overrides
 from autotune.profile.schema import ModelProfile, load_profile
 
 #: Device of the analytic profile when none is given.
@@ -37,11 +37,23 @@ def resolve_profile(cfg: TrainingConfig, profile: str | Path | ModelProfile | No
                     device: str = DEFAULT_DEVICE, overrides: dict[str, float] | None = None) -> ModelProfile:
     """The profile to use: the given one (path or object) or the analytic one for ``device``.
 
+    ``overrides`` (the analytic profile's assumptions, ``--set``) are checked whichever profile is
+    used (:func:`~autotune.profile.analytic.check_overrides`); a given profile has its own numbers,
+    so overrides with it are refused rather than ignored.
+
     Raises:
-        ConfigError: the profile's layer count differs from the config's num_layers.
+        ConfigError: the profile's layer count differs from the config's num_layers; an override is
+            unknown, not a finite number or out of its range, or comes with a given profile (rule
+            ``assumption``).
     """
+    checked = check_overrides(overrides)
     if profile is None:
-        return analytic_profile(cfg, device, overrides=overrides)
+        return analytic_profile(cfg, device, overrides=checked)
+    if checked:
+        key = next(iter(checked))
+        raise ConfigError("an assumption of the analytic profile, which a given profile does not use (it has "
+                          "its own numbers); fix: drop --set (overrides) or --profile", field=f"--set {key}",
+                          value=checked[key], rule="assumption")
     prof = profile if isinstance(profile, ModelProfile) else load_profile(profile)
     if prof.num_layers != cfg.num_layers:
         raise ConfigError(f"profile describes {prof.num_layers} layers but the config has "

@@ -136,7 +136,63 @@ def test_non_finite_float_options_are_refused(option, value, rng) -> None:
 def test_non_finite_assumption_override_is_refused(value) -> None:
     r = CliRunner().invoke(main, ["search", EX, "--set", f"stage_const_mib={value}", "--dry-run"])
     assert r.exit_code == 2
-    assert f"[assumption] --set: expected KEY=NUMBER (a finite number), got 'stage_const_mib={value}'" in r.output
+    assert (f"[assumption] --set stage_const_mib: must be a finite number in [0, 1048576], got {value}"
+            in r.output), r.output
+
+
+INF = float("inf")
+PROFILE = "examples/telechat2_115b/profile.yaml"
+
+
+@pytest.mark.parametrize("overrides, shown", [
+    ({"stage_const_mib": INF}, "must be a finite number in [0, 1048576], got inf"),
+    ({"efficiency": float("nan")}, "must be a finite number in [1e-06, 1], got nan"),
+    ({"efficiency": -INF}, "must be a finite number in [1e-06, 1], got -inf"),
+    ({"efficiency": None}, "must be a number, got None"),
+    ({"efficiency": "0.5"}, "must be a number, got '0.5'"),
+    ({"efficiency": True}, "must be a number, got True"),
+    ({"nope": 1.0}, "unknown assumption 'nope'"),
+])
+@pytest.mark.parametrize("profile", [None, PROFILE])
+def test_api_checks_assumption_overrides_as_the_cli_does(overrides, shown, profile) -> None:
+    """The API's ``overrides`` go through the check the CLI's ``--set`` does: with a given profile
+    ``inf`` used to pass unchecked (and ignored), and None or a string ended on a TypeError /
+    ValueError instead of the one-line error."""
+    import autotune
+    from autotune.errors import ConfigError
+
+    with pytest.raises(ConfigError) as ei:
+        autotune.evaluate(EX, profile, overrides=overrides)
+    key = next(iter(overrides))
+    assert (ei.value.rule, ei.value.field) == ("assumption", f"--set {key}") and shown in ei.value.message
+    with pytest.raises(ConfigError) as ei:
+        autotune.search(EX, profile, overrides=overrides, trials=2)
+    assert (ei.value.rule, ei.value.field) == ("assumption", f"--set {key}") and shown in ei.value.message
+
+
+def test_api_megatron_profile_checks_assumption_overrides() -> None:
+    """A Megatron profile built on a given analytic base checked nothing (``float(v)`` of each)."""
+    from autotune.errors import ConfigError
+    from autotune.api import load_megatron
+    from autotune.megatron.profile import megatron_profile, training_config
+    from autotune.profile.analytic import analytic_profile
+
+    run = load_megatron("examples/megatron/llama3_70b.yaml")
+    base = analytic_profile(training_config(run), "h100")
+    with pytest.raises(ConfigError) as ei:
+        megatron_profile(run, "h100", overrides={"efficiency": INF}, base=base)
+    assert (ei.value.rule, ei.value.field) == ("assumption", "--set efficiency")
+
+
+def test_set_with_a_given_profile_is_refused_not_ignored() -> None:
+    """``--set`` changes the analytic profile's assumptions; with ``--profile`` it was ignored
+    without a word (same step time with any value)."""
+    r = CliRunner().invoke(main, ["evaluate", EX, "--profile", PROFILE, "--set", "efficiency=0.2"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1].startswith(
+        "error: [assumption] --set efficiency: an assumption of the analytic profile, which a given profile "
+        "does not use"), r.output
+    assert CliRunner().invoke(main, ["evaluate", EX, "--profile", PROFILE]).exit_code == 0
 
 
 @pytest.mark.parametrize("kw", [{"timeout": float("nan")}, {"timeout": float("inf")}, {"timeout": 0.0},
