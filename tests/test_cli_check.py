@@ -335,6 +335,52 @@ def test_apply_does_not_insert_default_pipeline_keys(tmp_path):
                         "    pp_interleave_num: 1\nparallel_config:\n  pipeline_stage: 4\n  micro_batch_num: 8\n")
 
 
+def test_search_out_writes_what_apply_writes(tmp_path):
+    """``search --out`` inserted MindFormers' default ``pipeline_scheduler: 1f1b`` into a config that
+    lacks ``parallel.pipeline_config`` where ``apply`` does not: both now write the same keys, and
+    ``evaluate best.yaml`` still gives the search's step time and peak."""
+    text = TOY.read_text()
+    assert "parallel:\n  pipeline_config:\n    pipeline_interleave: True\n    pipeline_scheduler: '1f1b'\n" in text
+    cfg = write(tmp_path, "c.yaml", text.replace(
+        "parallel:\n  pipeline_config:\n    pipeline_interleave: True\n    pipeline_scheduler: '1f1b'\n", ""))
+    best = tmp_path / "best.yaml"
+    r = run("search", cfg, "--trials", "3", "--quiet", "--out", best, "--format", "json")
+    assert r.exit_code == 0, r.output
+    answer = json.loads(r.stdout)["best"]
+    written = best.read_text()
+    assert "pipeline_scheduler" not in written                     # the default, not inserted
+    r = run("apply", best, cfg)
+    assert r.exit_code == 0, r.output
+    body = written.split("\n# tuned keys: ", 1)[1].split("\n", 1)[1]      # the file after search's header
+    assert r.output == body                                        # apply writes the same text
+    added = changed_lines(cfg.read_text(), body)[1]
+    assert added and all(ln.split(":")[0].strip() in {"parallel", "pipeline_config", "pipeline_interleave",
+                                                      "offset", "pp_interleave_num", "recompute",
+                                                      "select_recompute", "select_comm_recompute"}
+                         for ln in added), added
+    r = run("evaluate", best, "--format", "json")
+    assert r.exit_code == 0, r.output
+    back = json.loads(r.stdout)
+    assert back["step_time_ms"] == pytest.approx(answer["step_time_ms"], rel=1e-9)
+    assert back["peak_mib"] == pytest.approx(answer["peak_mib"], rel=1e-9)
+
+
+def test_search_result_of_an_in_memory_config_does_not_insert_default_pipeline_keys():
+    """The same for a config built in code (no file to splice into: the tuned keys merged into it)."""
+    import autotune
+    from autotune.config.training import config_from_dict
+    from autotune.tuner.space import SearchSpace
+
+    raw = yaml.safe_load(TOY.read_text())
+    del raw["parallel"]
+    space = SearchSpace(pp_interleave_num=[1])
+    res = autotune.search(config_from_dict(raw), space=space, trials=3)
+    data = yaml.safe_load(res.to_yaml())
+    assert "parallel" not in data and data["model"]["model_config"]["pp_interleave_num"] == 1
+    assert res.tuned_block()["parallel"]["pipeline_config"] == {"pipeline_interleave": False,
+                                                               "pipeline_scheduler": "1f1b"}
+
+
 def test_apply_keeps_crlf_line_endings(tmp_path):
     text = (TOY.read_text() + USER).replace("\n", "\r\n")
     cfg = tmp_path / "c.yaml"

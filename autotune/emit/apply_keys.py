@@ -98,6 +98,13 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def inserts_default(dotted: str, value: Any, config: dict[str, Any]) -> bool:
+    """Whether writing ``value`` at ``dotted`` would only insert MindFormers' default of a tuned key
+    (:data:`DEFAULTS`) into a ``config`` that lacks it: the same meaning, so neither ``apply`` nor
+    ``search --out`` writes it."""
+    return dotted in DEFAULTS and same_value(value, DEFAULTS[dotted]) and not _get(config, dotted)[0]
+
+
 def apply_updates(best_text: str, best: dict[str, Any], config: dict[str, Any], *,
                   best_name: str = "BEST", config_name: str = "CONFIG") -> list[tuple[tuple[str, ...], Any]]:
     """The (path, value) pairs of ``best`` that ``apply`` writes into ``config`` (see module doc).
@@ -118,7 +125,7 @@ def apply_updates(best_text: str, best: dict[str, Any], config: dict[str, Any], 
     for dotted, path, value in pairs:
         found, current = _get(config, dotted)
         if dotted in tuned:
-            if not (not found and dotted in DEFAULTS and same_value(value, DEFAULTS[dotted])):
+            if not inserts_default(dotted, value, config):
                 updates.append((path, value))
         elif is_layout_key(dotted) and not (found and same_value(value, current)):
             _mismatch(dotted, value, current if found else None, found, best_name, config_name)

@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.config.layout import canonical_values, mtp_layers_in_split
 from autotune.cost.report import CostReport
-from autotune.emit.apply_keys import TUNED_PATHS
+from autotune.emit.apply_keys import TUNED_PATHS, inserts_default
 from autotune.emit.render import fits_word, memory_text, report_json
 from autotune.emit.splice import leaves, line_ending, read_text_exact, splice
 from autotune.emit.yaml_block import deep_merge, dump_yaml, tuned_block
@@ -45,6 +45,8 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
     With ``full=True`` and a config read from a file, the tuned values are spliced into the
     file's own text (:func:`autotune.emit.splice.splice`): comments, key order and formatting
     elsewhere stay as the user wrote them, so a diff shows only the tuned lines (and the header).
+    It writes what ``apply`` writes: a tuned key at MindFormers' default that the config lacks
+    (:func:`autotune.emit.apply_keys.inserts_default`) is not inserted.
     """
     report = result.best or result.closest
     head = ["autotune: tuned pipeline layout" if result.best is not None or report is None else
@@ -61,12 +63,16 @@ def result_yaml(result: Any, *, full: bool = True) -> str:
                 "recompute_config.{recompute, select_recompute, select_comm_recompute}"
                 + "".join(f", {k}" for k in result.settings))
     block = tuned_keys(result)
+    if not full:
+        return dump_yaml(block, header="\n".join(head))
+    # only what ``apply`` would write: a tuned key at MindFormers' default is not inserted
+    updates = [(p, v) for p, v in leaves(block) if not inserts_default(".".join(p), v, result.config.raw)]
     source = Path(result.config.source)
-    if full and source.is_file():
-        text, _ = splice(read_text_exact(source), leaves(block))
+    if source.is_file():
+        text, _ = splice(read_text_exact(source), updates)
         nl = line_ending(text)
         return "".join(f"# {line}{nl}" for line in head) + text
-    data = deep_merge(result.config.raw, block) if full else block
+    data = deep_merge(result.config.raw, nested({".".join(p): v for p, v in updates}))
     return dump_yaml(data, header="\n".join(head))
 
 
