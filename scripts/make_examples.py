@@ -24,45 +24,14 @@ from typing import Any
 
 import yaml
 
+from autotune.emit.apply_keys import RELEVANT
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MIRROR = "/work/.mirror/mindspore-lab+mindformers/repo"
 
-#: Sections whose every key is layout- or memory-relevant.
-WHOLE = ("parallel_config", "recompute_config", "swap_config", "moe_config")
-#: Single keys (dotted paths) that are layout- or memory-relevant.
-KEYS = (
-    "use_legacy", "pretrained_model_dir", "run_mode",
-    "context.max_device_memory",
-    "runner_config.batch_size", "runner_config.gradient_accumulation_steps",
-    "parallel.parallel_mode", "parallel.enable_parallel_optimizer",
-    "parallel.parallel_optimizer_config.gradient_accumulation_shard",
-    "parallel.parallel_optimizer_config.parallel_optimizer_threshold",
-    "parallel.parallel_optimizer_config.optimizer_weight_shard_size",
-    "parallel.pipeline_config.pipeline_interleave", "parallel.pipeline_config.pipeline_scheduler",
-    "micro_batch_interleave_num", "model.arch.type",
-)
-#: model.model_config keys that are layout- or memory-relevant.
-MODEL_KEYS = (
-    "type", "num_layers", "num_hidden_layers", "n_layer", "offset", "pp_interleave_num",
-    "hidden_size", "num_heads", "num_attention_heads", "n_kv_heads", "num_key_value_heads",
-    "num_query_groups", "multi_query_attention", "multi_query_group_num", "head_dim", "kv_channels",
-    "intermediate_size", "ffn_hidden_size", "ffn_dim_multiplier", "multiple_of", "expand_ratio",
-    "hidden_act", "gated_linear_unit", "seq_length", "max_position_embeddings", "vocab_size",
-    "padded_vocab_size", "tie_word_embeddings", "untie_embeddings_and_output_weights",
-    "num_experts", "n_routed_experts", "num_moe_experts", "num_experts_per_tok", "moe_router_topk",
-    "moe_intermediate_size", "moe_ffn_hidden_size", "n_shared_experts", "shared_expert_num",
-    "moe_shared_expert_intermediate_size", "first_k_dense_replace", "moe_expert_capacity_factor",
-    "mtp_depth", "mtp_num_layers", "num_nextn_predict_layers",
-    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_head_dim", "qk_rope_head_dim",
-    "qk_pos_emb_head_dim", "v_head_dim",
-    "param_init_type", "params_dtype", "embedding_init_type", "compute_dtype",
-    "layernorm_compute_type", "layernorm_compute_dtype", "softmax_compute_type",
-    "softmax_compute_dtype", "rotary_dtype", "use_flash_attention", "use_ring_attention",
-    "use_attn_mask_compression", "attention_dropout", "attention_dropout_rate",
-    "attention_dropout_prob", "hidden_dropout", "hidden_dropout_rate", "hidden_dropout_prob",
-    "fine_grain_interleave", "batch_size", "pet_config", "qkv_concat",
-)
-RELEVANT = (WHOLE, KEYS, MODEL_KEYS)
+#: The layout- and memory-relevant keys: sections whose every key is, dotted keys (the value and all
+#: under it), model.model_config keys; the list ``autotune apply`` compares (autotune.emit.apply_keys).
+WHOLE, KEYS, MODEL_KEYS = RELEVANT
 
 #: example -> (title, branch, path in the MindFormers repository)
 EXAMPLES: dict[str, tuple[str, str, str]] = {

@@ -474,3 +474,34 @@ def test_apply_keys_follow_the_search_space_settings():
     # expand_space's settings: recompute_config.<knob>, parallel_config.micro_batch_num, runner_config.batch_size
     assert {f"recompute_config.{k}" for k in KNOBS} | {"parallel_config.micro_batch_num",
                                                        "runner_config.batch_size"} == FREEABLE_PATHS
+
+
+def test_apply_and_the_examples_share_one_list_of_layout_keys():
+    """``apply``'s layout keys (what must agree between BEST and CONFIG) and the keys every shipped
+    example carries from its MindFormers source were two copies of one list (scripts/make_examples.py
+    ``RELEVANT``), already apart (``runner_wrapper.calculate_per_token_loss``, the older releases'
+    recompute keys, every reader spelling such as ``n_head``): the script now imports apply's."""
+    import importlib.util
+
+    from autotune.config.model_dims import ALIASES
+    from autotune.emit import apply_keys
+
+    spec = importlib.util.spec_from_file_location("make_examples", ROOT / "scripts" / "make_examples.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.RELEVANT is apply_keys.RELEVANT
+    assert (mod.WHOLE, mod.KEYS, mod.MODEL_KEYS) == apply_keys.RELEVANT
+    assert {"runner_wrapper.calculate_per_token_loss", "parallel.parallel_optimizer_config"} <= set(mod.KEYS)
+    assert {"n_head", "expert_num", "use_select_recompute", "pipeline_stage"} <= set(mod.MODEL_KEYS)
+    spellings = {n for names in ALIASES.values() for n in names if "." not in n}
+    assert spellings <= set(mod.MODEL_KEYS) and len(set(mod.MODEL_KEYS)) == len(mod.MODEL_KEYS)
+    for name in mod.EXAMPLES:            # every key an example carries is one apply compares
+        keys = mod.relevant(yaml.safe_load((ROOT / "examples" / name).read_text()))
+        outside = [k for k in keys if not k.startswith("train_dataset.") and not apply_keys.is_layout_key(k)]
+        assert outside == [], (name, outside)
+    for key in ("parallel.parallel_optimizer_config.optimizer_weight_shard_size",
+                "parallel.parallel_optimizer_config.any_other", "model.model_config.pipeline_stage.llm",
+                "runner_wrapper.calculate_per_token_loss", "moe_config.expert_num"):
+        assert apply_keys.is_layout_key(key), key
+    for key in ("runner_config.epochs", "trainer.model_name", "callbacks", "model.model_config.name"):
+        assert not apply_keys.is_layout_key(key), key

@@ -12,7 +12,7 @@ comment header whose ``# tuned keys:`` line names them). ``apply`` writes only t
 
 Every other key of BEST is either layout-relevant (:func:`is_layout_key`: the parallel, recompute,
 swap and MoE sections, the HBM budget, the batch and optimizer-parallel settings, the model class
-and dimensions; the keys ``scripts/make_examples.py`` calls ``RELEVANT``) and must equal the
+and dimensions: :data:`RELEVANT`, which ``scripts/make_examples.py`` imports) and must equal the
 config's (else rule ``R_APPLY_MISMATCH``: BEST was tuned for another config), or it is left alone
 (``epochs``, ``callbacks``, ``trainer.model_name``, ...): the user's later edits stay.
 """
@@ -45,34 +45,56 @@ FREEABLE_PATHS = frozenset({
 DEFAULTS = {"parallel.pipeline_config.pipeline_interleave": False,
             "parallel.pipeline_config.pipeline_scheduler": "1f1b"}
 
-_SECTIONS = ("parallel_config", "recompute_config", "swap_config", "moe_config")
-_KEYS = frozenset({
+#: The layout- and memory-relevant keys of a MindFormers YAML, in three lists: sections whose every
+#: key is relevant; dotted keys (the value and everything under it); ``model.model_config`` keys (and
+#: everything under them). One list for ``apply`` (:func:`is_layout_key`: such a key must agree
+#: between BEST and CONFIG) and for the shipped examples (``scripts/make_examples.py`` imports it as
+#: ``RELEVANT``: an example carries every such key of its MindFormers source).
+LAYOUT_SECTIONS = ("parallel_config", "recompute_config", "swap_config", "moe_config")
+LAYOUT_KEYS = (
     "use_legacy", "pretrained_model_dir", "model.pretrained_model_dir", "run_mode",
-    "context.max_device_memory", "runner_config.batch_size", "runner_config.gradient_accumulation_steps",
-    "runner_wrapper.calculate_per_token_loss", "micro_batch_interleave_num", "model.arch.type",
-    "parallel.parallel_mode", "parallel.enable_parallel_optimizer",
+    "context.max_device_memory",
+    "runner_config.batch_size", "runner_config.gradient_accumulation_steps",
+    "runner_wrapper.calculate_per_token_loss",
+    "parallel.parallel_mode", "parallel.enable_parallel_optimizer", "parallel.parallel_optimizer_config",
     "parallel.pipeline_config.pipeline_interleave", "parallel.pipeline_config.pipeline_scheduler",
-})
-_PREFIXES = ("parallel.parallel_optimizer_config.", "model.model_config.pipeline_stage.")
-_MODEL_KEYS = frozenset({n for names in ALIASES.values() for n in names if "." not in n} | {
-    "type", "hidden_act", "gated_linear_unit", "max_position_embeddings", "tie_word_embeddings",
-    "untie_embeddings_and_output_weights", "ffn_dim_multiplier", "multiple_of", "expand_ratio",
-    "multi_query_attention", "moe_shared_expert_intermediate_size", "layernorm_compute_type",
-    "layernorm_compute_dtype", "rotary_dtype", "use_flash_attention", "use_ring_attention",
-    "use_attn_mask_compression", "attention_dropout", "attention_dropout_rate", "attention_dropout_prob",
-    "hidden_dropout", "hidden_dropout_rate", "hidden_dropout_prob", "fine_grain_interleave",
-    "batch_size", "pet_config", "qkv_concat", "pipeline_stage", "use_select_recompute",
-    "no_recompute_layers", "offset", "pp_interleave_num",
-})
+    "micro_batch_interleave_num", "model.arch.type",
+)
+_NAMED_MODEL_KEYS = (
+    "type", "num_layers", "num_hidden_layers", "n_layer", "offset", "pp_interleave_num",
+    "hidden_size", "num_heads", "num_attention_heads", "n_kv_heads", "num_key_value_heads",
+    "num_query_groups", "multi_query_attention", "multi_query_group_num", "head_dim", "kv_channels",
+    "intermediate_size", "ffn_hidden_size", "ffn_dim_multiplier", "multiple_of", "expand_ratio",
+    "hidden_act", "gated_linear_unit", "seq_length", "max_position_embeddings", "vocab_size",
+    "padded_vocab_size", "tie_word_embeddings", "untie_embeddings_and_output_weights",
+    "num_experts", "n_routed_experts", "num_moe_experts", "num_experts_per_tok", "moe_router_topk",
+    "moe_intermediate_size", "moe_ffn_hidden_size", "n_shared_experts", "shared_expert_num",
+    "moe_shared_expert_intermediate_size", "first_k_dense_replace", "moe_expert_capacity_factor",
+    "mtp_depth", "mtp_num_layers", "num_nextn_predict_layers",
+    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_head_dim", "qk_rope_head_dim",
+    "qk_pos_emb_head_dim", "v_head_dim",
+    "param_init_type", "params_dtype", "embedding_init_type", "compute_dtype",
+    "layernorm_compute_type", "layernorm_compute_dtype", "softmax_compute_type",
+    "softmax_compute_dtype", "rotary_dtype", "use_flash_attention", "use_ring_attention",
+    "use_attn_mask_compression", "attention_dropout", "attention_dropout_rate",
+    "attention_dropout_prob", "hidden_dropout", "hidden_dropout_rate", "hidden_dropout_prob",
+    "fine_grain_interleave", "batch_size", "pet_config", "qkv_concat",
+    # older releases' recompute keys (autotune.config.older_releases) and a multimodal model's stages
+    "use_select_recompute", "no_recompute_layers", "pipeline_stage",
+)
+#: ... plus every model_config spelling the reader knows (:data:`autotune.config.model_dims.ALIASES`).
+LAYOUT_MODEL_KEYS = _NAMED_MODEL_KEYS + tuple(sorted(
+    {n for names in ALIASES.values() for n in names if "." not in n} - set(_NAMED_MODEL_KEYS)))
+RELEVANT = (LAYOUT_SECTIONS, LAYOUT_KEYS, LAYOUT_MODEL_KEYS)
 _HEADER = re.compile(r"^#\s*tuned keys:(.*)$", re.MULTILINE)
 
 
 def is_layout_key(path: str) -> bool:
-    """Whether the dotted key ``path`` changes the layout autotune tunes or prices (see module doc)."""
-    if path.split(".")[0] in _SECTIONS or path in _KEYS or path.startswith(_PREFIXES):
-        return True
+    """Whether the dotted key ``path`` changes the layout autotune tunes or prices (:data:`RELEVANT`)."""
     parts = path.split(".")
-    return len(parts) >= 3 and parts[:2] == ["model", "model_config"] and parts[2] in _MODEL_KEYS
+    if parts[0] in LAYOUT_SECTIONS or any(path == k or path.startswith(k + ".") for k in LAYOUT_KEYS):
+        return True
+    return len(parts) >= 3 and parts[:2] == ["model", "model_config"] and parts[2] in LAYOUT_MODEL_KEYS
 
 
 def header_tuned_keys(text: str) -> set[str] | None:
