@@ -305,7 +305,7 @@ def test_least_replay_is_memoised_per_count_vector(monkeypatch) -> None:
 def _unscreened(problem, V, **kw):
     """:func:`stage_dp_bound` without its screen (every count vector under the cap priced)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stage_dp, "screen_configs", lambda problem, su, paths, fr, all_vecs, cap: all_vecs)
+        mp.setattr(stage_dp, "screen_configs", lambda problem, su, paths, fr, all_vecs, cap, deadline=None: all_vecs)
         return stage_dp_bound(problem, V, **kw)
 
 

@@ -78,6 +78,30 @@ def test_the_stage_dp_gives_up_when_its_rate_says_so(monkeypatch) -> None:
     assert stage_dp.stage_dp_bound(pr, 2, deadline=far) is None
 
 
+def test_the_stage_dp_sets_nothing_up_past_its_deadline_and_its_screen_gives_up(monkeypatch) -> None:
+    """Past the deadline no path is even counted (the set-up took ~1 s a V on pp 64 × m 512, the
+    overrun of a late start); with an incumbent, the screen's loop over stages gives up on the rate
+    as the tables' loops do (no proof)."""
+    pr = _problem(**ONE)
+    opt = exact_optimum(pr).best.step_ms
+    far = time.monotonic() + 3600.0
+    assert stage_dp.stage_dp_bound(pr, 2, upper_ms=opt, deadline=far) is not None
+
+    def counted(*a, **k):
+        raise AssertionError("the paths were counted past the deadline")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(stage_dp, "stage_paths", counted)
+        assert stage_dp.stage_dp_bound(pr, 2, upper_ms=opt, deadline=time.monotonic() - 1.0) is None
+    calls, priced = [], []
+    real, real_configs = stage_dp.cannot_finish, stage_dp.stage_configs
+    monkeypatch.setattr(stage_dp, "cannot_finish", lambda t0, done, total, dl: calls.append(done) or
+                        (len(calls) > 1 or real(t0, done, total, dl)))  # the first call (the entry) passes
+    monkeypatch.setattr(stage_dp, "stage_configs", lambda *a, **k: priced.append(1) or real_configs(*a, **k))
+    assert stage_dp.stage_dp_bound(pr, 2, upper_ms=opt, deadline=far) is None
+    assert priced == []  # the screen gave up before pricing its first stage
+
+
 class _Probe:
     """A proof stand-in: records (name, ctx) and returns ``value`` (None: no proof)."""
 
@@ -102,7 +126,7 @@ def test_unproven_until_and_bound_only_by_hand() -> None:
     assert kept.bound_ms == 5.0 and kept.split is None  # the bound, no seed
     assert BoundOnly(_Probe(None)).bound(pr, 2, BoundContext()) is None
     probe = _Probe(5.0)
-    assert Unproven(probe).bound(pr, 2, BoundContext(lower_ms=3.0)) is None and probe.seen == []
+    assert Unproven(probe).bound(pr, 2, BoundContext(lower_ms=3.0)).bound_ms == 3.0 and probe.seen == []
     assert Unproven(probe).bound(pr, 2, BoundContext()).bound_ms == 5.0
     for pass_deadline, at, want in ((10.0, 4.0, 4.0), (4.0, 10.0, 4.0), (None, 4.0, 4.0), (7.0, None, 7.0)):
         Until(probe, at).bound(pr, 2, BoundContext(deadline=pass_deadline))

@@ -532,7 +532,7 @@ class _ThresholdDP:
 
 
 def screen_configs(problem: Problem, su: IntegerSetup, paths: list[StagePaths], fr: RowFrontiers,
-            all_vecs: list, cap: float) -> list[np.ndarray] | None:
+                   all_vecs: list, cap: float, deadline: float | None = None) -> list[np.ndarray] | None | bool:
     """Each stage's count vectors that can still hold a layout faster than ``cap`` (ms), judged
     with lower bounds before any least replay is priced exactly: :func:`_stage_table`'s path test
     (path without replay + the stage's least replay × its fewest backward ops of a chunk + the
@@ -542,13 +542,17 @@ def screen_configs(problem: Problem, su: IntegerSetup, paths: list[StagePaths], 
     dropped by the exact test too, on any subset of the other stages' vectors; the exact tables
     are then built on what is left (fewer configurations elsewhere only raise the other stages'
     least replay, and every layout faster than ``cap`` keeps its own). None when a stage has no
-    vector left (no layout is faster than ``cap``).
+    vector left (no layout is faster than ``cap``); False when it gave up on ``deadline``
+    (:func:`cannot_finish`: no proof).
 
     On scaling.py's P32 V4 m256 L256 MoE problem the last bound pass priced 22,567 configurations
     exactly, of which ~3,000 reached the stage tables."""
     N = problem.N
     pre = []
+    t0 = time.monotonic()
     for p, vecs in enumerate(all_vecs):
+        if cannot_finish(t0, p, len(all_vecs), deadline):
+            return False
         cf = stage_configs(problem, su, p, paths[p], fr, vecs, cap, floor=True)
         if cf is None:
             return None
@@ -613,7 +617,7 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     threshold it has shown infeasible (a bound, anytime).
     """
     su = integer_setup(problem, V)
-    if su is None:
+    if su is None or cannot_finish(0.0, 0, 1, deadline):
         return None
     N = problem.N
     paths = stage_paths(su.cs, su.p2p_ms)
@@ -626,9 +630,12 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     # hold one below it, and a DP without a way through means no layout is faster than it
     cap = float(upper_ms) if upper_ms is not None and np.isfinite(upper_ms) else None
     if cap is not None:
-        all_vecs = screen_configs(problem, su, paths, fr, all_vecs, cap)
-        if all_vecs is None:
+        screened = screen_configs(problem, su, paths, fr, all_vecs, cap, deadline)
+        if screened is False:
+            return None
+        if screened is None:
             return StageDPBound(cap, 0, total)
+        all_vecs = screened
     configs = []
     t0 = time.monotonic()
     for p, vecs in enumerate(all_vecs):
