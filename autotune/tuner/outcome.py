@@ -144,9 +144,9 @@ class SearchOutcome:
             why = ""
             if self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net"):
                 own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
-                why = (f": the bound phase (its half of it, {self.time_limit_s / 2:g} s) stopped its local "
-                       f"search or later bound passes at their deadlines; the trials then ended on their own"
-                       f"{own}")
+                why = (f": the bound phase (half of the time left after reading, at most "
+                       f"{self.time_limit_s / 2:g} s) stopped its local search or later bound passes at "
+                       f"their deadlines; the trials then ended on their own{own}")
             return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
                     f"and load){why}; certified gap then {gap}")
         if self.stopped_by == "static_memory":

@@ -36,7 +36,7 @@ from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
 from autotune.tuner.progress import LINE_EVERY_S, Progress, as_progress
 from autotune.tuner.runner import candidate_from_trial, open_storage, run_study
-from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds
+from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds, raise_with_time_left
 from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search_space
 
 #: The objectives :func:`run_search` accepts.
@@ -230,6 +230,27 @@ def bounds_by_vpp(prepared: list[Prepared]) -> dict[int, float | None] | None:
     return {V: (b if np.isfinite(b) else None) for V, b in sorted(out.items())}
 
 
+def bounds_with_time_left(prepared: list[Prepared], best_ms: float, deadline: float, gap: float | None,
+                          prog: Progress) -> list[Prepared]:
+    """The sub-problems' bounds raised with the time a user's ``--timeout`` has left after the
+    trials stopped on their own (:func:`~autotune.tuner.solve.raise_with_time_left`), lowest bound
+    first, to ``deadline`` (time.monotonic()); shown as the ``bounds`` phase again. The trials'
+    answer ``best_ms`` (ms) is the incumbent of every sub-problem."""
+    if time.monotonic() >= deadline:
+        return prepared
+    prog.phase("bounds", "with the time left")
+    out = list(prepared)
+    for k in sorted(range(len(out)), key=lambda k: out[k].bs.bound_ms):
+        pr = out[k]
+
+        def say(step: str, best: float | None, bound: float | None, k: int = k) -> None:
+            prog.update(detail=f"sub-problem {k + 1}/{len(out)}: {step}", best_ms=best, bound_ms=bound)
+
+        out[k] = Prepared(pr.var, pr.problem, raise_with_time_left(pr.problem, pr.bs, best_ms, deadline=deadline,
+                                                                   target_gap=gap, report=say))
+    return out
+
+
 def _front_of(pr: Prepared, outcome: Any, sp: SearchSpace) -> list[tuple[Variant, Candidate]]:
     """Front candidates of one sub-problem: exact when it was enumerated (mini-stage granularity),
     else the heuristic budget ladder merged with every feasible trial and seed."""
@@ -408,14 +429,18 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     verdict = static_verdict(cfg, subs, user, user_error, margin_mib, t0)
     if verdict is not None:
         return verdict
-    # the bound phase gets half of the wall clock: of --timeout, or of the safety net without one (a
-    # problem whose solvers would run longer, e.g. pp 8 x vpp 4 x 256 dense + MoE layers, whose
-    # exact-fit local search ran > 10 min, is cut there and says so instead of running on)
+    # the bound phase gets half of the wall clock left after reading: of --timeout, or of the safety
+    # net without one (a problem whose solvers would run longer, e.g. pp 8 x vpp 4 x 256 dense + MoE
+    # layers, whose exact-fit local search ran > 10 min, is cut there and says so instead of running
+    # on). Left after reading: a pp 64 x m 512 config compiles its schedules for V 1-4 in ~2 s, which
+    # took most of a short --timeout's half when the half counted from the start.
     limit = timeout if timeout is not None else (SAFETY_TIMEOUT_S if safety_net else None)
-    baselines, prepared = prepare(cfg, subs, user, limit, t0, prog,
+    t_bounds = time.monotonic()
+    left = None if limit is None else max(0.0, limit - (t_bounds - t0))
+    baselines, prepared = prepare(cfg, subs, user, left, t_bounds, prog,
                                   target_gap=None if objective == "time,memory" else gap, timed=timeout is not None)
     # a bound phase whose share ran out, or a solver step past its part of it, was cut short
-    cut_in_bounds = limit is not None and time.monotonic() > t0 + limit * 0.5
+    cut_in_bounds = left is not None and time.monotonic() > t_bounds + left * 0.5
     step_cut = any(pr.bs.cut for pr in prepared)
     if baselines["user"] is None and user_error is None and user is not None:
         user_error = outside_space_error(user, prepared)
@@ -427,6 +452,9 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                      safety_net=safety_net)
     best, closest = st.best, st.closest
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
+    if timeout is not None and best is not None and not pareto and not st.timed_out and (cut_in_bounds or step_cut):
+        prepared = bounds_with_time_left(prepared, best[1].step_ms, t0 + timeout, gap, prog)
+        lb, by_vpp = min(pr.bs.bound_ms for pr in prepared), bounds_by_vpp(prepared)
     cert = None
     if best is not None and np.isfinite(lb) and lb > 0:
         cert = max(0.0, (best[1].step_ms - lb) / lb)

@@ -124,8 +124,8 @@ def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
                       certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0,
                       bound_phase_cut=True)
     assert r.stop_text().startswith("CUT SHORT by its 20 s timeout, a wall clock (the answer may depend on the "
-                                    "machine's speed and load): the bound phase (its half of it, 10 s) "
-                                    "stopped its local search")
+                                    "machine's speed and load): the bound phase (half of the time left "
+                                    "after reading, at most 10 s) stopped its local search")
     assert r.stop_text().endswith("certified gap then 2.09%")
     plain = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=20.1, config=None, profile=None,
                           certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0)

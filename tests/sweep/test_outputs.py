@@ -138,7 +138,7 @@ def test_bound_phase_without_timeout_is_cut_by_the_safety_net(monkeypatch):
     d = json.loads(res.stdout)
     assert d["timed_out"] is True and d["stopped_by"] == "safety_net" and d["time_limit_s"] == 6.0
     assert "CUT SHORT by the 6 s safety net" in res.stderr
-    assert "the bound phase (its half of it, 3 s) stopped its local search" in res.stderr
+    assert "the bound phase (half of the time left after reading, at most 3 s) stopped its local search" in res.stderr
     assert d["certified_gap"] is not None
     assert _time.monotonic() - t < 30
 

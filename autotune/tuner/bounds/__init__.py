@@ -114,10 +114,14 @@ ANYTIME = Pass("anytime path LP", (PathLP(),), skip="dominated", seed_tag="path-
 
 @dataclass(frozen=True)
 class Unproven(Delegate):
-    """``proof`` only for a V that holds no proof yet (``ctx.lower_ms`` None): a fallback."""
+    """``proof`` only for a V that holds no proof yet (``ctx.lower_ms`` None): a fallback. A V
+    with one gets that bound back (not None, which :func:`tighten` reads as a proof the clock or a
+    work cap stopped)."""
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
-        return None if ctx.lower_ms is not None else self.proof.bound(problem, V, ctx)
+        if ctx.lower_ms is not None:
+            return BoundOutcome(ctx.lower_ms)
+        return self.proof.bound(problem, V, ctx)
 
 
 @dataclass(frozen=True)

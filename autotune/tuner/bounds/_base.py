@@ -103,13 +103,16 @@ Skip = Literal["none", "upper", "dominated"]
 @dataclass(frozen=True)
 class Tightened:
     """Result of :func:`tighten`: the bound per V (ms) after the pass, the first seed split each V
-    got in this pass (int [V, P]), the work done (summed ``stats`` by key) and the layouts the
-    proofs met (``BoundOutcome.layouts``)."""
+    got in this pass (int [V, P]), the work done (summed ``stats`` by key), the layouts the
+    proofs met (``BoundOutcome.layouts``) and, under a deadline, the V's the clock left short
+    (``unfinished``: a proof skipped past the deadline or replaced by the floor, or one that
+    returned no proof: gave up on the clock or a work cap)."""
 
     per_v_ms: Mapping[int, float]
     splits: Mapping[int, np.ndarray]
     work: Mapping[str, float]
     layouts: tuple[Candidate, ...] = ()
+    unfinished: frozenset[int] = frozenset()
 
     @property
     def bound_ms(self) -> float:
@@ -151,6 +154,7 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
     splits: dict[int, np.ndarray] = {}
     work: dict[str, float] = {}
     met: list[Candidate] = []
+    short: set[int] = set()
     upper = ctx.upper_ms
 
     def runnable(V: int) -> bool:
@@ -172,10 +176,13 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             lower = per_v[V] if np.isfinite(per_v[V]) else None
             late = ctx.deadline is not None and time.monotonic() > ctx.deadline
             if late and lower is not None:
+                short.add(V)
                 continue  # past the deadline: a V that holds a proof keeps it (anytime)
             others = [per_v[W] for W in per_v if W != V and np.isfinite(per_v[W])]
             run = floor if late and floor is not None else proof
             out = run.bound(problem, V, replace(ctx, lower_ms=lower, others_ms=min(others) if others else None))
+            if run is floor or (out is None and ctx.deadline is not None):
+                short.add(V)
             if out is None:
                 continue
             per_v[V] = max(per_v[V], float(out.bound_ms))
@@ -184,7 +191,7 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             met.extend(out.layouts)
             for k, v in out.stats.items():
                 work[k] = work.get(k, 0) + v
-    return Tightened({V: b for V, b in per_v.items() if b > -np.inf}, splits, work, tuple(met))
+    return Tightened({V: b for V, b in per_v.items() if b > -np.inf}, splits, work, tuple(met), frozenset(short))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""The bound the clock cut, raised with the time a user's ``--timeout`` has left after the trials
+stopped on their own (issue 17, "anytime and honest"): ``Tightened.unfinished`` names the V's a
+deadline left short, ``raise_with_time_left`` runs the first pass's proofs again for them, and
+``autotune.search`` uses the time up to the limit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import autotune
+import autotune.tuner.search as search_mod
+from autotune.tuner.bounds import BoundContext, WorkFloor, tighten, work_floor_ms
+from autotune.tuner.bounds._base import BoundOutcome
+from autotune.tuner.problem import Problem
+from autotune.tuner.solve import BoundAndSeeds, _Only, raise_with_time_left
+from tests.search.test_exact_bounds import syn2_problem
+from tests.search.test_work_floor import _Slow, _two_v
+
+ROOT = Path(__file__).resolve().parents[2]
+TELECHAT = ROOT / "examples" / "telechat2_115b" / "train.yaml"
+
+
+class _GivesUp(_Slow):
+    """A proof that gives no proof (as the stage DP when its tables cannot end before the deadline)."""
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
+        self.calls.append(V)
+        return None
+
+
+def test_unfinished_names_the_vs_the_clock_left_short() -> None:
+    problem = _two_v()
+    # past the deadline: every V got the floor
+    assert tighten(problem, (_Slow(),), ctx=BoundContext(deadline=0.0), floor=WorkFloor()).unfinished == {1, 2}
+    # past the deadline, V 1 holds a proof: it is skipped, so short too
+    assert tighten(problem, (_Slow(),), {1: 70.0, 2: 60.0}, ctx=BoundContext(deadline=0.0)).unfinished == {1, 2}
+    # a proof that gave up under a deadline: short; the same without a deadline (a work cap) is not
+    assert tighten(problem, (_GivesUp(), _Slow()), ctx=BoundContext(deadline=float("inf"))).unfinished == {1, 2}
+    assert tighten(problem, (_GivesUp(), _Slow()), ctx=BoundContext()).unfinished == frozenset()
+    # every proof ran to its end before the deadline: nothing short
+    assert tighten(problem, (_Slow(),), ctx=BoundContext(deadline=float("inf"))).unfinished == frozenset()
+
+
+def test_only_runs_the_proof_for_its_vs() -> None:
+    problem, slow = _two_v(), _Slow()
+    t = tighten(problem, (_Only(slow, frozenset({2})),), {1: 40.0, 2: 40.0})
+    assert slow.calls == [2] and t.per_v_ms == {1: 40.0, 2: 100.0}
+
+
+def test_raise_with_time_left_reruns_the_first_pass_for_the_short_vs() -> None:
+    """SYN-2 (V = 1 only, cap 150): the first pass left V 1 with the work floor (76 ms); with time
+    left, the path DP proves the published optimum 116 ms; with none left (or the gap target met)
+    nothing changes."""
+    problem = syn2_problem(150)
+    floor = work_floor_ms(problem)
+    assert floor == pytest.approx(76.0)
+    cut = BoundAndSeeds([], floor, per_v_ms={1: floor}, unfinished=frozenset({1}))
+    raised = raise_with_time_left(problem, cut, 116.0, deadline=time.monotonic() + 60)
+    assert raised.bound_ms == pytest.approx(116.0, abs=1e-3) and raised.per_v_ms[1] == raised.bound_ms
+    assert raise_with_time_left(problem, cut, 116.0, deadline=time.monotonic() - 1).bound_ms == floor
+    assert raise_with_time_left(problem, cut, 76.2, deadline=time.monotonic() + 60, target_gap=0.005) is cut
+
+
+def test_search_uses_the_time_left_after_a_cut_bound_phase(monkeypatch) -> None:
+    """TeleChat2 with the bound phase's share cut to nothing (every V gets the work floor): with
+    the time the trials leave, the bound rises from the floor to within a few % of the answer; without
+    that step it stays at the floor."""
+    real = search_mod.prepare
+
+    def no_time(cfg, subs, user, limit, t0, *args, **kw):
+        return real(cfg, subs, user, 1e-6, t0, *args, **kw)
+
+    monkeypatch.setattr(search_mod, "prepare", no_time)
+    raised = autotune.search(TELECHAT, timeout=120, trials=20)
+    monkeypatch.setattr(search_mod, "bounds_with_time_left", lambda prepared, *a: prepared)
+    floored = autotune.search(TELECHAT, timeout=120, trials=20)
+    assert floored.lower_bound_ms == pytest.approx(5175.55, abs=0.01)  # m·W/P
+    assert raised.bound_phase_cut and raised.stopped_by == "timeout"
+    assert raised.best.step_time_ms == pytest.approx(floored.best.step_time_ms)  # the same trials
+    assert 6300 < raised.lower_bound_ms <= raised.best.step_time_ms
+    assert raised.certified_gap < 0.03 < floored.certified_gap
