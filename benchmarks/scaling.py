@@ -99,7 +99,7 @@ def search(problem, timeout: float | None, note=None):
     the bound phase was cut). ``note(step, best, bound)`` is called as each solver step starts."""
     from autotune.tuner.outcome import SAFETY_TIMEOUT_S
     from autotune.tuner.runner import run_study
-    from autotune.tuner.solve import bound_and_seeds
+    from autotune.tuner.solve import bound_and_seeds, raise_with_time_left
     from autotune.tuner.heap import search_heap
     from autotune.tuner.threads import one_blas_thread
 
@@ -117,6 +117,11 @@ def search(problem, timeout: float | None, note=None):
         out = run_study(problem, seeds=bs.seeds, n_trials=200, timeout=left, seed=0, stop_at_ms=stop,
                         bound_ms=bs.bound_ms,  # the final polish as run_studies bounds it
                         polish_deadline=None if timeout is None else time.monotonic() + left)
+        if timeout is not None and cut and out.best is not None and not out.timed_out:
+            # as autotune search: the time the trials left raises the bound the clock cut
+            if note is not None:
+                note("time left", out.best.step_ms, bs.bound_ms)
+            bs = raise_with_time_left(problem, bs, out.best.step_ms, deadline=t0 + limit, target_gap=0.005)
     return bs, out, cut
 
 

@@ -477,14 +477,15 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
 def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | None, *, deadline: float,
                          target_gap: float | None = None, report: Report | None = None) -> BoundAndSeeds:
     """The bound the clock cut, raised with the time the trials left: when a user's ``--timeout``
-    (or the safety net) cut the bound phase and the study then stopped on its own before the limit
-    (at a local optimum, typically within a second or two on the largest problems), the first
-    pass's proofs run again for the V's it left short (:attr:`BoundAndSeeds.unfinished`), then the
-    anytime path LP for the V's it has not run for, by ascending bound, each skipped when it cannot
-    lower the least bound over V (``best_ms``, the answer's step, as the incumbent), until
-    ``deadline`` (time.monotonic()) or the certified-gap target. The seeds are kept as they are
-    (the trials are over). Measured: a pp 64 × m 512 TeleChat2-like config at ``--timeout 20``,
-    where the first pass left vpp 2-4 with the work floor (docs/search.md).
+    cut the bound phase and the study then stopped on its own before the limit (at a local
+    optimum, typically within a second or two on the largest problems), the first pass's proofs
+    run again for the V's it left short (:attr:`BoundAndSeeds.unfinished`), then the later passes
+    of :data:`~autotune.tuner.bounds.REGISTRY` in order (the path LP not again for the V's the
+    anytime pass ran it for), each with its skip rule and ``best_ms`` (the answer's step) as the
+    incumbent, until ``deadline`` (time.monotonic()) or the certified-gap target. The seeds are
+    kept as they are (the trials are over). Measured on a pp 64 × m 512 TeleChat2-like config at
+    ``--timeout 20``, where the first pass left vpp 2-4 with the work floor: gap 34.8 → 1.1 %
+    (docs/search.md).
 
     Returns ``bs`` with the raised ``bound_ms`` / ``per_v_ms`` (``bs`` itself when there is
     nothing to raise: enumerated, no bound, or the gap target met)."""
@@ -494,13 +495,17 @@ def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | N
     per_v = dict(bs.per_v_ms)
     ctx = BoundContext(upper_ms=best_ms, deadline=deadline, target_gap=target_gap)
     first, _ = _first_pass(problem, True, lambda f: deadline)
-    steps = [(f"{first.name}, with the time left", tuple(_Only(q, bs.unfinished) for q in first.proofs)),
-             (f"{ANYTIME.name}, with the time left", tuple(_Except(q, bs.anytime_done) for q in ANYTIME.proofs))]
-    for name, proofs in steps:
+    steps = [(first.name, tuple(_Only(q, bs.unfinished) for q in first.proofs), "dominated")]
+    for p in REGISTRY[1:]:
+        proofs = p.proofs
+        if p.proofs == ANYTIME.proofs:
+            proofs = tuple(_Except(q, bs.anytime_done) for q in p.proofs)
+        steps.append((p.name, proofs, p.skip))
+    for name, proofs, skip in steps:
         if time.monotonic() >= deadline or _gap_met(best_ms, min(per_v.values()), target_gap):
             break
         if not any(q.applies(problem, V) for q in proofs for V in problem.vpp_candidates):
             continue
-        say(name, best_ms, min(per_v.values()))
-        per_v = dict(tighten(problem, proofs, per_v, skip="dominated", ctx=ctx).per_v_ms)
+        say(f"{name}, with the time left", best_ms, min(per_v.values()))
+        per_v = dict(tighten(problem, proofs, per_v, skip=skip, ctx=ctx).per_v_ms)
     return replace(bs, bound_ms=min(per_v.values()), per_v_ms=per_v)
