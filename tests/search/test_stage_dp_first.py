@@ -185,3 +185,19 @@ def test_the_registry_order_stays_elsewhere(monkeypatch, kinds, timed, seconds) 
     calls, _, t0 = _first_pass(monkeypatch, pr, timed=timed, seconds=seconds)
     assert [c[0] for c in calls] == ["Lagrangian", "StageDP"]
     assert all(d - t0 == pytest.approx(solve.FIRST_PASS_SHARE * seconds, abs=0.5) for _, d in calls)
+
+
+def test_one_stay_counts_give_up_on_the_deadline_and_remember_nothing() -> None:
+    """Counting the one-stay paths stops at a deadline it cannot meet (None, nothing memoised), so
+    the same schedule is counted in full later."""
+    from autotune.cost.simulate import compile_schedule
+    from autotune.tuner.bounds import _paths
+
+    cs = compile_schedule("1f1b", 4, 2, 12)
+    _paths._ONE_STAY.pop(id(cs), None)
+    assert _paths.one_stay_counts(cs, deadline=time.monotonic() - 1.0) is None
+    assert _paths.stage_paths(cs, 0.1, deadline=time.monotonic() - 1.0) is None
+    assert id(cs) not in _paths._ONE_STAY
+    full = _paths.one_stay_counts(cs, deadline=time.monotonic() + 3600.0)
+    assert len(full) == 4 and all(len(rows) > 0 for rows in full)
+    assert _paths.one_stay_counts(cs) is full  # memoised now

@@ -620,7 +620,9 @@ def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
     if su is None or cannot_finish(0.0, 0, 1, deadline):
         return None
     N = problem.N
-    paths = stage_paths(su.cs, su.p2p_ms)
+    paths = stage_paths(su.cs, su.p2p_ms, deadline)
+    if paths is None:
+        return None
     all_vecs = stage_vectors(problem, su, V, upper_ms, max_configs)
     if all_vecs is None:
         return None
