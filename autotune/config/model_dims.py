@@ -519,7 +519,8 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     sh_size = _node(data, MC + "moe_shared_expert_intermediate_size")
     if experts and not shared and sh_size:
         shared = max(1, round(as_count(sh_size, MC + "moe_shared_expert_intermediate_size") / moe_inter))
-    first_dense = _first_dense(data, notes)
+    first_dense, dense_notes, _ = dense_layers(data, experts)
+    notes += dense_notes
     mtp = count(data, "mtp_num_layers", 0)
     cdt, _ = _dtype(data, "compute_dtype", 2)
     pdt, pdt_path = _dtype(data, "param_init_type", 4)
@@ -568,32 +569,99 @@ def read_dims(data: dict[str, Any]) -> ModelDims | None:
     )
 
 
-def _first_dense(data: dict[str, Any], notes: list[str]) -> int:
-    """``first_k_dense_replace`` (``model_config``, or legacy ``moe_config``): the dense layers before
-    the MoE ones; 0 when absent or null.
+#: Legacy model classes (``model.arch.type``) that read ``moe_config.first_k_dense_replace``: the
+#: research DeepSeek decoder layer ``DeepSeekV2DecodeLayer`` builds a dense FFN where ``layer_id <
+#: first_k_dense_replace`` (research/deepseek2 r1.3.0+, research/deepseek3/deepseek2_model.py r1.5.0+;
+#: ``DeepseekV3ForCausalLM`` trains ``TrainingDeepseekV3ForCausalLM(DeepseekV2ForCausalLM)``). No
+#: other legacy class reads the key (Llama/Mixtral, Qwen2-MoE, TeleChat2 MoE: every layer MoE).
+LEGACY_DENSE_READERS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+#: Legacy ``MoEConfig``'s default (``modules/transformer/moe.py`` r1.3.0+, the YAML template's
+#: ``moe_config`` section r1.5.0+): ``True``, which ``layer_id < True`` counts as 1.
+LEGACY_DENSE_DEFAULT = (1, "legacy MoEConfig defaults it to True, which DeepSeekV2DecodeLayer's layer_id < "
+                           "first_k_dense_replace counts as 1: modules/transformer/moe.py r1.3.0+, the YAML "
+                           "template r1.5.0+")
+_FK = "first_k_dense_replace"
 
-    MindFormers uses it as a number without checking its type: mcore's TransformerConfig builds
-    ``[0] * first_k_dense_replace`` (r1.6.0+) and legacy DeepSeek compares ``layer_id <
-    first_k_dense_replace`` (research deepseek2 / deepseek3). A string fails in both (TypeError), so
-    it is refused here instead of being skipped; a boolean counts as 0 / 1 in both (legacy
-    MoEConfig's own default is ``True``), so it is read as that, with a note.
+
+def _present(data: dict[str, Any], path: str) -> tuple[bool, Any]:
+    """(whether the key is written, its value with ``${...}`` resolved); null counts as written."""
+    parent, _, key = path.rpartition(".")
+    node = _node(data, parent) if parent else data
+    if not isinstance(node, dict) or key not in node:
+        return False, None
+    return True, resolve_refs(data, node[key], field=path)
+
+
+def _ignored(path: str, value: Any, why: str) -> Warning_:
+    return Warning_("W_KEY_IGNORED", path, f"{_FK} {short_repr(value)} is not read: {why}; the model has "
+                                           "no dense layer from it (remove the key)")
+
+
+def dense_layers(data: dict[str, Any], experts: int = 0) -> tuple[int, list[str], list[Warning_]]:
+    """The dense layers before the MoE ones, as MindFormers builds them: (count, notes, warnings).
+
+    Which key counts and its default depend on the model (module constants): legacy research
+    DeepSeek reads ``moe_config.first_k_dense_replace`` (absent: 1, :data:`LEGACY_DENSE_DEFAULT`);
+    other legacy classes read no such key (0; a written one is ``W_KEY_IGNORED``). An mcore model or
+    a YAML with no model class (a sketch) is read as written, either spelling, 0 when absent. Null is
+    0 everywhere (``None`` is falsy in both code paths). A default that is not 0 adds
+    ``W_FIRST_K_DENSE_DEFAULT`` (``experts`` > 1 only: a dense model has no MoE layer to place after them).
+
+    Raises:
+        ConfigError: R_TYPE / R_RANGE (:func:`_dense_count`).
+    """
+    mc_path, moe_path = MC + _FK, "moe_config." + _FK
+    (mc_has, mc_val), (moe_has, moe_val) = _present(data, mc_path), _present(data, moe_path)
+    notes: list[str] = []
+    warns: list[Warning_] = []
+    arch = _node(data, "model.arch.type")
+    if data.get("use_legacy") is False or not isinstance(arch, str) or not arch:   # mcore, a sketch: as written
+        val, path = (mc_val, mc_path) if mc_val is not None else (moe_val, moe_path)
+        return (_dense_count(val, path, notes) if val is not None else 0), notes, warns
+    if arch not in LEGACY_DENSE_READERS:
+        for has, val, path in ((mc_has, mc_val, mc_path), (moe_has, moe_val, moe_path)):
+            if has and val is not None and experts:
+                warns.append(_ignored(path, val, f"{arch} has no dense-layer option (only the research "
+                                                 f"DeepSeek classes read moe_config.{_FK}): every layer is MoE"))
+        return 0, notes, warns
+    if mc_has and mc_val is not None and experts:
+        warns.append(_ignored(mc_path, mc_val, f"{arch} reads moe_config.{_FK} only"))
+    if moe_has:
+        return (0 if moe_val is None else _dense_count(moe_val, moe_path, notes)), notes, warns
+    n, why = LEGACY_DENSE_DEFAULT
+    if experts:
+        _default_used(moe_path, n, why, notes, warns)
+    return n, notes, warns
+
+
+def _default_used(path: str, n: int, why: str, notes: list[str], warns: list[Warning_]) -> None:
+    layers = f"{n} dense layer{'s' if n != 1 else ''}"
+    notes.append(f"{_FK} absent: {layers} ({why})")
+    warns.append(Warning_("W_FIRST_K_DENSE_DEFAULT", path,
+                          f"not set: MindFormers builds {layers} before the MoE layers ({why}); fix: write "
+                          f"{path.split('.')[-2]}.{_FK}: {n} (or the count you mean) to say so"))
+
+
+def _dense_count(fk: Any, path: str, notes: list[str]) -> int:
+    """A written ``first_k_dense_replace``: a whole number >= 0; a boolean counts 0 / 1 as MindFormers
+    counts it (legacy MoEConfig's own default is ``True``), with a note.
+
+    MindFormers uses it as a number without checking its type: mcore builds ``[0] *
+    first_k_dense_replace`` and legacy DeepSeek compares ``layer_id < first_k_dense_replace``. A string
+    fails in both (TypeError), so it is refused here instead of being skipped.
 
     Raises:
         ConfigError: not a number (rule R_TYPE), fractional (R_TYPE), negative or above int32 (R_RANGE).
     """
-    fk, path = find(data, "first_k_dense_replace")
-    if fk is None:
-        return 0
     if isinstance(fk, bool):
-        notes.append(f"first_k_dense_replace {fk} from {path}: {int(fk)} dense layer(s), as MindFormers "
-                     "counts a boolean")
+        notes.append(f"{_FK} {fk} from {path}: {int(fk)} dense layer(s), as MindFormers counts a boolean")
         return int(fk)
     if not isinstance(fk, (int, float)):
         raise ConfigError(f"must be an integer, got {short_repr(fk)}; fix: write a whole number (MindFormers "
                           "uses it as a count: mcore builds [0] * first_k_dense_replace, legacy DeepSeek compares "
-                          "layer_id < first_k_dense_replace; a string or a list fails there)", field=path or "",
+                          "layer_id < first_k_dense_replace; a string or a list fails there)", field=path,
                           value=fk, rule="R_TYPE")
-    return as_count(fk, path or "")
+    return as_count(fk, path)
 
 
 def read_batch_size(data: dict[str, Any]) -> int:

@@ -32,8 +32,8 @@ from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, short_repr  # noqa:
 from autotune.config.layer_yaml import inputs_from_yaml
 from autotune.config.limits import MAX_INT
 from autotune.config.mf_rules import model_rules
-from autotune.config.model_dims import (ALIASES, ModelDims, merge_hf_config, missing_dims_error, read_batch_size,
-                                        read_dims)
+from autotune.config.model_dims import (ALIASES, ModelDims, dense_layers, merge_hf_config, missing_dims_error,
+                                        read_batch_size, read_dims)
 from autotune.config.safe_yaml import read_yaml_file
 from autotune.errors import ConfigError, require_file
 from autotune.units import parse_memory_mib
@@ -394,7 +394,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
     ctx_mem = get_path(data, "context.max_device_memory", None)
     if hbm_mib is None and ctx_mem is not None:
         hbm_mib = parse_memory_mib(ctx_mem, field="context.max_device_memory")
-    return TrainingConfig(
+    cfg = TrainingConfig(
         source=source,
         num_layers=inputs.num_layers,
         pipeline_stage=inputs.pp,
@@ -428,6 +428,9 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
         layer_inputs=inputs,
         mindformers_version=version,
     )
+    if cfg.dims is not None and cfg.dims.num_experts:    # a first_k_dense_replace default or an ignored key
+        cfg = cfg.model_copy(update={"warnings": cfg.warnings + tuple(dense_layers(data, cfg.dims.num_experts)[2])})
+    return cfg
 
 
 def read_training_yaml(path: str | Path, *, hf_config: str | Path | None = None) -> dict[str, Any]:

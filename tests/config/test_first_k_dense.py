@@ -1,0 +1,105 @@
+"""``first_k_dense_replace`` read as MindFormers reads it, per model family (the dense layers before
+the MoE ones):
+
+- legacy research DeepSeek (``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM``) reads
+  ``moe_config.first_k_dense_replace``; absent, legacy ``MoEConfig``'s default ``True`` makes layer 0
+  dense (``layer_id < True``; moe.py r1.3.0+, YAML template r1.5.0+): 1 dense layer, which autotune
+  used to read as 0;
+- no other legacy class reads the key (Mixtral / Llama, Qwen2-MoE, TeleChat2 MoE: every layer MoE);
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from autotune.cli import main
+from autotune.config.training import config_from_dict
+from autotune.profile.analytic import analytic_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+DSV3 = yaml.safe_load((ROOT / "examples" / "real_configs" / "01_deepseek3_671b.yaml").read_text())  # 61 layers
+MIXTRAL = yaml.safe_load((ROOT / "examples" / "real_configs" / "11_mixtral_8x7b.yaml").read_text())  # 32 layers
+
+
+def _dsv3(**moe):
+    data = copy.deepcopy(DSV3)
+    del data["moe_config"]["first_k_dense_replace"]
+    data["moe_config"].update(moe)
+    return data
+
+
+def _codes(cfg):
+    return [w.code for w in cfg.warnings]
+
+
+def _cli(tmp_path, data, *args):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(main, [*args, str(path)])
+    return res.exit_code, res.stdout, res.stderr
+
+
+# --- legacy --------------------------------------------------------------------------------------
+
+def test_legacy_deepseek_without_the_key_has_one_dense_layer_and_says_why():
+    cfg = config_from_dict(_dsv3())
+    assert cfg.dims.first_k_dense_replace == 1
+    assert analytic_profile(cfg).layer_kinds == [("dense", 1), ("moe", 60)]
+    w = [w for w in cfg.warnings if w.code == "W_FIRST_K_DENSE_DEFAULT"]
+    assert [x.field for x in w] == ["moe_config.first_k_dense_replace"]
+    assert "1 dense layer" in w[0].message and "MoEConfig defaults it to True" in w[0].message
+    assert any(n.startswith("first_k_dense_replace absent: 1 dense layer (legacy MoEConfig") for n in cfg.dims.notes)
+    assert "notes" in analytic_profile(cfg).assumptions
+
+
+def test_legacy_deepseek_written_key_and_null_are_read_as_written():
+    assert config_from_dict(DSV3).dims.first_k_dense_replace == 3
+    assert "W_FIRST_K_DENSE_DEFAULT" not in _codes(config_from_dict(DSV3))
+    cfg = config_from_dict(_dsv3(first_k_dense_replace=None))      # None and ... -> no dense layer
+    assert cfg.dims.first_k_dense_replace == 0 and "W_FIRST_K_DENSE_DEFAULT" not in _codes(cfg)
+    assert analytic_profile(cfg).layer_kinds == [("moe", 61)]
+    assert config_from_dict(_dsv3(first_k_dense_replace=2.0)).dims.first_k_dense_replace == 2  # layer_id < 2.0
+
+
+def test_legacy_deepseek_ignores_a_model_config_key():
+    """DeepSeekV2DecodeLayer reads moe_config.first_k_dense_replace only; a model_config one was
+    taken for it (3 dense layers where MindFormers builds 1)."""
+    data = _dsv3()
+    data["model"]["model_config"]["first_k_dense_replace"] = 3
+    cfg = config_from_dict(data)
+    assert cfg.dims.first_k_dense_replace == 1
+    ign = [w for w in cfg.warnings if w.code == "W_KEY_IGNORED"]
+    assert [w.field for w in ign] == ["model.model_config.first_k_dense_replace"]
+    assert "reads moe_config.first_k_dense_replace only" in ign[0].message
+    assert "W_FIRST_K_DENSE_DEFAULT" in _codes(cfg)
+
+
+def test_other_legacy_moe_classes_have_no_dense_layer():
+    """Mixtral (LlamaForCausalLM) has no such option: absent is 0 without a warning; written, it is
+    ignored with W_KEY_IGNORED (it used to make the first layers dense)."""
+    cfg = config_from_dict(MIXTRAL)
+    assert cfg.dims.first_k_dense_replace == 0 and "W_FIRST_K_DENSE_DEFAULT" not in _codes(cfg)
+    data = copy.deepcopy(MIXTRAL)
+    data["moe_config"]["first_k_dense_replace"] = 2
+    cfg = config_from_dict(data)
+    assert cfg.dims.first_k_dense_replace == 0
+    assert analytic_profile(cfg).layer_kinds == [("moe", 32)]
+    assert [(w.code, w.field) for w in cfg.warnings] == [("W_KEY_IGNORED", "moe_config.first_k_dense_replace")]
+    assert "LlamaForCausalLM has no dense-layer option" in cfg.warnings[0].message
+
+
+def test_check_cli_prints_the_default_warning(tmp_path):
+    rc, out, err = _cli(tmp_path, _dsv3(), "check")
+    assert rc == 0, err
+    assert ("warning W_FIRST_K_DENSE_DEFAULT: moe_config.first_k_dense_replace: not set: MindFormers builds "
+            "1 dense layer before the MoE layers") in out
+
+
+def test_readme_documents_the_codes():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for code in ("W_FIRST_K_DENSE_DEFAULT",):
+        assert f"| {code} |" in readme or f"| {code} /" in readme or f"/ {code} |" in readme, code
