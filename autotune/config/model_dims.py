@@ -580,6 +580,15 @@ LEGACY_DENSE_READERS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 LEGACY_DENSE_DEFAULT = (1, "legacy MoEConfig defaults it to True, which DeepSeekV2DecodeLayer's layer_id < "
                            "first_k_dense_replace counts as 1: modules/transformer/moe.py r1.3.0+, the YAML "
                            "template r1.5.0+")
+#: mcore config classes (``model_config.model_type``) whose own ``first_k_dense_replace`` default is
+#: a number: (default, class, where); every other mcore class leaves TransformerConfig's None (0).
+MCORE_DENSE_DEFAULTS: dict[str, tuple[int, str, str]] = {
+    "deepseek_v3": (3, "DeepseekV3Config", "models/deepseek3/configuration_deepseek_v3.py r1.6.0+"),
+    "deepseek_mtp": (3, "DeepseekV3Config", "models/deepseek3/configuration_deepseek_v3.py r1.7.0+"),
+    "glm4_moe": (1, "Glm4MoeConfig", "models/glm4_moe/configuration_glm4_moe.py r1.7.0+"),
+    "telechat3": (3, "TeleChat3Config", "models/telechat3/configuration_telechat3.py, master"),
+    "telechat3_mtp": (3, "TeleChat3Config", "models/telechat3/configuration_telechat3.py, master"),
+}
 _FK = "first_k_dense_replace"
 
 
@@ -602,20 +611,29 @@ def dense_layers(data: dict[str, Any], experts: int = 0) -> tuple[int, list[str]
 
     Which key counts and its default depend on the model (module constants): legacy research
     DeepSeek reads ``moe_config.first_k_dense_replace`` (absent: 1, :data:`LEGACY_DENSE_DEFAULT`);
-    other legacy classes read no such key (0; a written one is ``W_KEY_IGNORED``). An mcore model or
-    a YAML with no model class (a sketch) is read as written, either spelling, 0 when absent. Null is
-    0 everywhere (``None`` is falsy in both code paths). A default that is not 0 adds
-    ``W_FIRST_K_DENSE_DEFAULT`` (``experts`` > 1 only: a dense model has no MoE layer to place after them).
+    other legacy classes read no such key (0; a written one is ``W_KEY_IGNORED``); mcore reads
+    ``model_config.first_k_dense_replace`` (absent: its config class's default,
+    :data:`MCORE_DENSE_DEFAULTS`, else None = 0); ``moe_config``'s is ignored there. A YAML with no
+    model class (a sketch) is read as written, either spelling, 0 when absent. Null is 0 everywhere
+    (``None`` is falsy in both code paths). A default that is not 0 adds ``W_FIRST_K_DENSE_DEFAULT``
+    (``experts`` > 1 only: a dense model has no MoE layer to place after them).
 
     Raises:
-        ConfigError: R_TYPE / R_RANGE (:func:`_dense_count`).
+        ConfigError: R_TYPE / R_RANGE (:func:`_dense_count`); R_FIRST_K_DENSE_MCORE on an mcore model:
+            a float (``[0] * first_k_dense_replace`` is a TypeError: r1.6.0 training gpt_layer_specs,
+            r1.7.0+ TransformerConfig) or a value above num_layers (TransformerConfig ValueError, r1.6.0+).
     """
     mc_path, moe_path = MC + _FK, "moe_config." + _FK
     (mc_has, mc_val), (moe_has, moe_val) = _present(data, mc_path), _present(data, moe_path)
     notes: list[str] = []
     warns: list[Warning_] = []
+    if data.get("use_legacy") is False:
+        if moe_has and experts:
+            warns.append(_ignored(moe_path, moe_val, "mcore models take it from model.model_config "
+                                                     "(moe_config is not converted into TransformerConfig)"))
+        return _mcore_dense(data, mc_has, mc_val, experts, notes, warns), notes, warns
     arch = _node(data, "model.arch.type")
-    if data.get("use_legacy") is False or not isinstance(arch, str) or not arch:   # mcore, a sketch: as written
+    if not isinstance(arch, str) or not arch:          # a sketch: read as written
         val, path = (mc_val, mc_path) if mc_val is not None else (moe_val, moe_path)
         return (_dense_count(val, path, notes) if val is not None else 0), notes, warns
     if arch not in LEGACY_DENSE_READERS:
@@ -640,6 +658,35 @@ def _default_used(path: str, n: int, why: str, notes: list[str], warns: list[War
     warns.append(Warning_("W_FIRST_K_DENSE_DEFAULT", path,
                           f"not set: MindFormers builds {layers} before the MoE layers ({why}); fix: write "
                           f"{path.split('.')[-2]}.{_FK}: {n} (or the count you mean) to say so"))
+
+
+def _mcore_dense(data: dict[str, Any], has: bool, val: Any, experts: int, notes: list[str],
+                 warns: list[Warning_]) -> int:
+    """:func:`dense_layers` of an mcore model (``use_legacy: False``)."""
+    path = MC + _FK
+    layers = count(data, "num_layers", 0)
+    model_type = _node(data, MC + "model_type")
+    if not has:
+        n, cls, where = MCORE_DENSE_DEFAULTS.get(model_type if isinstance(model_type, str) else "", (0, "", ""))
+        if n and experts:
+            _default_used(path, n, f"model_type {model_type!r} takes {cls}'s default: {where}", notes, warns)
+        val, what = n, f"not set, so {cls}'s default {n} (model_type {model_type!r})"
+    else:
+        what = f"got {short_repr(val)}"
+    if val is None:
+        return 0
+    if isinstance(val, float) and val:
+        whole = str(int(val)) if val.is_integer() else "a whole number"
+        raise ConfigError(f"must be an integer on an mcore model, {what}; fix: write {whole} "
+                          f"(MindFormers builds [0] * {_FK}, a TypeError for a float: r1.6.0 gpt_layer_specs, "
+                          "r1.7.0+ TransformerConfig)", field=path, value=val, rule="R_FIRST_K_DENSE_MCORE")
+    n = _dense_count(val, path, notes)
+    if layers and n > layers:
+        raise ConfigError(f"must not exceed num_layers ({layers}) on an mcore model, {what}; fix: write a "
+                          f"count <= {layers} (MindFormers r1.6.0+ TransformerConfig: '{_FK}({n}) should "
+                          f"not be bigger than num_layers({layers})', ValueError)", field=path, value=val,
+                          rule="R_FIRST_K_DENSE_MCORE")
+    return n
 
 
 def _dense_count(fk: Any, path: str, notes: list[str]) -> int:

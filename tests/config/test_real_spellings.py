@@ -17,6 +17,7 @@ from autotune.errors import ConfigError
 from autotune.profile.analytic import analytic_profile
 
 D = Path(__file__).parent / "data" / "spellings"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str):
@@ -49,15 +50,18 @@ def test_non_integer_float_count_is_an_error():
 @pytest.mark.parametrize("where", ["model_config", "moe_config"])
 def test_a_non_number_first_k_dense_replace_is_refused_not_skipped(where, value):
     """A string ``first_k_dense_replace`` was skipped (0 dense layers) without a word: MindFormers
-    fails on it (mcore ``[0] * first_k_dense_replace``, legacy DeepSeek ``layer_id < ...``)."""
+    fails on it (mcore ``[0] * first_k_dense_replace``, legacy DeepSeek ``layer_id < ...``). Each
+    spelling is tried where it is read: ``model_config`` on mcore, ``moe_config`` on legacy DeepSeek."""
     import yaml
 
     from autotune.config.training import config_from_dict
 
-    data = yaml.safe_load((D / "mcore_moe_mla_mtp.yaml").read_text())
-    del data["model"]["model_config"]["first_k_dense_replace"]
-    section = data["model"]["model_config"] if where == "model_config" else data.setdefault("moe_config", {})
-    section["first_k_dense_replace"] = value
+    if where == "model_config":
+        data = yaml.safe_load((D / "mcore_moe_mla_mtp.yaml").read_text())
+        data["model"]["model_config"]["first_k_dense_replace"] = value
+    else:
+        data = yaml.safe_load((ROOT / "examples" / "real_configs" / "01_deepseek3_671b.yaml").read_text())
+        data["moe_config"]["first_k_dense_replace"] = value
     with pytest.raises(ConfigError) as ei:
         config_from_dict(data)
     field = ("model.model_config." if where == "model_config" else "moe_config.") + "first_k_dense_replace"
@@ -65,10 +69,11 @@ def test_a_non_number_first_k_dense_replace_is_refused_not_skipped(where, value)
     assert str(ei.value).startswith(f"[R_TYPE] {field}: must be an integer, got ")
 
 
-@pytest.mark.parametrize("value, dense", [(True, 1), (False, 0), (None, 0), (2, 2), (2.0, 2)])
+@pytest.mark.parametrize("value, dense", [(True, 1), (False, 0), (None, 0), (2, 2), (0.0, 0)])
 def test_first_k_dense_replace_counts_as_mindformers_counts_it(value, dense):
     """A boolean counts 0 / 1 in MindFormers (legacy MoEConfig's default is True): read as that, with a
-    note; ``true`` used to be read as 0."""
+    note; ``true`` used to be read as 0. (A truthy float such as 2.0 is refused on mcore:
+    tests/config/test_first_k_dense.py.)"""
     import yaml
 
     from autotune.config.training import config_from_dict
