@@ -683,9 +683,9 @@ def _mcore_dense(data: dict[str, Any], has: bool, val: Any, experts: int, notes:
     n = _dense_count(val, path, notes)
     if layers and n > layers:
         raise ConfigError(f"must not exceed num_layers ({layers}) on an mcore model, {what}; fix: write a "
-                          f"count <= {layers} (MindFormers r1.6.0+ TransformerConfig: '{_FK}({n}) should "
-                          f"not be bigger than num_layers({layers})', ValueError)", field=path, value=val,
-                          rule="R_FIRST_K_DENSE_MCORE")
+                          f"count <= {layers} (MindFormers' TransformerConfig raises ValueError: '{_FK}({n}) "
+                          f"cannot be bigger than num_layers({layers})' r1.6.0, 'should not be bigger' r1.7.0+)",
+                          field=path, value=val, rule="R_FIRST_K_DENSE_MCORE")
     return n
 
 
