@@ -197,7 +197,9 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
               help="Most finished trials in the study (seeds and the final local-search trial included); "
                    "resuming a --storage study runs only the trials it still lacks.")
 @click.option("--timeout", default=None, type=FiniteFloatRange(0, min_open=True),
-              help="Wall-clock limit (s). Default: none - the search is bounded by --trials and the "
+              help="Wall-clock limit (s), counted from the command's start: the bound phase gets half of "
+                   "what reading the config leaves, the trials the rest, and time the trials leave raises "
+                   "the bound. Default: none - the search is bounded by --trials and the "
                    "--gap stop, so --seed reproduces it exactly (a 300 s safety net still applies: the bound "
                    "phase gets its first half, the trials the rest; when a limit fires every output says "
                    "CUT SHORT / timed_out with the gap then).")
