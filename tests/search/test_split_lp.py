@@ -172,3 +172,17 @@ def test_the_search_gap_reaches_the_bound() -> None:
     assert exact.layouts[0].step_ms == pytest.approx(6923.8, abs=0.05)
     early = tighten(p, (SplitLP(),), ctx=BoundContext(target_gap=0.005))
     assert early.bound_ms == pytest.approx(6903.2, abs=0.05)
+
+
+def test_pricing_gives_up_on_a_deadline_it_cannot_meet(monkeypatch) -> None:
+    """Past the deadline the split LP prices no stage (None: no proof, the pass's floor or next
+    proof takes over); the same call with time proves its bound (GPT-2 52B's pp 16 × vpp 4 priced
+    for 9–20 s past a 3 s first pass before)."""
+    import time
+
+    p = _random_problem(**CASES[0])
+    assert SL.split_lp_bound(p, 2, deadline=time.monotonic() + 3600.0) is not None
+    priced = []
+    real = SL.stage_configurations
+    monkeypatch.setattr(SL, "stage_configurations", lambda *a, **k: priced.append(1) or real(*a, **k))
+    assert SL.split_lp_bound(p, 2, deadline=time.monotonic() - 1.0) is None and priced == []

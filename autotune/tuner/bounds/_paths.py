@@ -205,7 +205,7 @@ def _one_stay_counts(cs: CompiledSchedule, deadline: float | None = None
     out = []
     t0 = time.monotonic()
     for p in range(P):
-        if deadline is not None:
+        if deadline is not None:  # the rule of _base.cannot_finish (a sibling module: not imported)
             now = time.monotonic()
             if now > deadline or (p > 0 and now + (now - t0) / p * (P - p) > deadline):
                 return None

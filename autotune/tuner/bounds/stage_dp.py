@@ -70,7 +70,7 @@ import numpy as np
 
 from autotune.cost.budget import hbm_cap
 from autotune.cost.dominance import pareto_mask
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome, cannot_finish
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
 from autotune.tuner.bounds._relax import (IntegerSetup, KindMix, RowFrontiers, count_vectors, integer_setup,
                                           kind_windows, live_rows, row_frontiers, worst_row_extra, worst_row_floor)
@@ -589,17 +589,6 @@ def stage_vectors(problem: Problem, su: IntegerSetup, V: int, upper_ms: float | 
         if total > max_configs:
             return None
     return out
-
-
-def cannot_finish(t0: float, done: int, total: int, deadline: float | None) -> bool:
-    """Whether a loop of ``total`` stages started at ``t0`` (time.monotonic()), ``done`` of them
-    finished, is past ``deadline`` or will be at its rate so far (None: no deadline). Its tables
-    prove nothing until the last stage, so a table loop that gives up early leaves the time to
-    the proofs after it (the timed first pass's Lagrangian: :func:`~autotune.tuner.bounds.stage_dp_first`)."""
-    if deadline is None:
-        return False
-    now = time.monotonic()
-    return now > deadline or (done > 0 and now + (now - t0) / done * (total - done) > deadline)
 
 
 def stage_dp_bound(problem: Problem, V: int, *, upper_ms: float | None = None,
