@@ -390,3 +390,19 @@ def test_capped_chunk_options_by_hand() -> None:
     assert K.COMBINE_ROWS == 50
     assert ChunkOptions(TwoTypes(), max_rows=90).get((4, 4)) is None  # 4,900 > 50 x 90
     assert ChunkOptions(TwoTypes(), max_rows=100).get((4, 4)) is not None  # 4,900 <= 50 x 100
+
+
+def test_stage_tables_a_clock_cut_is_not_remembered(monkeypatch) -> None:
+    """Tables the clock cut (past the deadline, or past it at their rate so far) give no proof and
+    are not memoised: the next call with time builds them (a rate cut was memoised as "no tables"
+    for good, so the time left after the trials could never run the device DP again)."""
+    import time
+
+    from autotune.tuner.bounds import device_dp as D
+
+    problem = _random_problem(3, 8, 2, 2, ("full", "select"), 0.9)
+    upper = exact_optimum(problem).best.step_ms * 1.5
+    monkeypatch.setattr(D, "cannot_finish", lambda *a: True)
+    assert D.stage_tables(problem, 2, upper, D.MAX_CONFIGS, deadline=time.monotonic() + 3600.0) is None
+    monkeypatch.undo()
+    assert D.stage_tables(problem, 2, upper, D.MAX_CONFIGS, deadline=time.monotonic() + 3600.0) is not None

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.budget import hbm_cap
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome, cannot_finish
 from autotune.tuner.bounds._paths import one_stay_counts
 from autotune.tuner.bounds._kinds import TOO_LARGE, ChunkOptions, LayerTypes, TypedFronts, chunk_options
 from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, pareto_front,
@@ -348,14 +348,14 @@ def _count_vectors_capped(lo: np.ndarray, hi: np.ndarray, n_cap: int, max_config
 
 
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, deadline: float | None = None
-                  ) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None:
+                  ) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None | bool:
     """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
     (least replay that fits; per path its least weighted replay), and the number of
     configurations enumerated, the shared setup (:func:`autotune.tuner.bounds._relax.integer_setup`) and the
     layer types (:class:`autotune.tuner.bounds._kinds.LayerTypes`); None
     when a work cap or the applicability check fails, or when no stage has a no-skip path (a stage
-    may be left with no configuration: nothing beats upper), or when ``deadline`` (time.monotonic())
-    passes between two stages."""
+    may be left with no configuration: nothing beats upper); False when ``deadline``
+    (time.monotonic()) cut it: past it, or past it at its rate so far (``cannot_finish``)."""
     su = integer_setup(problem, V)
     if su is None:
         return None
@@ -370,16 +370,19 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, d
     if all_vecs is None:
         return None
     total = sum(len(v) for v in all_vecs)
-    fam = one_stay_counts(cs)
+    fam = one_stay_counts(cs, deadline)
+    if fam is None:
+        return False
     types = LayerTypes(problem, V)
     tf = TypedFronts(types, problem)
     wf = _WeightedFronts(tf)
     stages = []
     least_work = 0
     any_path = False
+    t0 = time.monotonic()
     for p in range(P):
-        if deadline is not None and time.monotonic() > deadline:
-            return None
+        if cannot_finish(t0, p, P, deadline):  # past the deadline, or will be at this rate
+            return False
         keep, skip = _families(fam[p], p, P, V, p2p, end_f)
         nv = np.asarray(all_vecs[p], dtype=np.float64).reshape(-1, V)  # [M, V]
         tn = types.typed(p, nv)  # [M, V, T]
@@ -454,7 +457,7 @@ def stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int = M
     cache = problem.fit_cache
     if key not in cache:
         out = _stage_tables(problem, V, float(upper_ms), max_configs, deadline)
-        if out is None and deadline is not None and time.monotonic() > deadline:
+        if out is False:
             return None
         cache[key] = out
     return cache[key]

@@ -62,7 +62,7 @@ import numpy as np
 
 from autotune.cost.budget import hbm_cap
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome, cannot_finish, highs_proven
 from autotune.tuner.bounds._quiet import quiet_native_stdout
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
 from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, integer_setup, kind_windows, typed_layers,
@@ -593,7 +593,13 @@ def _milp(problem: Problem, V: int, *, layouts: list | None, lower_ms: float | N
         return None
     model = _Model(problem, V, su, fixed)
     C, cs = model.C, su.cs
-    for stage_rows in one_stay_counts(cs):
+    counts = one_stay_counts(cs, deadline)
+    if counts is None:
+        return None
+    t0 = time.monotonic()
+    for p, stage_rows in enumerate(counts):
+        if cannot_finish(t0, p, len(counts), deadline):  # the set-up proves nothing until it ends
+            return None
         for cf, cb, hops in stage_rows:
             model.add_path(cf, cb, hops)
     for c in layouts or []:
