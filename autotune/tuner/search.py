@@ -36,6 +36,7 @@ from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
 from autotune.tuner.progress import LINE_EVERY_S, Progress, as_progress
 from autotune.tuner.runner import candidate_from_trial, open_storage, run_study
+from autotune.tuner.bounds import work_floor_ms
 from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds, raise_with_time_left
 from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search_space
 
@@ -78,6 +79,12 @@ class StudiesOutcome:
 #: (a set-up loop, a DP round, an LP solve) first, which ran up to ~1 s past it on pp 64 × m 512.
 TIME_LEFT_MARGIN_S = 1.0
 TIME_LEFT_MARGIN = 0.05
+#: With a ``--timeout``, when the bound phase left a V with only the work floor (m·W/P, a gap of
+#: ~30 % on the largest configs), the trials get this share of the time left and the bound the
+#: rest: the trials of those configs end at a local optimum within seconds, while the floor keeps
+#: the certified gap meaningless (pp 64 × m 512 at --timeout 30 under load: the trials took the
+#: rest and the gap stayed 32.6 %).
+TRIALS_SHARE_FLOORED = 0.5
 
 
 def check_arguments(gap: float | None, objective: str, timeout: float | None = None) -> str:
@@ -235,6 +242,23 @@ def bounds_by_vpp(prepared: list[Prepared]) -> dict[int, float | None] | None:
     if len(out) < 2 or not any(np.isfinite(b) for b in out.values()):
         return None
     return {V: (b if np.isfinite(b) else None) for V, b in sorted(out.items())}
+
+
+def _holds_floor(pr: Prepared) -> bool:
+    """Whether a V of the sub-problem still holds only the work floor after the bound phase (the
+    clock gave it no proof: its certified gap says little)."""
+    floor = work_floor_ms(pr.problem)
+    return not pr.bs.exact and any(b <= floor and V in pr.bs.unfinished for V, b in pr.bs.per_v_ms.items())
+
+
+def _trial_limit(timeout: float | None, t0: float, floored: bool) -> float | None:
+    """The trials' wall clock (s from ``t0``): the user's ``timeout``, or, when the bound phase left
+    a V with only the work floor, the time so far plus TRIALS_SHARE_FLOORED of what is left, so
+    that the time after the trials can raise that bound (:func:`bounds_with_time_left`)."""
+    if timeout is None or not floored:
+        return timeout
+    now = time.monotonic() - t0
+    return now + TRIALS_SHARE_FLOORED * max(0.0, timeout - now)
 
 
 def bounds_with_time_left(prepared: list[Prepared], best_ms: float, deadline: float, gap: float | None,
@@ -454,12 +478,14 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     lb = min(pr.bs.bound_ms for pr in prepared)
     by_vpp = bounds_by_vpp(prepared)
     pareto = objective == "time,memory"
-    st = run_studies(prepared, sp, pareto=pareto, trials=trials, timeout=timeout, t0=t0, seed=seed,
-                     storage=storage, study_name=study_name, progress=prog, gap=gap,
+    floored = timeout is not None and not pareto and any(_holds_floor(pr) for pr in prepared)
+    st = run_studies(prepared, sp, pareto=pareto, trials=trials, timeout=_trial_limit(timeout, t0, floored), t0=t0,
+                     seed=seed, storage=storage, study_name=study_name, progress=prog, gap=gap,
                      safety_net=safety_net)
     best, closest = st.best, st.closest
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
-    if timeout is not None and best is not None and not pareto and not st.timed_out and (cut_in_bounds or step_cut):
+    if (timeout is not None and best is not None and not pareto and (floored or not st.timed_out)
+            and (cut_in_bounds or step_cut)):
         end = t0 + timeout - min(TIME_LEFT_MARGIN_S, TIME_LEFT_MARGIN * timeout)
         prepared = bounds_with_time_left(prepared, best[1].step_ms, end, gap, prog)
         lb, by_vpp = min(pr.bs.bound_ms for pr in prepared), bounds_by_vpp(prepared)
@@ -485,7 +511,8 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          lower_bound_ms=float(lb) if np.isfinite(lb) else None, certified_gap=cert,
                          lower_bound_by_vpp=by_vpp,
                          exact=all(pr.bs.exact for pr in prepared), timed_out=timed_out,
-                         stopped_by=_stopped_by(st, timed_out, timeout, stop_at), time_limit_s=st.time_limit_s,
+                         stopped_by=_stopped_by(st, timed_out, timeout, stop_at),
+                         time_limit_s=timeout if timeout is not None else st.time_limit_s,
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error,

@@ -82,3 +82,27 @@ def test_search_uses_the_time_left_after_a_cut_bound_phase(monkeypatch) -> None:
     assert raised.best.step_time_ms == pytest.approx(floored.best.step_time_ms)  # the same trials
     assert 6300 < raised.lower_bound_ms <= raised.best.step_time_ms
     assert raised.certified_gap < 0.03 < floored.certified_gap
+
+
+def test_trials_leave_time_to_a_floored_bound(monkeypatch) -> None:
+    """With a V left holding only the work floor, the trials get half of what the limit has left
+    (so that the time after them can raise that bound); otherwise, and without a limit, the user's
+    limit as it is."""
+    monkeypatch.setattr(search_mod.time, "monotonic", lambda: 104.0)
+    assert search_mod._trial_limit(10.0, 100.0, True) == pytest.approx(4.0 + 0.5 * 6.0)
+    assert search_mod._trial_limit(10.0, 100.0, False) == 10.0
+    assert search_mod._trial_limit(None, 100.0, True) is None
+    assert search_mod._trial_limit(3.0, 100.0, True) == pytest.approx(4.0)  # past the limit: nothing more
+
+
+def test_holds_floor_only_for_a_v_the_clock_left_with_it() -> None:
+    problem = syn2_problem(150)
+    floor = work_floor_ms(problem)
+    pr = search_mod.Prepared(None, problem, BoundAndSeeds([], floor, per_v_ms={1: floor}, unfinished=frozenset({1})))
+    assert search_mod._holds_floor(pr)
+    # a proof at or below the floor that ran to its end (not left short by the clock) does not count
+    done = search_mod.Prepared(None, problem, BoundAndSeeds([], floor, per_v_ms={1: floor}))
+    assert not search_mod._holds_floor(done)
+    raised = BoundAndSeeds([], 116.0, per_v_ms={1: 116.0}, unfinished=frozenset({1}))
+    raised = search_mod.Prepared(None, problem, raised)
+    assert not search_mod._holds_floor(raised)
