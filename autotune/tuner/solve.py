@@ -138,8 +138,9 @@ class BoundAndSeeds:
     speed and load). ``per_v_ms``: pp_interleave_num V -> the bound (ms) on layouts with that V
     (+inf: none fits for sure; ``bound_ms`` is the least of them); empty when the space was
     enumerated (``exact``: the answer is the optimum). ``unfinished``: the V's the clock left
-    short in the first bound pass (``Tightened.unfinished``); ``anytime_done``: the V's the anytime
-    pass ran its proof for to its end (both for :func:`raise_with_time_left`)."""
+    short in the first bound pass (``Tightened.unfinished``), ``later_unfinished`` those of each
+    later pass by its name; ``anytime_done``: the V's the anytime pass ran its proof for to its
+    end (all three for :func:`raise_with_time_left`)."""
 
     seeds: list[Candidate]
     bound_ms: float
@@ -149,6 +150,7 @@ class BoundAndSeeds:
     per_v_ms: dict[int, float] = field(default_factory=dict)
     unfinished: frozenset[int] = frozenset()
     anytime_done: frozenset[int] = frozenset()
+    later_unfinished: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 def _incumbent(cands: list[Candidate]) -> float | None:
@@ -373,6 +375,36 @@ def _first_pass(problem: Problem, short: bool, share: Callable[[float], float | 
     return REGISTRY[0], share(FIRST_PASS_SHARE)
 
 
+def _later_passes(problem: Problem, later: tuple[Pass, ...], per_v: dict[int, float], out: list[Candidate],
+                  done: frozenset[int], deadline: float | None, target_gap: float | None, notes: list[str],
+                  say: Report) -> tuple[dict[int, float], dict[str, frozenset[int]]]:
+    """The later bound passes of :func:`bound_and_seeds` against its incumbent, in order, until the
+    certified-gap target: the bound per V after them, and per pass the V's the clock left short
+    (``Tightened.unfinished``). Seeds they meet are appended to ``out``; the path LP does not run
+    again for the V's in ``done`` (the anytime pass ran it to its end)."""
+    ub2 = _incumbent(out)
+    later_short: dict[str, frozenset[int]] = {}
+    for p in later:
+        proofs = p.proofs
+        if done and p.proofs == ANYTIME.proofs:  # not again for the V's the anytime pass ran it for
+            proofs = tuple(_Except(q, done) for q in p.proofs)
+            if not any(q.applies(problem, V) for q in proofs for V in problem.vpp_candidates):
+                continue
+        if _gap_met(ub2, min(per_v.values()), target_gap):
+            notes.append(f"bound passes from {p.name!r} on skipped: certified gap at or below {target_gap:.2%}")
+            break
+        say(f"bound pass {p.seed_tag}", ub2, min(per_v.values()))
+        t = tighten(problem, proofs, per_v, skip=p.skip,
+                    ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline, target_gap=target_gap))
+        per_v = dict(t.per_v_ms)
+        if t.unfinished:
+            later_short[p.name] = t.unfinished
+        out += _seeds_met(problem, t.layouts)
+        for V, split in t.splits.items():
+            out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
+    return per_v, later_short
+
+
 def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                     deadline: float | None = None, report: Report | None = None,
                     target_gap: float | None = None, timed: bool = False) -> BoundAndSeeds:
@@ -447,23 +479,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     say("recompute polish", _incumbent(out), None)
     out += polish(problem, out, dict(per_v), deadline=deadline)
     out += finish(problem, out, deadline=deadline)
-    ub2 = _incumbent(out)
-    for p in later:
-        proofs = p.proofs
-        if done and p.proofs == ANYTIME.proofs:  # not again for the V's the anytime pass ran it for
-            proofs = tuple(_Except(q, done) for q in p.proofs)
-            if not any(q.applies(problem, V) for q in proofs for V in problem.vpp_candidates):
-                continue
-        if _gap_met(ub2, min(per_v.values()), target_gap):
-            notes.append(f"bound passes from {p.name!r} on skipped: certified gap at or below {target_gap:.2%}")
-            break
-        say(f"bound pass {p.seed_tag}", ub2, min(per_v.values()))
-        t = tighten(problem, proofs, per_v, skip=p.skip,
-                    ctx=BoundContext(upper_ms=ub2, layouts=tuple(out), deadline=deadline, target_gap=target_gap))
-        per_v = t.per_v_ms
-        out += _seeds_met(problem, t.layouts)
-        for V, split in t.splits.items():
-            out += fitted(problem, V, split[None], f"{p.seed_tag}-split-v{V}")
+    per_v, later_short = _later_passes(problem, later, per_v, out, done, deadline, target_gap, notes, say)
     if not _gap_met(_incumbent(out), min(per_v.values()), target_gap):
         out += cover(problem, out, per_v, deadline=deadline, report=say)
     say("kicks", _incumbent(out), min(per_v.values()))
@@ -471,7 +487,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     out += finish(problem, out, deadline=deadline)
     cut |= past(deadline)
     return BoundAndSeeds(out, min(per_v.values()), notes=notes, cut=cut, per_v_ms=dict(per_v),
-                         unfinished=b.unfinished, anytime_done=done)
+                         unfinished=b.unfinished, anytime_done=done, later_unfinished=later_short)
 
 
 def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | None, *, deadline: float,
@@ -479,10 +495,12 @@ def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | N
     """The bound the clock cut, raised with the time the trials left: when a user's ``--timeout``
     cut the bound phase and the study then stopped on its own before the limit (at a local
     optimum, typically within a second or two on the largest problems), the first pass's proofs
-    run again for the V's it left short (:attr:`BoundAndSeeds.unfinished`), then the later passes
-    of :data:`~autotune.tuner.bounds.REGISTRY` in order (the path LP not again for the V's the
-    anytime pass ran it for), each with its skip rule and ``best_ms`` (the answer's step) as the
-    incumbent, until ``deadline`` (time.monotonic()) or the certified-gap target. The seeds are
+    run again for the V's it left short (:attr:`BoundAndSeeds.unfinished`), then each later pass
+    of :data:`~autotune.tuner.bounds.REGISTRY`, in order, for the V's the clock left short in it
+    (:attr:`BoundAndSeeds.later_unfinished`; the path LP not again for the V's the anytime pass
+    ran it for), each with its skip rule and ``best_ms`` (the answer's step) as the incumbent,
+    until ``deadline`` (time.monotonic()) or the certified-gap target. What ran to its end is not
+    run again (TeleChat2 at ``--timeout 10`` spent 3 s re-running passes for the same bound). The seeds are
     kept as they are (the trials are over). Measured on a pp 64 × m 512 TeleChat2-like config at
     ``--timeout 20``, where the first pass left vpp 2-4 with the work floor: gap 34.8 → 1.1 %
     (docs/search.md).
@@ -497,10 +515,10 @@ def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | N
     first, _ = _first_pass(problem, True, lambda f: deadline)
     steps = [(first.name, tuple(_Only(q, bs.unfinished) for q in first.proofs), "dominated")]
     for p in REGISTRY[1:]:
-        proofs = p.proofs
+        short = bs.later_unfinished.get(p.name, frozenset())
         if p.proofs == ANYTIME.proofs:
-            proofs = tuple(_Except(q, bs.anytime_done) for q in p.proofs)
-        steps.append((p.name, proofs, p.skip))
+            short = short - bs.anytime_done
+        steps.append((p.name, tuple(_Only(q, short) for q in p.proofs), p.skip))
     for name, proofs, skip in steps:
         if time.monotonic() >= deadline or _gap_met(best_ms, min(per_v.values()), target_gap):
             break
