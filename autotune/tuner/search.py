@@ -264,7 +264,8 @@ def _trial_limit(timeout: float | None, t0: float, floored: bool) -> float | Non
 def bounds_with_time_left(prepared: list[Prepared], best_ms: float, deadline: float, gap: float | None,
                           prog: Progress) -> list[Prepared]:
     """The sub-problems' bounds raised with the time a user's ``--timeout`` has left after the
-    trials stopped on their own (:func:`~autotune.tuner.solve.raise_with_time_left`), lowest bound
+    trials stopped (on their own, or at their share when a V held only the work floor:
+    :func:`_trial_limit`; :func:`~autotune.tuner.solve.raise_with_time_left`), lowest bound
     first, to ``deadline`` (time.monotonic()); shown as the ``bounds`` phase again. The trials'
     answer ``best_ms`` (ms) is the incumbent of every sub-problem."""
     if time.monotonic() >= deadline:

@@ -493,8 +493,9 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
 def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | None, *, deadline: float,
                          target_gap: float | None = None, report: Report | None = None) -> BoundAndSeeds:
     """The bound the clock cut, raised with the time the trials left: when a user's ``--timeout``
-    cut the bound phase and the study then stopped on its own before the limit (at a local
-    optimum, typically within a second or two on the largest problems), the first pass's proofs
+    cut the bound phase and the study then stopped before the limit (on its own, at a local
+    optimum, typically within a second or two on the largest problems; or at half of the time
+    left when a V held only the work floor: ``search._trial_limit``), the first pass's proofs
     run again for the V's it left short (:attr:`BoundAndSeeds.unfinished`), then each later pass
     of :data:`~autotune.tuner.bounds.REGISTRY`, in order, for the V's the clock left short in it
     (:attr:`BoundAndSeeds.later_unfinished`; the path LP not again for the V's the anytime pass
