@@ -27,11 +27,33 @@ EXAMPLES = ROOT / "examples"
 MACHINE_LOAD = pytest.mark.xdist_group("machine_load")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook (xdist.remote.WorkerInteractor)
 def pytest_collection_modifyitems(config, items):
     """The tests marked ``slow`` first (a stable sort: their order, and the others', is kept).
     Each process takes the next test when it has finished one, so the long ones, started first,
-    end before the short ones that fill the gaps."""
+    end before the short ones that fill the gaps. Then :func:`_group_suffixes`."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    _group_suffixes(config, items)
+
+
+def _group_suffixes(config, items) -> None:
+    """``--dist loadgroup`` sends the tests of one ``xdist_group`` to one process by a suffix
+    ``@name`` on their ids, which each pytest-xdist worker adds as it collects (3.8:
+    ``item._nodeid = ...``). pytest 9.2 keeps the id in ``item._id``, so that assignment did
+    nothing and the MACHINE_LOAD tests ran in both processes at once (both determinism tests'
+    busy loops together, beside the wall-clock limits). Add the suffix where it is missing."""
+    if not config.getoption("loadgroup", default=False):  # set on xdist's workers under loadgroup
+        return
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}
+        suffix = "@" + "_".join(sorted(names))
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        if hasattr(item, "_id"):  # pytest >= 9.2: a NodeId
+            item._id = type(item._id).parse(item.nodeid + suffix)
+        else:
+            item._nodeid = item.nodeid + suffix
 
 
 @pytest.fixture(scope="session", autouse=True)
