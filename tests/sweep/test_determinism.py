@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import MACHINE_LOAD
-from tests.sweep.sweep_helpers import DATA, check_clean, cli, pg_admin, snapshot
+from tests.sweep.sweep_helpers import DATA, ROOT, check_clean, pg_admin, snapshot
 
 SWEEP = """name: determinism
 defaults: {{trials: 12, seed: 0, profile: {data}/small_profile.yaml, space: {data}/small_space.yaml}}
@@ -60,37 +61,52 @@ def _trials(snap: dict) -> dict:
     return {n: [(t[1], t[2], t[3], t[5]) for t in s["trials"]] for n, s in snap.items()}
 
 
+def _start(sweep, store: str, workers: int, out, log) -> subprocess.Popen:
+    """``autotune sweep`` with ``workers`` local worker processes (in a process group of its own,
+    so that a failed test can kill them all), its output in ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen([sys.executable, "-m", "autotune.cli", "sweep", str(sweep), "--storage", store,
+                                 "--workers", str(workers), "--out", str(out)], cwd=ROOT, stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
 @pytest.mark.slow
 @MACHINE_LOAD  # its busy loops load every core: no wall-clock limit is measured meanwhile
 @pytest.mark.parametrize("kind", ["journal", "postgres"])
 def test_same_rows_with_1_4_8_workers_under_load(kind, tmp_path):
+    """The three sweeps (1, 4 and 8 workers, each on its own store) run at once, beside the busy
+    loops: each is loaded by the loops and by the other two (one after another, the loops ran for
+    the sum of the three, each sweep on a third of the machine's cores at best)."""
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(SWEEP.format(data=DATA))
     load = _load(os.cpu_count() or 2)
-    results = {}
+    results, stores, drops, procs = {}, {}, [], {}
     try:
         for workers in (1, 4, 8):
-            out = tmp_path / f"out{workers}"
-            drop = None
             if kind == "journal":
-                store = str(out / "sweep.journal")
+                stores[workers] = str(tmp_path / f"out{workers}" / "sweep.journal")
             else:
-                store, drop = _fresh_db()
-            try:
-                res = cli("sweep", str(sweep), "--storage", store, "--workers", str(workers), "--out", str(out),
-                          timeout=600)
-                assert res.returncode == 0, res.stderr
-                snap = snapshot(store, sweep)
-                check_clean(snap)
-                results[workers] = ((out / "summary.csv").read_text(), _trials(snap),
-                                    {n: json.loads((out / n / "result.json").read_text())["row"] for n in snap})
-            finally:
-                if drop:
-                    drop()
+                stores[workers], drop = _fresh_db()
+                drops.append(drop)
+        for workers in (1, 4, 8):
+            procs[workers] = _start(sweep, stores[workers], workers, tmp_path / f"out{workers}",
+                                    tmp_path / f"cli{workers}.log")
+        for workers, proc in procs.items():
+            out = tmp_path / f"out{workers}"
+            assert proc.wait(timeout=600) == 0, (tmp_path / f"cli{workers}.log").read_text()
+            snap = snapshot(stores[workers], sweep)
+            check_clean(snap)
+            results[workers] = ((out / "summary.csv").read_text(), _trials(snap),
+                                {n: json.loads((out / n / "result.json").read_text())["row"] for n in snap})
     finally:
-        for p in load:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in [*load, *procs.values()]:
             p.kill()
             p.wait()
+        for drop in drops:
+            drop()
     csv1, trials1, rows1 = results[1]
     assert "budget-mb16" in csv1 and len(csv1.strip().splitlines()) == 7
     for workers in (4, 8):
