@@ -53,7 +53,6 @@ hold more than :data:`MAX_CHUNK_LAYERS` layers.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -163,7 +162,8 @@ def _configs(problem: Problem, V: int, splits: np.ndarray, deadline: float | Non
         priced += k
         if k > MAX_STAGE_COMBOS or priced > MAX_COMBOS:
             return None
-        combos = np.asarray([np.stack(c) for c in itertools.product(*opts)], dtype=np.int64)  # k, V, 3
+        pick = np.indices([len(o) for o in opts]).reshape(V, -1)  # itertools.product's order
+        combos = np.stack([np.asarray(opts[v], dtype=np.int64)[pick[v]] for v in range(V)], axis=1)  # k, V, 3
         keep, replay = stage_configurations(problem, splits[s], q, combos)
         out.stage.append(q)
         out.combos.append(combos[keep])
