@@ -192,7 +192,10 @@ def test_deadline_stops_the_tables_and_keeps_the_bisection_proven(monkeypatch) -
     problem = _telechat_48l()
     assert stage_dp_bound(problem, 2, upper_ms=6217.4, deadline=0.0) is None
     assert device_dp_bound(problem, 2, upper_ms=6217.4, deadline=0.0) is None
-    # the tables' own clock reads (cannot_finish) see no deadline pass; the bisection's does
+    # the tables' own clock reads (cannot_finish) see no deadline pass; the bisection's does. The
+    # one-stay path counts, memoised per schedule, are counted first (as any earlier proof on this
+    # schedule has done): under the patched clock they would give up (their own deadline rule)
+    stage_dp.stage_paths(stage_dp.integer_setup(problem, 2).cs, 0.0)
     monkeypatch.setattr(stage_dp, "cannot_finish", lambda *a: False)
     monkeypatch.setattr(stage_dp.time, "monotonic", lambda: 2.0)
     cut = stage_dp_bound(problem, 2, upper_ms=6217.4, lower_ms=5900.0, deadline=1.0)
