@@ -245,10 +245,12 @@ def bounds_by_vpp(prepared: list[Prepared]) -> dict[int, float | None] | None:
 
 
 def _holds_floor(pr: Prepared) -> bool:
-    """Whether a V of the sub-problem still holds only the work floor after the bound phase (the
-    clock gave it no proof: its certified gap says little)."""
+    """Whether a V of the sub-problem still holds only a floor after the bound phase (the clock
+    gave it no proof, only the work floor or the stay LP: ``BoundAndSeeds.floor_ms``; its
+    certified gap says less than a proof's would)."""
     floor = work_floor_ms(pr.problem)
-    return not pr.bs.exact and any(b <= floor and V in pr.bs.unfinished for V, b in pr.bs.per_v_ms.items())
+    return not pr.bs.exact and any(V in pr.bs.unfinished and b <= max(floor, pr.bs.floor_ms.get(V, floor))
+                                   for V, b in pr.bs.per_v_ms.items())
 
 
 def _trial_limit(timeout: float | None, t0: float, floored: bool) -> float | None:

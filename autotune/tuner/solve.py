@@ -30,7 +30,7 @@ import numpy as np
 
 from autotune.cost.budget import fits
 from autotune.tuner.bounds import (ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, Pass, WorkFloor,
-                                   several_kinds, stage_dp_first, tighten)
+                                   several_kinds, stage_dp_first, stay_lp_ms, tighten, work_floor_ms)
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import fitted, search_fit
@@ -140,7 +140,9 @@ class BoundAndSeeds:
     enumerated (``exact``: the answer is the optimum). ``unfinished``: the V's the clock left
     short in the first bound pass (``Tightened.unfinished``), ``later_unfinished`` those of each
     later pass by its name; ``anytime_done``: the V's the anytime pass ran its proof for to its
-    end (all three for :func:`raise_with_time_left`)."""
+    end (all three for :func:`raise_with_time_left`); ``floor_ms``: V -> the floor (ms) a V the
+    first pass left short was given instead of a proof (:func:`stay_floors`: the larger of the
+    work floor and the stay LP), for the V's the stay LP ran for."""
 
     seeds: list[Candidate]
     bound_ms: float
@@ -151,6 +153,7 @@ class BoundAndSeeds:
     unfinished: frozenset[int] = frozenset()
     anytime_done: frozenset[int] = frozenset()
     later_unfinished: dict[str, frozenset[int]] = field(default_factory=dict)
+    floor_ms: dict[int, float] = field(default_factory=dict)
 
 
 def _incumbent(cands: list[Candidate]) -> float | None:
@@ -375,6 +378,38 @@ def _first_pass(problem: Problem, short: bool, share: Callable[[float], float | 
     return REGISTRY[0], share(FIRST_PASS_SHARE)
 
 
+#: The stay LP's CPU s per (P · V)², for the time check of :func:`stay_floors` (measured on a
+#: 2-core AMD EPYC: pp 64 × vpp 4 ~1.6-2.8 s, pp 32 × vpp 4 and pp 64 × vpp 2 ~0.3-0.6 s, pp 16
+#: × vpp 2 ~0.05 s); scaled up by the rate the runs so far show.
+STAY_LP_S_PER_CELL = 3e-5
+
+
+def stay_floors(problem: Problem, short: frozenset[int], per_v: dict[int, float],
+                deadline: float | None) -> tuple[dict[int, float], dict[int, float]]:
+    """The stay LP (:mod:`autotune.tuner.bounds.stay_lp`, a fraction of a second to ~3 s) for
+    each V in ``short`` (V's the clock left short: given the work floor, or their proofs cut), in
+    ascending V, while it can end before ``deadline`` (time.monotonic(); its cost estimated from
+    P · V, :data:`STAY_LP_S_PER_CELL`, and the rate of the runs so far): the bound per V raised
+    to it, and per V it ran for the floor it now holds (ms; the larger of the work floor and the
+    stay LP). Measured at pp 64 × vpp 2 × m 512 MoE (scaling.py): 101,263 ms in ~0.4 CPU s where
+    the work floor is 61,032 ms."""
+    raised, floors = dict(per_v), {}
+    work = work_floor_ms(problem)
+    rate = 1.0
+    for V in sorted(short):
+        est = STAY_LP_S_PER_CELL * (problem.P * V) ** 2
+        t0 = time.monotonic()
+        if deadline is not None and t0 + rate * est > deadline:
+            break
+        value = stay_lp_ms(problem, V, deadline=deadline)
+        rate = max(rate, (time.monotonic() - t0) / est)
+        if value is None:
+            continue
+        floors[V] = max(work, value)
+        raised[V] = max(raised.get(V, -np.inf), value)
+    return raised, floors
+
+
 def _later_passes(problem: Problem, later: tuple[Pass, ...], per_v: dict[int, float], out: list[Candidate],
                   done: frozenset[int], deadline: float | None, target_gap: float | None, notes: list[str],
                   say: Report) -> tuple[dict[int, float], dict[str, frozenset[int]]]:
@@ -459,7 +494,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=first_until,
                                                         target_gap=target_gap),
                 skip=first.skip, floor=WorkFloor())
-    per_v = dict(b.per_v_ms)
+    per_v, floors = stay_floors(problem, b.unfinished, dict(b.per_v_ms), share(IMPROVE_SHARE))
     done: frozenset[int] = frozenset()  # V's the anytime pass ran its proof for, to its end
     near = short or past(first_until)
     if near and per_v and not _gap_met(ub, min(per_v.values()), target_gap):
@@ -487,7 +522,8 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     out += finish(problem, out, deadline=deadline)
     cut |= past(deadline)
     return BoundAndSeeds(out, min(per_v.values()), notes=notes, cut=cut, per_v_ms=dict(per_v),
-                         unfinished=b.unfinished, anytime_done=done, later_unfinished=later_short)
+                         unfinished=b.unfinished, anytime_done=done, later_unfinished=later_short,
+                         floor_ms=floors)
 
 
 def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | None, *, deadline: float,
@@ -495,8 +531,9 @@ def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | N
     """The bound the clock cut, raised with the time the trials left: when a user's ``--timeout``
     cut the bound phase and the study then stopped before the limit (on its own, at a local
     optimum, typically within a second or two on the largest problems; or at half of the time
-    left when a V held only the work floor: ``search._trial_limit``), the first pass's proofs
-    run again for the V's it left short (:attr:`BoundAndSeeds.unfinished`), then each later pass
+    left when a V held only a floor: ``search._trial_limit``), the stay LP runs for the V's the
+    first pass left short that it has not run for (:func:`stay_floors`), the first pass's proofs
+    run again for those V's (:attr:`BoundAndSeeds.unfinished`), then each later pass
     of :data:`~autotune.tuner.bounds.REGISTRY`, in order, for the V's the clock left short in it
     (:attr:`BoundAndSeeds.later_unfinished`; the path LP not again for the V's the anytime pass
     ran it for), each with its skip rule and ``best_ms`` (the answer's step) as the incumbent,
@@ -504,14 +541,15 @@ def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | N
     run again (TeleChat2 at ``--timeout 10`` spent 3 s re-running passes for the same bound). The seeds are
     kept as they are (the trials are over). Measured on a pp 64 × m 512 TeleChat2-like config at
     ``--timeout 20``, where the first pass left vpp 2-4 with the work floor: gap 34.8 → 1.1 %
-    (docs/search.md).
+    on one host (docs/search.md); on a slower one the stage DP did not fit in the time left and
+    the gap stayed 32.7 % (14.1 % since the stay LP).
 
     Returns ``bs`` with the raised ``bound_ms`` / ``per_v_ms`` (``bs`` itself when there is
     nothing to raise: enumerated, no bound, or the gap target met)."""
     if bs.exact or not bs.per_v_ms or _gap_met(best_ms, bs.bound_ms, target_gap):
         return bs
     say = report or (lambda step, best, bound: None)
-    per_v = dict(bs.per_v_ms)
+    per_v, more = stay_floors(problem, bs.unfinished - set(bs.floor_ms), dict(bs.per_v_ms), deadline)
     ctx = BoundContext(upper_ms=best_ms, deadline=deadline, target_gap=target_gap)
     first, _ = _first_pass(problem, True, lambda f: deadline)
     steps = [(first.name, tuple(_Only(q, bs.unfinished) for q in first.proofs), "dominated")]
@@ -527,4 +565,4 @@ def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | N
             continue
         say(f"{name}, with the time left", best_ms, min(per_v.values()))
         per_v = dict(tighten(problem, proofs, per_v, skip=skip, ctx=ctx).per_v_ms)
-    return replace(bs, bound_ms=min(per_v.values()), per_v_ms=per_v)
+    return replace(bs, bound_ms=min(per_v.values()), per_v_ms=per_v, floor_ms={**bs.floor_ms, **more})

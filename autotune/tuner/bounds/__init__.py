@@ -24,7 +24,10 @@ Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound`
   configurations with lazily generated paths, best first (exact on scaling.py's pp 32 / 64 × vpp 2
   rows); its best layout is a seed;
 - :mod:`.work_floor` — :class:`WorkFloor`, the busiest device's share of the work (m · W / P, costs
-  nothing): what a V gets in place of a first proof that would start past its pass's deadline.
+  nothing): what a V gets in place of a first proof that would start past its pass's deadline;
+- :mod:`.stay_lp` — :class:`StayLP`, one LP over fractional layer counts and recompute with each
+  device's one-stay paths and every stage's memory rows (a fraction of a second at pp 64 × vpp 4):
+  what a V the first pass left short gets next (:func:`autotune.tuner.solve.stay_floors`).
 
 Shared code: :mod:`._paths` (dependency-graph paths), :mod:`._relax` (relaxed layers, recompute
 fronts). :func:`tighten` combines them: per V the largest proof, over V the least, skipping a V
@@ -50,6 +53,7 @@ from autotune.tuner.bounds.path_dp import PathDP, path_dp_bound
 from autotune.tuner.bounds.path_lp import PathLP
 from autotune.tuner.bounds.split_lp import SplitLP
 from autotune.tuner.bounds.stage_dp import StageDP
+from autotune.tuner.bounds.stay_lp import StayLP, stay_lp_ms
 from autotune.tuner.bounds.work_floor import WorkFloor, work_floor_ms
 from autotune.tuner.bounds.wrap_dp import WrapDP
 from autotune.tuner.problem import Candidate, Problem
@@ -205,5 +209,5 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
 
 __all__ = ["ANYTIME", "BoundContext", "BoundOnly", "BoundOutcome", "BoundResult", "Delegate", "DeviceDP", "Fallback",
            "IntegerProgram", "Lagrangian", "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP",
-           "StageDP", "Tightened", "Unproven", "Until", "WorkFloor", "WrapDP", "critical_path", "lower_bound",
-           "path_dp_bound", "several_kinds", "stage_dp_first", "tighten", "work_floor_ms"]
+           "StageDP", "StayLP", "Tightened", "Unproven", "Until", "WorkFloor", "WrapDP", "critical_path", "lower_bound",
+           "path_dp_bound", "several_kinds", "stage_dp_first", "stay_lp_ms", "tighten", "work_floor_ms"]
