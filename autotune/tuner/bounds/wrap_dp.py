@@ -62,6 +62,8 @@ stage twice and chunk 0's backwards of stages 2..15 not at all: a separable sum 
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -280,7 +282,7 @@ class WrapDPBound:
 
 def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms: float | None = None,
                   max_configs: int = MAX_CONFIGS, max_evals: int = MAX_EVALS,
-                  pair_work_cap: int = PAIR_WORK) -> WrapDPBound | None:
+                  pair_work_cap: int = PAIR_WORK, deadline: float | None = None) -> WrapDPBound | None:
     """Lower bound (ms) on the step time of every memory-feasible layout with pp_interleave_num V
     whose step time is <= ``upper_ms`` (a feasible step time: the result is min(bound, upper_ms),
     a bound on the optimum whenever some layout reaches ``upper_ms``). See the module docstring.
@@ -291,15 +293,24 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
             search stops once its best value is at or below it (the result then cannot raise it;
             it is still a bound).
         max_configs, max_evals, pair_work_cap: work caps (see :data:`MAX_EVALS`, :data:`PAIR_WORK`).
+        deadline: time.monotonic() limit, or None: the stage tables stop there (their own rule,
+            :func:`~autotune.tuner.bounds.device_dp.stage_tables`), nothing starts past it, and
+            the threshold search keeps the bound its open intervals prove (as at ``max_evals``).
 
     Returns None where it does not apply (V = 1, P = 1, a schedule that splits B/W, non-default
-    pipeline positions, no finite ``upper_ms``) or when a work cap stops the tables or the pair DP.
+    pipeline positions, no finite ``upper_ms``), when a work cap stops the tables or the pair DP,
+    or when the deadline passes before the threshold search starts. (It ran 3.5-4 s past a 1 s
+    deadline on a pp 32 × vpp 4 × m 256 config before it took one: the time-left phase of a
+    ``--timeout 10`` search then ended 2 s late.)
     """
+    def late() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
     if upper_ms is None or not np.isfinite(upper_ms) or V < 2 or problem.P < 2:
         return None
     upper = float(upper_ms)
-    out = stage_tables(problem, V, upper, max_configs)
-    if out is None:
+    out = stage_tables(problem, V, upper, max_configs, deadline)
+    if out is None or late():
         return None
     stages, _, su, _ = out
     P, N = problem.P, problem.N
@@ -312,6 +323,8 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
         return None
     tp = two_stage_paths(cs, P - 1, 0)
     if pair_work(tp, last.n.shape[0], first.n.shape[0]) > pair_work_cap:
+        return None
+    if late():
         return None
     G = pair_lengths(tp, last.F, last.B, first.F, first.B, su.p2p_ms)
     Ew = G - last.cost[:, None] - first.cost[None, :]  # [ML, M0]; -inf: no kept path
@@ -350,6 +363,8 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
         return cache[i]
 
     K = S.size
+    if late():
+        return None
     best = min(upper, h(K - 1) + float(S[-1]))
     todo = [(0, K - 1)]
     left: list[float] = []
@@ -361,7 +376,7 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
         lb = h(j) + float(S[i])
         if lb >= best:
             continue
-        if best <= stop or len(cache) >= max_evals:
+        if best <= stop or len(cache) >= max_evals or late():
             left.append(lb)
             continue
         if j - i <= 1:
@@ -384,7 +399,7 @@ class WrapDP:
         return V > 1 and problem.P > 1 and integer_setup(problem, V) is not None
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome | None:
-        wb = wrap_dp_bound(problem, V, upper_ms=ctx.upper_ms, lower_ms=ctx.lower_ms)
+        wb = wrap_dp_bound(problem, V, upper_ms=ctx.upper_ms, lower_ms=ctx.lower_ms, deadline=ctx.deadline)
         if wb is None:
             return None
         return BoundOutcome(wb.bound_ms, None, {"wrap evals": wb.evals})
