@@ -347,6 +347,13 @@ def _count_vectors_capped(lo: np.ndarray, hi: np.ndarray, n_cap: int, max_config
     return out
 
 
+#: Within a stage the tables give up this long (s) past their deadline: the stage loop's rate rule
+#: (:func:`~autotune.tuner.bounds._base.cannot_finish`) is checked between stages, but one stage
+#: can take seconds (stage 0 of a pp 32 × vpp 4 × m 256 config: 330 configurations, 1.4 s, past
+#: a 1 s deadline); a strict check inside the stage cut the TeleChat2 example's time-left proof
+#: (6,431 ms, it ended 0.1 s past its deadline) in two runs of three.
+IN_STAGE_GRACE_S = 0.3
+
 def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, deadline: float | None = None
                   ) -> tuple[list[_Stage], int, IntegerSetup, LayerTypes] | None | bool:
     """Per stage the configurations that can still beat ``upper_ms`` with their per-path bounds
@@ -424,7 +431,7 @@ def _stage_tables(problem: Problem, V: int, upper_ms: float, max_configs: int, d
             idx = np.flatnonzero(ok)
             e[idx] = tf.worst_rows(tn[idx], rows, room[idx])
         for i in np.flatnonzero(ok):
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline + IN_STAGE_GRACE_S:
                 return False  # stage 0's 330 configurations took 1.4 s on pp 32 × vpp 4 × m 256
             cnt = tuple(tuple(int(x) for x in c) for c in tn[i])
             if not np.isfinite(e[i]) or not keep:
