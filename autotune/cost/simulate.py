@@ -321,16 +321,25 @@ def _live_vectors(order: list[np.ndarray], chunk: np.ndarray, kind: np.ndarray, 
         top = max(0, int(after.sum(axis=1).max())) if ops.size else 0
         fset = set(_first_seen(after[fw]))
         bset = {(vec[:-1], vec[-1]) for vec in _first_seen(np.concatenate([before[~fw], ch[~fw, None]], axis=1))}
-        fv = _pareto(fset)
-        bpairs: list[tuple[tuple[int, ...], int]] = []
-        for v in range(V):
-            for vec in _pareto({vec for vec, c in bset if c == v}):
-                bpairs.append((vec, v))
-        mem_fwd.append(np.asarray(fv, dtype=np.int64).reshape(-1, V))
-        mem_bwd.append((np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
-                        np.asarray([c for _, c in bpairs], dtype=np.int64)))
+        fv, bv = _vector_arrays(fset, bset, V)
+        mem_fwd.append(fv)
+        mem_bwd.append(bv)
         max_inflight.append(top)
     return mem_fwd, mem_bwd, max_inflight, mem_split
+
+
+def _vector_arrays(fset: set, bset: set, V: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """A stage's undominated live-count vectors after a forward (int [R, V]) and, per chunk, during
+    a backward (vectors int [R, V], chunks int [R]), from the sets of every such vector (``bset``:
+    (vector, chunk) pairs)."""
+    fv = _pareto(fset)
+    bpairs: list[tuple[tuple[int, ...], int]] = []
+    for v in range(V):
+        for vec in _pareto({vec for vec, c in bset if c == v}):
+            bpairs.append((vec, v))
+    return (np.asarray(fv, dtype=np.int64).reshape(-1, V),
+            (np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
+             np.asarray([c for _, c in bpairs], dtype=np.int64)))
 
 
 @lru_cache(maxsize=256)

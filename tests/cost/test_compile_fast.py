@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from autotune.cost.schedules import W, get_schedule
-from autotune.cost.simulate import _pareto, _split_memory, compile_schedule
+from autotune.cost.simulate import compile_schedule
 
 S = importlib.import_module("autotune.cost.simulate")  # the package's name `simulate` is the function
 
@@ -83,22 +83,12 @@ def _ref_waves(dep: np.ndarray, prev_arr: np.ndarray) -> list[np.ndarray] | None
     return waves
 
 
-def _ref_live_vectors(order: list[np.ndarray], chunk_l: list, fwd_l: list, kind_a: np.ndarray, V: int,
-                  split: bool) -> tuple[list, list, list, list | None]:
-    """Per stage the undominated live-count vectors after a forward (int [R, V]) and during a
-    backward (vectors int [R, V], chunks int [R]), the most micro-batches in flight, and with a
-    B/W split the 2·V-count vectors (``mem_split``); see :class:`CompiledSchedule`."""
+def _ref_live_vectors(order: list[np.ndarray], chunk_l: list, fwd_l: list, V: int) -> tuple:
+    """The old op-by-op loop of a schedule with whole backwards (the split-backward branch,
+    ``_split_memory``, did not change): the live-count sets of every stage, turned into arrays by
+    the same :func:`~autotune.cost.simulate._vector_arrays`."""
     mem_fwd, mem_bwd, max_inflight = [], [], []
-    mem_split: list[np.ndarray] | None = [] if split else None
     for ops in order:
-        if split:
-            fv, bpairs, top, sv = _split_memory(ops, chunk_l, kind_a, V)
-            mem_fwd.append(np.asarray(fv, dtype=np.int64).reshape(-1, V))
-            mem_bwd.append((np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
-                            np.asarray([c for _, c in bpairs], dtype=np.int64)))
-            mem_split.append(np.asarray(sv, dtype=np.int64).reshape(-1, 2 * V))
-            max_inflight.append(top)
-            continue
         live = [0] * V
         fset: set[tuple[int, ...]] = set()
         bset: set[tuple[tuple[int, ...], int]] = set()
@@ -112,17 +102,11 @@ def _ref_live_vectors(order: list[np.ndarray], chunk_l: list, fwd_l: list, kind_
                 bset.add((tuple(live), v))
                 live[v] -= 1
             top = max(top, sum(live))
-        fv = _pareto(fset)
-        bpairs: list[tuple[tuple[int, ...], int]] = []
-        for v in range(V):
-            for vec in _pareto({vec for vec, c in bset if c == v}):
-                bpairs.append((vec, v))
-        mem_fwd.append(np.asarray(fv, dtype=np.int64).reshape(-1, V))
-        mem_bwd.append((np.asarray([b for b, _ in bpairs], dtype=np.int64).reshape(-1, V),
-                        np.asarray([c for _, c in bpairs], dtype=np.int64)))
+        fv, bv = S._vector_arrays(fset, bset, V)
+        mem_fwd.append(fv)
+        mem_bwd.append(bv)
         max_inflight.append(top)
-    return mem_fwd, mem_bwd, max_inflight, mem_split
-
+    return mem_fwd, mem_bwd, max_inflight
 
 
 CASES = [(name, P, V, m, k) for name in ("1f1b", "1f1b_less_memory", "gpipe", "seqpipe", "seqvpp", "zero_bubble_v")
@@ -170,13 +154,13 @@ def test_compiled_fields_equal_the_loops(case) -> None:
     waves = _ref_waves(cs.dep, cs.prev)
     assert len(waves) == len(cs.waves) and all(np.array_equal(a, b) and a.dtype == b.dtype
                                                for a, b in zip(cs.waves, waves))
-    fwd_m, bwd_m, top, split_m = _ref_live_vectors(order, chunk_l, fwd_l, kind, case[2], split)
+    assert (cs.mem_split is not None) == split
+    if split:
+        return
+    fwd_m, bwd_m, top = _ref_live_vectors(order, chunk_l, fwd_l, case[2])
     assert all(np.array_equal(a, b) for a, b in zip(cs.mem_fwd, fwd_m))
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(cs.mem_bwd, bwd_m))
     assert np.array_equal(cs.max_inflight, np.asarray(top))
-    assert (cs.mem_split is None) == (split_m is None)
-    if split_m is not None:
-        assert all(np.array_equal(a, b) for a, b in zip(cs.mem_split, split_m))
 
 
 def test_bad_tables_are_refused_as_before() -> None:

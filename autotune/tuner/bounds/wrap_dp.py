@@ -63,7 +63,7 @@ stage twice and chunk 0's backwards of stages 2..15 not at all: a separable sum 
 from __future__ import annotations
 
 import time
-
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -355,6 +355,20 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
             return float("inf")
         return float((cost_pair[A] + D[rL[A]]).min())
 
+    if late():
+        return None
+    stop = -np.inf if lower_ms is None else float(lower_ms)
+    value, evals = _threshold_search(W, S, upper, stop, lambda n: n >= max_evals or late())
+    return WrapDPBound(value, int(S.size), evals, last.n.shape[0], first.n.shape[0])
+
+
+def _threshold_search(W: Callable[[float], float], S: np.ndarray, upper: float, stop: float,
+                      spent: Callable[[int], bool]) -> tuple[float, int]:
+    """min over the thresholds eps in S (ascending) of W(eps) + eps, W non-increasing in eps, by a
+    best-first bisection: (its value, capped at ``upper``, and the W evaluations made). An interval
+    whose lower value cannot beat the best so far is dropped; once the best is at or below
+    ``stop`` (a bound already proven) or ``spent(evaluations)`` (the work cap or the clock), each
+    open interval keeps its lower value, so the result is a bound whenever it stops."""
     cache: dict[int, float] = {}
 
     def h(i: int) -> float:
@@ -363,12 +377,9 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
         return cache[i]
 
     K = S.size
-    if late():
-        return None
     best = min(upper, h(K - 1) + float(S[-1]))
     todo = [(0, K - 1)]
     left: list[float] = []
-    stop = -np.inf if lower_ms is None else float(lower_ms)
     while todo:
         # best-first: the interval with the least lower value
         todo.sort(key=lambda t: h(t[1]) + float(S[t[0]]), reverse=True)
@@ -376,7 +387,7 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
         lb = h(j) + float(S[i])
         if lb >= best:
             continue
-        if best <= stop or len(cache) >= max_evals or late():
+        if best <= stop or spent(len(cache)):
             left.append(lb)
             continue
         if j - i <= 1:
@@ -385,7 +396,7 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
         mid_k = (i + j) // 2
         best = min(best, h(mid_k) + float(S[mid_k]))
         todo += [(i, mid_k), (mid_k, j)]
-    return WrapDPBound(min([best] + left), int(K), len(cache), last.n.shape[0], first.n.shape[0])
+    return min([best] + left), len(cache)
 
 
 @dataclass(frozen=True)
