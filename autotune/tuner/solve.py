@@ -494,7 +494,7 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
     b = tighten(problem, first.proofs, ctx=BoundContext(upper_ms=ub, deadline=first_until,
                                                         target_gap=target_gap),
                 skip=first.skip, floor=WorkFloor())
-    per_v, floors = stay_floors(problem, b.unfinished, dict(b.per_v_ms), share(IMPROVE_SHARE))
+    per_v, floors = stay_floors(problem, b.unfinished, dict(b.per_v_ms), deadline)
     done: frozenset[int] = frozenset()  # V's the anytime pass ran its proof for, to its end
     near = short or past(first_until)
     if near and per_v and not _gap_met(ub, min(per_v.values()), target_gap):
