@@ -379,8 +379,8 @@ def _first_pass(problem: Problem, short: bool, share: Callable[[float], float | 
 
 
 #: The stay LP's CPU s per (P · V)², for the time check of :func:`stay_floors` (measured on a
-#: 2-core AMD EPYC: pp 64 × vpp 4 ~1.6-2.8 s, pp 32 × vpp 4 and pp 64 × vpp 2 ~0.3-0.6 s, pp 16
-#: × vpp 2 ~0.05 s); scaled up by the rate the runs so far show.
+#: 2-core AMD EPYC: pp 64 × vpp 4 ~1-1.6 s, pp 32 × vpp 4 and pp 64 × vpp 2 ~0.3-0.6 s, pp 16 ×
+#: vpp 2 ~0.05-0.1 s); scaled up by the rate the runs so far show.
 STAY_LP_S_PER_CELL = 3e-5
 
 
@@ -391,7 +391,7 @@ def stay_floors(problem: Problem, short: frozenset[int], per_v: dict[int, float]
     ascending V, while it can end before ``deadline`` (time.monotonic(); its cost estimated from
     P · V, :data:`STAY_LP_S_PER_CELL`, and the rate of the runs so far): the bound per V raised
     to it, and per V it ran for the floor it now holds (ms; the larger of the work floor and the
-    stay LP). Measured at pp 64 × vpp 2 × m 512 MoE (scaling.py): 101,263 ms in ~0.4 CPU s where
+    stay LP). Measured at pp 64 × vpp 2 × m 512 MoE (scaling.py): 101,866 ms in ~0.3 CPU s where
     the work floor is 61,032 ms."""
     raised, floors = dict(per_v), {}
     work = work_floor_ms(problem)

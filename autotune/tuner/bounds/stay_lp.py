@@ -97,18 +97,18 @@ class _Rows:
 
 @dataclass
 class _Model:
-    """Column layout of the LP: x [P, V, nk, nc], then the op durations (ms) of each (op kind,
+    """Column layout of the LP: x [P, V, nk, nc] (layers), then the op durations of each (op kind,
     chunk, stage) row as :func:`~autotune.cost.simulate.duration_table` numbers them, then the
     prefix sums HF / HB over pipeline positions of the forward / backward durations, then each
-    mini-stage's activation MiB per micro-batch [V, P] and each stage's static MiB [P] (so that
-    the many memory rows are short), then T."""
+    mini-stage's activation per micro-batch [V, P] and each stage's static memory [P] (so that the
+    many memory rows are short), then T. Times are in :func:`stay_lp_ms`'s unit (the work floor /
+    1000, ms), memory in units of the budget, so that the LP is well scaled."""
 
     P: int
     V: int
     nk: int
     nc: int
     nkind: int
-    x0: int = 0
     dur0: int = field(init=False)
     hf0: int = field(init=False)
     hb0: int = field(init=False)
