@@ -386,17 +386,20 @@ STAY_LP_S_PER_CELL = 3e-5
 
 def stay_floors(problem: Problem, short: frozenset[int], per_v: dict[int, float],
                 deadline: float | None) -> tuple[dict[int, float], dict[int, float]]:
-    """The stay LP (:mod:`autotune.tuner.bounds.stay_lp`, a fraction of a second to ~3 s) for
-    each V in ``short`` (V's the clock left short: given the work floor, or their proofs cut), in
-    ascending V, while it can end before ``deadline`` (time.monotonic(); its cost estimated from
-    P · V, :data:`STAY_LP_S_PER_CELL`, and the rate of the runs so far): the bound per V raised
+    """The stay LP (:mod:`autotune.tuner.bounds.stay_lp`, a fraction of a second to ~1.5 s) for
+    each V in ``short`` (V's the clock left short: given the work floor, or their proofs cut), the
+    V with the least bound first (it sets the certified gap: in ascending V, a new user's
+    ``--timeout 3`` on the TeleChat2 example raised vpp 3 and left vpp 4, the answer's V, at the
+    work floor, 27.1 %), while it can end before ``deadline`` (time.monotonic(); its cost
+    estimated from P · V, :data:`STAY_LP_S_PER_CELL`, and the rate of the runs so far; once the
+    least bound's V cannot run, raising the others cannot move the least): the bound per V raised
     to it, and per V it ran for the floor it now holds (ms; the larger of the work floor and the
     stay LP). Measured at pp 64 × vpp 2 × m 512 MoE (scaling.py): 101,866 ms in ~0.3 CPU s where
     the work floor is 61,032 ms."""
     raised, floors = dict(per_v), {}
     work = work_floor_ms(problem)
     rate = 1.0
-    for V in sorted(short):
+    for V in sorted(short, key=lambda V: (per_v.get(V, -np.inf), V)):  # the least bound first
         est = STAY_LP_S_PER_CELL * (problem.P * V) ** 2
         t0 = time.monotonic()
         if deadline is not None and t0 + rate * est > deadline:

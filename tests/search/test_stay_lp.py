@@ -100,8 +100,8 @@ def test_as_a_lower_bound_it_keeps_a_better_value() -> None:
 
 
 def test_stay_floors_raise_the_short_vs_while_the_clock_lets_them() -> None:
-    """Only the V's left short run it, in ascending V; none past the deadline; the floor a V now
-    holds is the larger of the work floor and the LP."""
+    """Only the V's left short run it; none past the deadline; the floor a V now holds is the
+    larger of the work floor and the LP."""
     prof = ModelProfile(kinds={"L": {"fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 10.0, "static_mib": 1.0,
                                      "full": {"act_mib": 1.0, "extra_ms": 1.0}}},
                         layer_kinds=[("L", 8)])
@@ -114,6 +114,28 @@ def test_stay_floors_raise_the_short_vs_while_the_clock_lets_them() -> None:
     assert raised[2] == pytest.approx(stay_lp_ms(problem, 2)) and raised[2] > floor
     assert floors[2] == raised[2]
     assert solve.stay_floors(problem, frozenset({1, 2}), per_v, deadline=time.monotonic() - 1) == (per_v, {})
+
+
+def test_stay_floors_take_the_least_bound_first(monkeypatch) -> None:
+    """The V with the least bound sets the certified gap, so it runs first (in ascending V, a
+    ``--timeout 3`` on the TeleChat2 example raised vpp 3 and left vpp 4 at the work floor); once
+    that V cannot run before the deadline, none after it runs."""
+    problem = _syn2_inline(150)
+    calls: list[int] = []
+
+    def fake(problem, V, deadline=None):
+        calls.append(V)
+        return 100.0 + V
+
+    monkeypatch.setattr(solve, "stay_lp_ms", fake)
+    per_v = {1: 90.0, 2: 80.0, 3: 95.0, 4: 70.0}
+    raised, floors = solve.stay_floors(problem, frozenset({1, 2, 3, 4}), per_v, deadline=None)
+    assert calls == [4, 2, 1, 3]
+    assert raised == {1: 101.0, 2: 102.0, 3: 103.0, 4: 104.0} and set(floors) == {1, 2, 3, 4}
+    calls.clear()
+    monkeypatch.setattr(solve, "STAY_LP_S_PER_CELL", 1e6)  # no LP can end before a deadline 1 h away
+    assert solve.stay_floors(problem, frozenset({1, 4}), per_v, deadline=time.monotonic() + 3600) == (per_v, {})
+    assert calls == []
 
 
 def test_a_v_holding_the_stay_lp_still_holds_only_a_floor() -> None:

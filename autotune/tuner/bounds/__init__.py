@@ -23,10 +23,12 @@ Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound`
   layers a mini-stage): every split bounded by its own LP over the stages' fitting recompute
   configurations with lazily generated paths, best first (exact on scaling.py's pp 32 / 64 × vpp 2
   rows); its best layout is a seed;
-- :mod:`.work_floor` — :class:`WorkFloor`, the busiest device's share of the work (m · W / P, costs
-  nothing): what a V gets in place of a first proof that would start past its pass's deadline;
+- :mod:`.work_floor` — :class:`WorkFloor`, the average device's share of the work (m · W / P, the
+  busiest device has at least that; costs nothing): what a V gets in place of a first proof that
+  would start past its pass's deadline;
 - :mod:`.stay_lp` — :class:`StayLP`, one LP over fractional layer counts and recompute with each
-  device's one-stay paths and every stage's memory rows (a fraction of a second at pp 64 × vpp 4):
+  device's one-stay paths and every stage's memory rows (0.07 s on the TeleChat2 example, ~1-1.3 s
+  at pp 64 × vpp 4 × m 512):
   what a V the first pass left short gets next (:func:`autotune.tuner.solve.stay_floors`).
 
 Shared code: :mod:`._paths` (dependency-graph paths), :mod:`._relax` (relaxed layers, recompute

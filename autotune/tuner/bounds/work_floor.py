@@ -1,5 +1,5 @@
-"""The work floor: the busiest device's share of the step's compute, a bound that costs nothing
-(pure numpy, no Optuna).
+"""The work floor: the average device's share of the step's compute (the busiest device has at
+least that), a bound that costs nothing (pure numpy, no Optuna).
 
 Every op of a step runs on one of the P devices, one op at a time, so the step time is at least
 the busiest device's busy time, which is at least the average: with W the forward + backward ms of
