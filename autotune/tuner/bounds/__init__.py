@@ -156,7 +156,7 @@ def stage_dp_first(lagrangian_until: float | None) -> Pass:
     (:func:`autotune.tuner.solve.bound_and_seeds`, which gives it the anytime pass's share of the
     time too): the stage DP before the Lagrangian, which runs, to ``lagrangian_until``
     (time.monotonic()), only for a V the stage DP left without a proof (its tables gave up on the
-    clock: :func:`~autotune.tuner.bounds._base.cannot_finish`; or a schedule it does not cover).
+    clock: :func:`~autotune.tuner.bounds._clock.cannot_finish`; or a schedule it does not cover).
 
     Why: :data:`REGISTRY`'s first pass gets 30 % of a timed bound phase, and on the large rows its
     Lagrangian takes all of it, so the stage DP never runs; yet on a model of one kind (the stage

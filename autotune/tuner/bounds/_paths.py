@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from autotune.cost.simulate import CompiledSchedule, _scalar_times
+from autotune.tuner.bounds._clock import cannot_finish
 from autotune.tuner.problem import REL_TOL, first_min
 
 
@@ -205,10 +206,8 @@ def _one_stay_counts(cs: CompiledSchedule, deadline: float | None = None
     out = []
     t0 = time.monotonic()
     for p in range(P):
-        if deadline is not None:  # the rule of _base.cannot_finish (a sibling module: not imported)
-            now = time.monotonic()
-            if now > deadline or (p > 0 and now + (now - t0) / p * (P - p) > deadline):
-                return None
+        if cannot_finish(t0, p, P, deadline):
+            return None
         order = [int(x) for x in cs.order[p]]
         L = len(order)
         xs, ys = {0}, {L - 1}

@@ -74,7 +74,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.budget import hbm_cap
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome, cannot_finish
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._clock import cannot_finish
 from autotune.tuner.bounds._paths import one_stay_counts
 from autotune.tuner.bounds._kinds import TOO_LARGE, ChunkOptions, LayerTypes, TypedFronts, chunk_options
 from autotune.tuner.bounds._relax import (IntegerSetup, count_vectors, integer_setup, live_rows, pareto_front,
@@ -348,7 +349,7 @@ def _count_vectors_capped(lo: np.ndarray, hi: np.ndarray, n_cap: int, max_config
 
 
 #: Within a stage the tables give up this long (s) past their deadline: the stage loop's rate rule
-#: (:func:`~autotune.tuner.bounds._base.cannot_finish`) is checked between stages, but one stage
+#: (:func:`~autotune.tuner.bounds._clock.cannot_finish`) is checked between stages, but one stage
 #: can take seconds (stage 0 of a pp 32 × vpp 4 × m 256 config: 330 configurations, 1.4 s, past
 #: a 1 s deadline); a strict check inside the stage cut the TeleChat2 example's time-left proof
 #: (6,431 ms, it ended 0.1 s past its deadline) in two runs of three.

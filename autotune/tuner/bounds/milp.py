@@ -62,7 +62,8 @@ import numpy as np
 
 from autotune.cost.budget import hbm_cap
 from autotune.cost.inputs import BOTH, COMM, FULL, SELECT
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome, cannot_finish, highs_proven
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
+from autotune.tuner.bounds._clock import cannot_finish
 from autotune.tuner.bounds._quiet import quiet_native_stdout
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
 from autotune.tuner.bounds._relax import (IntegerSetup, RelaxedLayer, integer_setup, kind_windows, typed_layers,

@@ -61,7 +61,8 @@ import numpy as np
 
 from autotune.cost.inputs import first_layers
 from autotune.cost.simulate import compile_schedule
-from autotune.tuner.bounds._base import DUAL_SAFETY, BoundContext, BoundOutcome, cannot_finish, highs_proven
+from autotune.tuner.bounds._base import DUAL_SAFETY, BoundContext, BoundOutcome, highs_proven
+from autotune.tuner.bounds._clock import cannot_finish
 from autotune.tuner.bounds._quiet import quiet_native_stdout
 from autotune.tuner.bounds._paths import critical_path, one_stay_counts
 from autotune.tuner.problem import (Candidate, Problem, compositions, count_splits_v, first_min, improves,
@@ -137,7 +138,7 @@ class _Configs:
 def _configs(problem: Problem, V: int, splits: np.ndarray, deadline: float | None = None) -> _Configs | None:
     """The stage configuration sets of every split (module docstring); None past
     :data:`MAX_COMBOS`, or when the pricing is past ``deadline`` (time.monotonic()) or will be at
-    its rate so far (:func:`~autotune.tuner.bounds._base.cannot_finish`: GPT-2 52B's pp 16 ×
+    its rate so far (:func:`~autotune.tuner.bounds._clock.cannot_finish`: GPT-2 52B's pp 16 ×
     vpp 4, 2,080 splits, priced for 9–20 s past a 3 s first pass). Stages are keyed by their
     column, and by its first layers too when the model's layers differ by position (kinds)."""
     S, _, P = splits.shape

@@ -70,7 +70,8 @@ import numpy as np
 
 from autotune.cost.budget import hbm_cap
 from autotune.cost.dominance import pareto_mask
-from autotune.tuner.bounds._base import BoundContext, BoundOutcome, cannot_finish
+from autotune.tuner.bounds._base import BoundContext, BoundOutcome
+from autotune.tuner.bounds._clock import cannot_finish
 from autotune.tuner.bounds._paths import StagePaths, stage_paths
 from autotune.tuner.bounds._relax import (IntegerSetup, KindMix, RowFrontiers, count_vectors, integer_setup,
                                           kind_windows, live_rows, row_frontiers, worst_row_extra, worst_row_floor)
