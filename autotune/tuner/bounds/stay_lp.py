@@ -50,6 +50,7 @@ import numpy as np
 from autotune.cost.budget import hbm_cap
 from autotune.cost.simulate import CompiledSchedule, compile_schedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
+from autotune.tuner.bounds._relax import live_rows, present_kinds
 from autotune.tuner.bounds.work_floor import work_floor_ms
 from autotune.tuner.problem import Problem
 from autotune.tuner.recompute import allowed_classes
@@ -139,7 +140,9 @@ class _Model:
 
 def _next_ops(cs: CompiledSchedule) -> list[int]:
     """Per op, one op that depends on it: a non-W one first, then the lowest id
-    (``cs.num_ops``: none). The chains after an op follow it."""
+    (``cs.num_ops``: none). The chains after an op follow it. (Not :mod:`._paths`'
+    ``data_children`` / ``dependency_chain``: those take the first dependent, a W op on a split
+    backward, and count a W as a backward, whose duration here differs.)"""
     n = cs.num_ops
     ids = np.flatnonzero(cs.dep < n)
     order = np.lexsort((ids, cs.kind[ids] == _W, cs.dep[ids]))  # by parent, non-W first, then id
@@ -234,9 +237,10 @@ def _stays(cs: CompiledSchedule, mod: _Model, pos: np.ndarray, p2p_ms: float, un
 
 def _coefficients(problem: Problem, ks: int) -> tuple[list[int], dict[str, np.ndarray]]:
     """Present kinds and per (kind, class) [nk, nc] the per-layer op ms (forward, backward or B, W;
-    per unit: / seq_split_num), static MiB and activation MiB per micro-batch."""
+    per unit: / seq_split_num), static MiB and activation MiB per micro-batch (a unit keeps 1 /
+    seq_split_num of it: :func:`~autotune.tuner.bounds._relax.live_rows` divides the counts)."""
     pa = problem.pa
-    kinds = [int(k) for k in np.flatnonzero(pa.kind_prefix[:, -1] > 0)]
+    kinds = present_kinds(problem).tolist()
     cls = allowed_classes(problem.kinds)
     ix = np.ix_(kinds, cls)
     one = np.ones((len(kinds), len(cls)))
@@ -245,7 +249,7 @@ def _coefficients(problem: Problem, ks: int) -> tuple[list[int], dict[str, np.nd
     if pa.static_dc is not None:
         st = st + pa.static_dc[ix]
     return kinds, {"fwd": pa.fwd_k[kinds][:, None] * one / ks, "bwd": pa.bwd_kc[ix] / ks, "w": w / ks,
-                   "static": st, "act": pa.act_kc[ix] / ks}
+                   "static": st, "act": pa.act_kc[ix]}
 
 
 def _durations(problem: Problem, cs: CompiledSchedule, mod: _Model, co: dict[str, np.ndarray],
@@ -292,16 +296,12 @@ def _memory(problem: Problem, cs: CompiledSchedule, mod: _Model, co: dict[str, n
     for d in range(P):
         xcols = np.stack([mod.x(d, v) for v in range(V)])  # [V, nk·nc]
         cols = np.concatenate([(mod.act0 + np.arange(V) * P + d)[:, None], xcols], axis=1)
-        eq.block(cols, np.concatenate([[1.0], -act])[None], ends[:, d] / cs.k / cap)
+        eq.block(cols, np.concatenate([[1.0], -act])[None], ends[:, d] / cap)
         const = pa.stage_const_mib + (pa.head.static_mib if d == hp else 0.0) + \
             (pa.tail.static_mib if d == tp else 0.0)
         eq.add(np.concatenate([[mod.st0 + d], xcols.reshape(-1)]), np.concatenate([[1.0], -np.tile(st, V)]),
                const / cap)
-        if cs.mem_split is not None:
-            vecs = cs.mem_split[d][:, :V]
-        else:
-            vecs = np.concatenate([cs.mem_fwd[d].reshape(-1, V), cs.mem_bwd[d][0].reshape(-1, V)])
-        u = np.unique(vecs, axis=0).astype(np.float64)  # [J, V]
+        u, _ = live_rows(cs, d, np.zeros(V))  # [J, V] micro-batches' worth per chunk; workspace dropped
         cols = np.broadcast_to(np.concatenate([[mod.st0 + d], mod.act0 + np.arange(V) * P + d]), (len(u), V + 1))
         ub.block(cols, np.concatenate([np.ones((len(u), 1)), u], axis=1), np.ones(len(u)))
 
