@@ -378,10 +378,14 @@ def _first_pass(problem: Problem, short: bool, share: Callable[[float], float | 
     return REGISTRY[0], share(FIRST_PASS_SHARE)
 
 
-#: The stay LP's CPU s per (P · V)², for the time check of :func:`stay_floors` (measured on a
-#: 2-core AMD EPYC: pp 64 × vpp 4 ~1-1.6 s, pp 32 × vpp 4 and pp 64 × vpp 2 ~0.3-0.6 s, pp 16 ×
-#: vpp 2 ~0.05-0.1 s); scaled up by the rate the runs so far show.
-STAY_LP_S_PER_CELL = 3e-5
+#: The stay LP's CPU s per (P · V)², for the time check of :func:`stay_floors` before any LP of
+#: the call has run (measured: 1.0-1.5e-5 at P · V >= 64 on a quiet 2-core AMD EPYC, pp 64 × vpp 4
+#: 0.75-0.9 s; ~1.7 × that on a slower host of the same kind, where pp 64 × vpp 4 took 1-1.6 s).
+#: Once one has run, the rate it showed replaces it (times :data:`STAY_LP_RATE_MARGIN`).
+STAY_LP_S_PER_CELL = 2e-5
+#: Margin on the rate a run showed (the cost per (P · V)² grows a little with V: 1.0 → 1.15e-5
+#: from pp 64 × vpp 2 to vpp 4, dense).
+STAY_LP_RATE_MARGIN = 1.25
 
 
 def stay_floors(problem: Problem, short: frozenset[int], per_v: dict[int, float],
@@ -391,21 +395,23 @@ def stay_floors(problem: Problem, short: frozenset[int], per_v: dict[int, float]
     V with the least bound first (it sets the certified gap: in ascending V, a new user's
     ``--timeout 3`` on the TeleChat2 example raised vpp 3 and left vpp 4, the answer's V, at the
     work floor, 27.1 %), while it can end before ``deadline`` (time.monotonic(); its cost
-    estimated from P · V, :data:`STAY_LP_S_PER_CELL`, and the rate of the runs so far; once the
-    least bound's V cannot run, raising the others cannot move the least): the bound per V raised
+    estimated as (P · V)² times :data:`STAY_LP_S_PER_CELL` before any run, then times the largest
+    rate this call's runs showed and :data:`STAY_LP_RATE_MARGIN`; once the least bound's V cannot
+    run, raising the others cannot move the least): the bound per V raised
     to it, and per V it ran for the floor it now holds (ms; the larger of the work floor and the
     stay LP). Measured at pp 64 × vpp 2 × m 512 MoE (scaling.py): 101,866 ms in ~0.3 CPU s where
     the work floor is 61,032 ms."""
     raised, floors = dict(per_v), {}
     work = work_floor_ms(problem)
-    rate = 1.0
+    per_cell: float | None = None  # s per (P · V)² the runs of this call showed (the largest)
     for V in sorted(short, key=lambda V: (per_v.get(V, -np.inf), V)):  # the least bound first
-        est = STAY_LP_S_PER_CELL * (problem.P * V) ** 2
+        cells = float(problem.P * V) ** 2
+        est = cells * (STAY_LP_S_PER_CELL if per_cell is None else STAY_LP_RATE_MARGIN * per_cell)
         t0 = time.monotonic()
-        if deadline is not None and t0 + rate * est > deadline:
+        if deadline is not None and t0 + est > deadline:
             break
         value = stay_lp_ms(problem, V, deadline=deadline)
-        rate = max(rate, (time.monotonic() - t0) / est)
+        per_cell = max(per_cell or 0.0, (time.monotonic() - t0) / cells)
         if value is None:
             continue
         floors[V] = max(work, value)

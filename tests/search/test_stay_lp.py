@@ -138,6 +138,40 @@ def test_stay_floors_take_the_least_bound_first(monkeypatch) -> None:
     assert calls == []
 
 
+def test_stay_floors_estimate_from_the_rate_a_run_showed(monkeypatch) -> None:
+    """Before any LP of the call has run, a V's cost is (P · V)² × STAY_LP_S_PER_CELL; after one,
+    the rate that run showed (s per (P · V)², × STAY_LP_RATE_MARGIN) replaces it, whichever way
+    it moves: a faster host than the constant's runs the next V, a slower one stops before it.
+    A fake clock: each fake LP advances it by (P · V)² × ``per_cell``."""
+    problem = _syn2_inline(150)
+    cells = {V: float(problem.P * V) ** 2 for V in (1, 2, 3, 4)}
+    clock = {"now": 0.0}
+    monkeypatch.setattr(solve.time, "monotonic", lambda: clock["now"])
+    calls: list[int] = []
+
+    def run(per_cell: float, deadline: float) -> list[int]:
+        def fake(problem, V, deadline=None):
+            calls.append(V)
+            clock["now"] += cells[V] * per_cell
+            return 100.0 + V
+        monkeypatch.setattr(solve, "stay_lp_ms", fake)
+        clock["now"], calls[:] = 0.0, []
+        solve.stay_floors(problem, frozenset({1, 2}), {1: 80.0, 2: 90.0}, deadline=deadline)
+        return list(calls)
+
+    prior = solve.STAY_LP_S_PER_CELL
+    # V 2's prior estimate alone passes the deadline; V 1 ran at a tenth of the prior: V 2 runs
+    d = cells[1] * prior + 0.5 * cells[2] * prior
+    assert cells[1] * prior + cells[2] * prior > d
+    assert run(0.1 * prior, d) == [1, 2]
+    # V 1 ran at three times the prior: V 2 (prior estimate within the deadline) does not
+    d = 3 * cells[1] * prior + 1.1 * cells[2] * prior
+    assert run(3 * prior, d) == [1]
+    # the margin: at exactly the rate shown, V 2 is left out unless the margin fits too
+    d = cells[1] * prior + cells[2] * prior * (solve.STAY_LP_RATE_MARGIN - 0.01)
+    assert run(prior, d) == [1]
+
+
 def test_a_v_holding_the_stay_lp_still_holds_only_a_floor() -> None:
     """``search._holds_floor``: a V the clock left short whose bound is its stay-LP floor counts as
     floored (the trials then leave time to raise it); once a proof raised it, or when the V
