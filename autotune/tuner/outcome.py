@@ -74,13 +74,13 @@ class SearchOutcome:
             worst stage's static MiB, and static + one micro-batch's activations, over every layout
             (:meth:`autotune.tuner.problem.Problem.memory_floor_mib`); the second is above the
             budget (less the margin). None otherwise.
-        bound_phase_cut: only the bound phase's half of the wall clock (``--timeout``, or the
-            safety net without one) ran out (the stop line says so: the search ended before the
-            limit, yet its local search was cut).
+        bound_phase_cut: the bound phase's half of the wall clock (``--timeout``, or the safety
+            net without one) ran out (the stop line says so, and whether the trials then ended on
+            their own, before the limit, or met it too: ``trials_stopped_by``).
         trials_stopped_by: why the trials (the study) ended, in ``stopped_by``'s words with the
-            bound phase's cut not counted: ``stopped_by`` itself unless ``bound_phase_cut`` (then
-            e.g. ``"neighbourhood"`` where ``stopped_by`` says ``"timeout"``); None when no study
-            ran (``"static_memory"``).
+            bound phase's cut not counted: ``stopped_by`` itself unless ``bound_phase_cut`` and
+            the trials ended on their own (then e.g. ``"neighbourhood"`` where ``stopped_by`` says
+            ``"timeout"``); None when no study ran (``"static_memory"``).
     """
 
     best: CostReport | None
@@ -108,8 +108,8 @@ class SearchOutcome:
     user_config_error: dict[str, Any] | None = None
     min_static_mib: float | None = None
     min_peak_mib: float | None = None
-    #: True when only the bound phase's share of ``--timeout`` (half of it) ran out: the study
-    #: itself then ended on its own, before the limit
+    #: True when the bound phase's share of ``--timeout`` (half of it) ran out (the study may
+    #: then have ended on its own, before the limit, or met it too: ``trials_stopped_by``)
     bound_phase_cut: bool = False
     #: Why the trials (the study) ended, in ``stopped_by``'s words, the bound phase's cut not
     #: counted: the same as ``stopped_by`` but when ``bound_phase_cut`` (then e.g.
@@ -144,9 +144,11 @@ class SearchOutcome:
             why = ""
             if self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net"):
                 own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
+                trials = ("the trials then met the clock too" if self.trials_stopped_by in ("timeout", "safety_net")
+                          else f"the trials then ended on their own{own}")
                 why = (f": the bound phase (half of the time left after reading, at most "
                        f"{self.time_limit_s / 2:g} s) stopped its local search or later bound passes at "
-                       f"their deadlines; the trials then ended on their own{own}")
+                       f"their deadlines; {trials}")
             return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
                     f"and load){why}; certified gap then {gap}")
         if self.stopped_by == "static_memory":

@@ -149,9 +149,11 @@ class StudyOutcome:
 
 
 def _enqueue_seeds(study: optuna.Study, problem: Problem, seeds: list[Candidate], room: int,
-                   held: set) -> None:
+                   held: set, best_first: bool = False) -> None:
     """Enqueue the seeds the study does not hold, at most ``room`` (the best ranked when there are
-    more, in their given order)."""
+    more), in their given order, or with ``best_first`` the best ranked first: under a wall clock
+    (a short ``--timeout``) the study may run only its first trial, and the answer is the best
+    trial."""
     fresh: list[Candidate] = []
     for c in seeds:
         if c.key() in held or not representable(problem, c):
@@ -161,6 +163,9 @@ def _enqueue_seeds(study: optuna.Study, problem: Problem, seeds: list[Candidate]
     if len(fresh) > room:
         keep = {id(c) for c in ranked(fresh)[:room]}
         fresh = [c for c in fresh if id(c) in keep]
+    if best_first and fresh:
+        top = ranked(fresh)[0]
+        fresh = [top] + [c for c in fresh if c is not top]
     for c in fresh:
         study.enqueue_trial(encode(problem, c), user_attrs={"origin": c.origin, "layout": _layout_attr(c)})
 
@@ -306,7 +311,8 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
         seeds: candidates to enqueue (deduplicated against the study).
         n_trials: the study's trial budget (finished trials, the polish trial included), >= 0.
         timeout: wall-clock limit in seconds for this call's trials; when it fires the outcome says
-            ``timed_out`` and WAITING trials may remain.
+            ``timed_out`` and WAITING trials may remain. With one, the best ranked seed is enqueued
+            first (a short limit may leave time for the first trial only).
         seed: kept for the API; the sampler is deterministic (same study -> same proposals).
         storage: None (memory), a journal file path, a database URL or an Optuna storage object
             (see :func:`open_storage`); an existing study of the same name is resumed.
@@ -335,7 +341,8 @@ def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
     held = {k for t in existing if t.state in HELD and (k := trial_key(problem, t)) is not None}
     reserve = 1 if local_polish and n_trials >= 2 else 0
     todo = max(0, n_trials - reserve - finished_before)  # before the polish slot, WAITING included
-    _enqueue_seeds(study, problem, seeds, max(0, todo - sum(1 for t in existing if t.state == TS.WAITING)), held)
+    _enqueue_seeds(study, problem, seeds, max(0, todo - sum(1 for t in existing if t.state == TS.WAITING)), held,
+                   best_first=timeout is not None)
     track = _Tracker(existing, finished_before, n_trials, prog, stop_at_ms, sampler, on_trial)
     prog.update(best_ms=track.best_ms(), bound_ms=bound_ms)
     prog.phase("search", f"{finished_before}/{n_trials} trials", total=n_trials, done=min(finished_before, n_trials))

@@ -85,6 +85,13 @@ TIME_LEFT_MARGIN = 0.05
 #: the certified gap meaningless (pp 64 × m 512 at --timeout 30 under load: the trials took the
 #: rest and the gap stayed 32.6 %).
 TRIALS_SHARE_FLOORED = 0.5
+#: The least wall clock a study gets under a ``--timeout`` (s): enough for its first trial to
+#: start (Optuna checks the clock before each trial, the first check right at its start; with no
+#: time at all it runs none), and with a limit the best seed is that trial
+#: (:func:`~autotune.tuner.runner.run_study`), so the answer is never worse than the bound
+#: phase's best. The 1 s minimum before it made ``--timeout 2`` on the TeleChat2 example end
+#: after 2.4-2.5 s.
+MIN_TRIALS_S = 0.05
 
 
 def check_arguments(gap: float | None, objective: str, timeout: float | None = None) -> str:
@@ -321,7 +328,7 @@ def run_studies(prepared: list[Prepared], sp: SearchSpace, *, pareto: bool, tria
         if not pareto and best is not None and (bounds[i] >= best[1].step_ms - 1e-9
                                                 or (stop_at is not None and best[1].step_ms <= stop_at)):
             continue  # cannot beat the best found, or the gap target is met
-        remaining = None if limit is None else max(1.0, limit - (time.monotonic() - t0))
+        remaining = None if limit is None else max(MIN_TRIALS_S, limit - (time.monotonic() - t0))
         name = study_name if len(prepared) == 1 else f"{study_name or 'autotune'}-{i}"
         outcome = run_study(pr.problem, seeds=pr.bs.seeds, n_trials=trials, timeout=remaining, seed=seed,
                             storage=storage, study_name=name, progress=progress, stop_at_ms=stop_at,
@@ -519,5 +526,5 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error,
-                         bound_phase_cut=bool(cut_in_bounds and not st.timed_out),
+                         bound_phase_cut=bool(cut_in_bounds),
                          trials_stopped_by=_stopped_by(st, st.timed_out, timeout, stop_at))

@@ -178,3 +178,27 @@ def test_study_stops_at_its_work_cap_and_the_answer_is_still_1_opt(monkeypatch) 
     assert text == (f"stopped at the study's work cap after {capped.trials} trials: its neighbourhood scans used "
                     "their budget of simulated ops (a cap that only large schedules reach); the answer is 1-opt; "
                     "certified gap 1.00%")
+
+
+def test_under_a_wall_clock_the_best_seed_is_the_first_trial() -> None:
+    """With a ``timeout`` the study may run only its first trial (``search`` gives the trials as
+    little as ``MIN_TRIALS_S``; Optuna checks the clock before each trial, the first check right
+    at its start), so the best ranked seed is enqueued first: the answer is never worse than the
+    best seed. Without a timeout the seeds keep their given order."""
+    from autotune.tuner.search import MIN_TRIALS_S
+
+    problem = syn2_problem(150)
+    seeds = problem.score(_baselines(problem))
+    fits = [c for c in seeds if c.excess_mib <= 0]
+    assert [c.origin for c in seeds] == ["even_full_recompute", "even_no_recompute"]
+    best = min(fits, key=lambda c: c.step_ms)
+    slow = list(reversed(seeds)) if seeds[0] is best else seeds  # the best seed last
+    assert slow[-1] is best
+    out = run_study(problem, seeds=slow, n_trials=40, seed=0, timeout=MIN_TRIALS_S)
+    first = out.study.get_trials(deepcopy=False)[0]
+    assert first.user_attrs["origin"] == best.origin and first.value == pytest.approx(best.step_ms, rel=1e-12)
+    assert out.best is not None and out.best.step_ms <= best.step_ms + 1e-9
+    # no time at all: Optuna runs no trial (why the minimum is not 0)
+    assert run_study(problem, seeds=slow, n_trials=40, seed=0, timeout=1e-9).trials == 0
+    untimed = run_study(problem, seeds=slow, n_trials=40, seed=0)
+    assert untimed.study.get_trials(deepcopy=False)[0].user_attrs["origin"] == slow[0].origin
