@@ -42,6 +42,42 @@ def data_children(cs: CompiledSchedule) -> dict[int, int]:
     return child
 
 
+#: ``CompiledSchedule.kind`` of a weight-gradient op (forward 0, backward or B 1).
+W_OP = 2
+
+
+def next_ops(cs: CompiledSchedule) -> list[int]:
+    """Per op, one op that depends on it: a non-W one first, then the lowest id
+    (``cs.num_ops``: none), list [num_ops + 1]. The chains after an op follow it
+    (:func:`op_chain`). (Not :func:`data_children` / :func:`dependency_chain`: those take the
+    first dependent, a W op on a split backward, and count a W as a backward, whose duration
+    differs.)"""
+    n = cs.num_ops
+    ids = np.flatnonzero(cs.dep < n)
+    order = np.lexsort((ids, cs.kind[ids] == W_OP, cs.dep[ids]))  # by parent, non-W first, then id
+    parents, first = np.unique(cs.dep[ids[order]], return_index=True)
+    nxt = np.full(n + 1, n, dtype=np.int64)
+    nxt[parents] = ids[order][first]
+    return nxt.tolist()
+
+
+def op_chain(op: int, ptr: list[int], cross: list[float], n: int, after: bool) -> tuple[list[int], float]:
+    """The ops of the chain that follows ``ptr`` from ``op`` (``cs.dep``: the chain before it;
+    :func:`next_ops`: a chain after it), and the number of its cross-stage edges (each costs
+    ``p2p_ms``)."""
+    ops: list[int] = []
+    hops = 0.0
+    j = op
+    while ptr[j] < n:
+        if not after:
+            hops += cross[j]
+        j = ptr[j]
+        if after:
+            hops += cross[j]
+        ops.append(j)
+    return ops, hops
+
+
 def dependency_chain(cs: CompiledSchedule, child: dict[int, int], x: int, up: bool) -> tuple[np.ndarray, int]:
     """The data-dependency chain into op x (``up``: its dependency, that one's, ...) or out of it
     (its first dependent, ..., ``child`` from :func:`data_children`), x itself excluded: op

@@ -50,6 +50,7 @@ import numpy as np
 from autotune.cost.budget import hbm_cap
 from autotune.cost.simulate import CompiledSchedule, compile_schedule
 from autotune.tuner.bounds._base import BoundContext, BoundOutcome, highs_proven
+from autotune.tuner.bounds._paths import next_ops, op_chain
 from autotune.tuner.bounds._relax import live_rows, present_kinds
 from autotune.tuner.bounds.work_floor import work_floor_ms
 from autotune.tuner.problem import Problem
@@ -138,37 +139,6 @@ class _Model:
         return self.dur0 + kind * self.V * self.P + v * self.P + p
 
 
-def _next_ops(cs: CompiledSchedule) -> list[int]:
-    """Per op, one op that depends on it: a non-W one first, then the lowest id
-    (``cs.num_ops``: none). The chains after an op follow it. (Not :mod:`._paths`'
-    ``data_children`` / ``dependency_chain``: those take the first dependent, a W op on a split
-    backward, and count a W as a backward, whose duration here differs.)"""
-    n = cs.num_ops
-    ids = np.flatnonzero(cs.dep < n)
-    order = np.lexsort((ids, cs.kind[ids] == _W, cs.dep[ids]))  # by parent, non-W first, then id
-    parents, first = np.unique(cs.dep[ids[order]], return_index=True)
-    nxt = np.full(n + 1, n, dtype=np.int64)
-    nxt[parents] = ids[order][first]
-    return nxt.tolist()
-
-
-def _chain(op: int, ptr: list[int], cross: list[float], n: int, after: bool) -> tuple[list[int], float]:
-    """The ops of the chain that follows ``ptr`` from ``op`` (``cs.dep``: the chain before it;
-    :func:`_next_ops`: a chain after it), and the number of its cross-stage edges (each costs
-    ``p2p_ms``)."""
-    ops: list[int] = []
-    hops = 0.0
-    j = op
-    while ptr[j] < n:
-        if not after:
-            hops += cross[j]
-        j = ptr[j]
-        if after:
-            hops += cross[j]
-        ops.append(j)
-    return ops, hops
-
-
 def _ranges(cs: CompiledSchedule, pos: np.ndarray, ops: list[int]) -> list[tuple[int, int, int]] | None:
     """When ``ops`` are, per op kind (forward, backward), one op at each pipeline position of a
     range [a, b) and no weight-gradient op: the (kind, a, b) of each, else None (the chain's
@@ -206,7 +176,7 @@ def _chain_terms(cs: CompiledSchedule, mod: _Model, pos: np.ndarray, ops: list[i
 def _stays(cs: CompiledSchedule, mod: _Model, pos: np.ndarray, p2p_ms: float, unit: float, ub: _Rows) -> int:
     """The stay inequalities of every device (module docstring) as rows of ``ub``; their number."""
     P, V, n = cs.P, cs.V, cs.num_ops
-    dep, nxt, cross = cs.dep.tolist(), _next_ops(cs), cs.cross.tolist()
+    dep, nxt, cross = cs.dep.tolist(), next_ops(cs), cs.cross.tolist()
     count = 0
     for d in range(P):
         order = np.asarray(cs.order[d])
@@ -216,8 +186,8 @@ def _stays(cs: CompiledSchedule, mod: _Model, pos: np.ndarray, p2p_ms: float, un
         np.cumsum(cum, axis=0, out=cum)
         ent = sorted({int(np.flatnonzero(cat == c)[0]) for c in np.unique(cat)})
         ext = sorted({int(np.flatnonzero(cat == c)[-1]) for c in np.unique(cat)} | {order.size - 1})
-        heads = {i: _chain(int(order[i]), dep, cross, n, False) for i in ent}
-        tails = {j: _chain(int(order[j]), nxt, cross, n, True) for j in ext}
+        heads = {i: op_chain(int(order[i]), dep, cross, n, False) for i in ent}
+        tails = {j: op_chain(int(order[j]), nxt, cross, n, True) for j in ext}
         tail_terms = {j: _chain_terms(cs, mod, pos, ops) for j, (ops, _) in tails.items()}
         stay_cols = np.array([mod.dur(t, v, d) for t in range(mod.nkind) for v in range(V)])
         for i, (head_ops, hh) in heads.items():
