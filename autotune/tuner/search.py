@@ -36,7 +36,7 @@ from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
 from autotune.tuner.progress import LINE_EVERY_S, Progress, as_progress
 from autotune.tuner.runner import candidate_from_trial, open_storage, run_study
-from autotune.tuner.bounds import work_floor_ms
+from autotune.tuner.bounds import floor_ms
 from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds, raise_with_time_left
 from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search_space
 
@@ -253,11 +253,16 @@ def bounds_by_vpp(prepared: list[Prepared]) -> dict[int, float | None] | None:
 
 def _holds_floor(pr: Prepared) -> bool:
     """Whether a V of the sub-problem still holds only a floor after the bound phase (the clock
-    gave it no proof, only the work floor or the stay LP: ``BoundAndSeeds.floor_ms``; its
-    certified gap says less than a proof's would)."""
-    floor = work_floor_ms(pr.problem)
-    return not pr.bs.exact and any(V in pr.bs.unfinished and b <= max(floor, pr.bs.floor_ms.get(V, floor))
-                                   for V, b in pr.bs.per_v_ms.items())
+    gave it no proof, only the work floor with whole layers or the stay LP:
+    ``BoundAndSeeds.floor_ms``; its certified gap says less than a proof's would)."""
+    if pr.bs.exact:
+        return False
+    for V, b in pr.bs.per_v_ms.items():
+        if V in pr.bs.unfinished:
+            floor = floor_ms(pr.problem, V)
+            if b <= max(floor, pr.bs.floor_ms.get(V, floor)):
+                return True
+    return False
 
 
 def _trial_limit(timeout: float | None, t0: float, floored: bool) -> float | None:

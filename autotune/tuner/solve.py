@@ -30,7 +30,7 @@ import numpy as np
 
 from autotune.cost.budget import fits
 from autotune.tuner.bounds import (ANYTIME, REGISTRY, BoundContext, BoundOutcome, Delegate, Pass, WorkFloor,
-                                   several_kinds, stage_dp_first, stay_lp_ms, tighten, work_floor_ms)
+                                   floor_ms, several_kinds, stage_dp_first, stay_lp_ms, tighten)
 from autotune.tuner.bounds.milp import milp_recompute
 from autotune.tuner.exact import ExactBudgetExceeded, ExactResult, exact_optimum
 from autotune.tuner.fit import fitted, search_fit
@@ -142,7 +142,7 @@ class BoundAndSeeds:
     later pass by its name; ``anytime_done``: the V's the anytime pass ran its proof for to its
     end (all three for :func:`raise_with_time_left`); ``floor_ms``: V -> the floor (ms) a V the
     first pass left short was given instead of a proof (:func:`stay_floors`: the larger of the
-    work floor and the stay LP), for the V's the stay LP ran for."""
+    work floor with whole layers and the stay LP), for the V's the stay LP ran for."""
 
     seeds: list[Candidate]
     bound_ms: float
@@ -397,12 +397,12 @@ def stay_floors(problem: Problem, short: frozenset[int], per_v: dict[int, float]
     work floor, 27.1 %), while it can end before ``deadline`` (time.monotonic(); its cost
     estimated as (P · V)² times :data:`STAY_LP_S_PER_CELL` before any run, then times the largest
     rate this call's runs showed and :data:`STAY_LP_RATE_MARGIN`; once the least bound's V cannot
-    run, raising the others cannot move the least): the bound per V raised
-    to it, and per V it ran for the floor it now holds (ms; the larger of the work floor and the
-    stay LP). Measured at pp 64 × vpp 2 × m 512 MoE (scaling.py): 101,866 ms in ~0.3 CPU s where
-    the work floor is 61,032 ms."""
+    run, raising the others cannot move the least): the bound per V raised to it, and per V it
+    ran for the floor it now holds (ms; the larger of the work floor with whole layers,
+    :func:`~autotune.tuner.bounds.work_floor.floor_ms`, and the stay LP). Measured at pp 64 ×
+    vpp 2 × m 512 MoE (scaling.py): 101,866 ms in ~0.3 CPU s where the work floor is 61,032 ms
+    (97,108 with whole layers)."""
     raised, floors = dict(per_v), {}
-    work = work_floor_ms(problem)
     per_cell: float | None = None  # s per (P · V)² the runs of this call showed (the largest)
     for V in sorted(short, key=lambda V: (per_v.get(V, -np.inf), V)):  # the least bound first
         cells = float(problem.P * V) ** 2
@@ -414,7 +414,7 @@ def stay_floors(problem: Problem, short: frozenset[int], per_v: dict[int, float]
         per_cell = max(per_cell or 0.0, (time.monotonic() - t0) / cells)
         if value is None:
             continue
-        floors[V] = max(work, value)
+        floors[V] = max(floor_ms(problem, V), value)
         raised[V] = max(raised.get(V, -np.inf), value)
     return raised, floors
 

@@ -23,9 +23,9 @@ Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound`
   layers a mini-stage): every split bounded by its own LP over the stages' fitting recompute
   configurations with lazily generated paths, best first (exact on scaling.py's pp 32 / 64 × vpp 2
   rows); its best layout is a seed;
-- :mod:`.work_floor` — :class:`WorkFloor`, the average device's share of the work (m · W / P, the
-  busiest device has at least that; costs nothing): what a V gets in place of a first proof that
-  would start past its pass's deadline;
+- :mod:`.work_floor` — :class:`WorkFloor`, the busiest device's work with whole layers (at least
+  the average device's share m · W / P; a few ms to ~0.03 s at pp 64 × m 512): what a V gets in
+  place of a first proof that would start past its pass's deadline;
 - :mod:`.stay_lp` — :class:`StayLP`, one LP over fractional layer counts and recompute with each
   device's one-stay paths and every stage's memory rows (0.07 s on the TeleChat2 example, ~1-1.3 s
   at pp 64 × vpp 4 × m 512):
@@ -56,7 +56,7 @@ from autotune.tuner.bounds.path_lp import PathLP
 from autotune.tuner.bounds.split_lp import SplitLP
 from autotune.tuner.bounds.stage_dp import StageDP
 from autotune.tuner.bounds.stay_lp import StayLP, stay_lp_ms
-from autotune.tuner.bounds.work_floor import WorkFloor, work_floor_ms
+from autotune.tuner.bounds.work_floor import WorkFloor, floor_ms, work_floor_ms
 from autotune.tuner.bounds.wrap_dp import WrapDP
 from autotune.tuner.problem import Candidate, Problem
 
@@ -212,4 +212,5 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
 __all__ = ["ANYTIME", "BoundContext", "BoundOnly", "BoundOutcome", "BoundResult", "Delegate", "DeviceDP", "Fallback",
            "IntegerProgram", "Lagrangian", "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP",
            "StageDP", "StayLP", "Tightened", "Unproven", "Until", "WorkFloor", "WrapDP", "critical_path", "lower_bound",
-           "path_dp_bound", "several_kinds", "stage_dp_first", "stay_lp_ms", "tighten", "work_floor_ms"]
+           "floor_ms", "path_dp_bound", "several_kinds", "stage_dp_first", "stay_lp_ms", "tighten",
+           "work_floor_ms"]
