@@ -3,7 +3,9 @@ against exhaustive enumeration on random small problems (hypothesis)."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,8 @@ from autotune.tuner.bounds import lower_bound, path_dp_bound
 from autotune.tuner.bounds._paths import detour_counts
 from autotune.tuner.exact import compositions, exact_optimum, space_size
 from autotune.tuner.problem import Problem
+
+path_dp_mod = importlib.import_module("autotune.tuner.bounds.path_dp")
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "validation_cases.json"
 
@@ -167,22 +171,35 @@ def _syn2_inline(cap: float) -> Problem:
     return Problem(ProfileArrays.from_profile(prof), P=4, m=8, hbm_mib=cap, kinds=("full",))
 
 
-def test_path_dp_bound_past_its_deadline_drops_the_activation_fit() -> None:
-    """A deadline already past: every stage's block table is built without the activation fit
-    (no replay), so the bound is the one of a budget that needs no recompute: SYN-2 at cap 100
-    proves 118 (its optimum) in full and 112 cut, the value at cap 10,000; at cap 10,000 the cut
-    changes nothing. Still a bound, never above the full one."""
+def test_path_dp_bound_past_its_deadline_drops_the_activation_fit_and_the_detours(monkeypatch) -> None:
+    """A deadline already past: every stage's block table is built without the activation fit (no
+    replay), no detour path is added and the bisection stops at a bracket of CUT_REL_TOL (its
+    lower end: at most that far below), so the value is the bound of a budget that needs no
+    recompute, with one-stay paths only: SYN-2 at cap 100 proves 118 (its optimum) in full, 112
+    at cap 10,000 (the detours: 96 without them), and 96 cut. Still a bound, never above the full
+    one, and said to be cut."""
     full, cut = path_dp_bound(_syn2_inline(100)), path_dp_bound(_syn2_inline(100), deadline=0.0)
     free = path_dp_bound(_syn2_inline(10_000))
-    assert full.bound_ms == pytest.approx(118.0, abs=1e-4)
-    assert cut.bound_ms == pytest.approx(112.0, abs=1e-4)
-    assert free.bound_ms == pytest.approx(cut.bound_ms)
-    assert path_dp_bound(_syn2_inline(10_000), deadline=0.0).bound_ms == pytest.approx(free.bound_ms)
+    tol = path_dp_mod.CUT_REL_TOL
+
+    def within(value: float, exact: float) -> bool:  # the lower end of a bracket of tol around exact
+        return exact * (1 - 1.01 * tol) <= value <= exact * (1 + 1e-12)
+
+    assert full.bound_ms == pytest.approx(118.0, abs=1e-4) and not full.cut
+    assert free.bound_ms == pytest.approx(112.0, abs=1e-4) and not free.cut
+    assert within(cut.bound_ms, 96.0) and cut.cut
+    assert within(path_dp_bound(_syn2_inline(10_000), deadline=0.0).bound_ms, 96.0)
     # the static memory is still tested when cut: at cap 30 the last stage (tail static 30) holds
     # no layer and stage 0 (head 20) at most two, so stages 1 and 2 hold 10 or more: 141 ms, where
     # the full tables prove that nothing fits (every stage's activations come on top)
-    assert path_dp_bound(_syn2_inline(30), deadline=0.0).bound_ms == pytest.approx(141.0, abs=1e-4)
+    assert within(path_dp_bound(_syn2_inline(30), deadline=0.0).bound_ms, 141.0)
     assert path_dp_bound(_syn2_inline(30)).bound_ms == float("inf")
+    # a deadline that is not reached changes nothing
+    later = path_dp_bound(_syn2_inline(100), deadline=time.monotonic() + 3600)
+    assert later.bound_ms == full.bound_ms and not later.cut
+    # 96 is the value without detours (no deadline, the detour counts emptied)
+    monkeypatch.setattr(path_dp_mod, "detour_counts", lambda cs, p: [])
+    assert path_dp_bound(_syn2_inline(10_000)).bound_ms == pytest.approx(96.0, abs=1e-4)
 
 
 def test_detour_counts_1f1b_stage0() -> None:

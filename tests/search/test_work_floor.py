@@ -90,3 +90,32 @@ def test_past_the_deadline_a_v_without_a_proof_gets_the_floor() -> None:
     # a V that already holds a proof keeps it past the deadline; only the V without one gets the floor
     t = tighten(problem, (slow,), {1: 70.0}, ctx=late, floor=WorkFloor())
     assert dict(t.per_v_ms) == {1: 70.0, 2: pytest.approx(48.0)}
+
+
+class _Cut:
+    """A proof the clock cut (``BoundOutcome.cut``) that proves ``value`` ms."""
+
+    name = "cut"
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def applies(self, problem: Problem, V: int) -> bool:
+        return True
+
+    def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome:
+        return BoundOutcome(self.value, cut=True)
+
+
+def test_a_cut_proof_leaves_the_v_short_and_at_least_at_the_floor() -> None:
+    """A proof that says the clock cut it leaves its V short (the time left may run it again); with
+    a floor the V then holds at least the floor (48 ms here: 4 layers of 3 ms on each device, m 4),
+    a cut proof above it keeps its own value; without a floor the cut value stands."""
+    problem = _two_v()
+    ctx = BoundContext(deadline=float(np.inf))
+    t = tighten(problem, (_Cut(10.0),), ctx=ctx, floor=WorkFloor())
+    assert t.unfinished == {1, 2} and dict(t.per_v_ms) == {1: pytest.approx(48.0), 2: pytest.approx(48.0)}
+    t = tighten(problem, (_Cut(70.0),), ctx=ctx, floor=WorkFloor())
+    assert t.unfinished == {1, 2} and dict(t.per_v_ms) == {1: 70.0, 2: 70.0}
+    t = tighten(problem, (_Cut(10.0),), ctx=ctx)
+    assert t.unfinished == {1, 2} and dict(t.per_v_ms) == {1: 10.0, 2: 10.0}

@@ -49,12 +49,15 @@ class BoundOutcome:
         stats: work done, for reports and tests (iterations, evaluations, paths, ...).
         layouts: fitting layouts the proof met (:class:`~autotune.tuner.problem.Candidate`,
             scored; seeds, e.g. :mod:`.split_lp`'s best), or ().
+        cut: the clock stopped the proof before its end: ``bound_ms`` is still a bound, a weaker
+            one (:func:`tighten` counts the V as left short, so the time left may run it again).
     """
 
     bound_ms: float
     split: np.ndarray | None = None
     stats: Mapping[str, Any] = field(default_factory=dict)
     layouts: tuple[Candidate, ...] = ()
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,9 @@ class Tightened:
     """Result of :func:`tighten`: the bound per V (ms) after the pass, the first seed split each V
     got in this pass (int [V, P]), the work done (summed ``stats`` by key), the layouts the
     proofs met (``BoundOutcome.layouts``) and, under a deadline, the V's the clock left short
-    (``unfinished``: a proof skipped past the deadline or replaced by the floor, or one that
-    returned no proof: gave up on the clock or a work cap)."""
+    (``unfinished``: a proof skipped past the deadline or replaced by the floor, one that
+    returned no proof: gave up on the clock or a work cap, or one the clock cut:
+    ``BoundOutcome.cut``)."""
 
     per_v_ms: Mapping[int, float]
     splits: Mapping[int, np.ndarray]
@@ -146,7 +150,8 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
     Past ``ctx.deadline`` a V that already holds a proof runs no further proof. A V without one
     gets ``floor`` instead (a bound that costs nothing, e.g.
     :class:`~autotune.tuner.bounds.work_floor.WorkFloor`), or, without a floor, its first proof
-    runs anyway; either way every V keeps a valid bound.
+    runs anyway; either way every V keeps a valid bound. With a floor, every V the clock left
+    short ends with at least the floor (a proof the clock cut may have proven less).
 
     Returns :class:`Tightened` (V's left without any proof are not in ``per_v_ms``).
     """
@@ -181,7 +186,7 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             others = [per_v[W] for W in per_v if W != V and np.isfinite(per_v[W])]
             run = floor if late and floor is not None else proof
             out = run.bound(problem, V, replace(ctx, lower_ms=lower, others_ms=min(others) if others else None))
-            if run is floor or (out is None and ctx.deadline is not None):
+            if run is floor or (out is None and ctx.deadline is not None) or (out is not None and out.cut):
                 short.add(V)
             if out is None:
                 continue
@@ -191,6 +196,10 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             met.extend(out.layouts)
             for k, v in out.stats.items():
                 work[k] = work.get(k, 0) + v
+    if floor is not None:  # a V the clock left short holds at least the floor (a cut proof may be below it)
+        for V in short:
+            if floor.applies(problem, V):
+                per_v[V] = max(per_v[V], float(floor.bound(problem, V, ctx).bound_ms))
     return Tightened({V: b for V, b in per_v.items() if b > -np.inf}, splits, work, tuple(met), frozenset(short))
 
 

@@ -20,17 +20,24 @@ from autotune.tuner.problem import REL_TOL, Problem
 from autotune.tuner.recompute import allowed_classes
 
 
+#: Past its deadline the bisection stops once its bracket is this narrow (relative; ~10 of the
+#: ~25 threshold DPs of a full run, each ~18 ms at pp 64 × 256 layers × m 512).
+CUT_REL_TOL = 1e-3
+
+
 @dataclass
 class PathDPBound:
     """Result of :func:`path_dp_bound`: the bound (ms), the relaxed problem's best split int [1, P]
-    and the threshold-DP evaluations done."""
+    (the last feasible threshold's), the threshold-DP evaluations done, and whether the deadline
+    cut it (``cut``: the value is a weaker bound)."""
 
     bound_ms: float
     split: np.ndarray | None
     evaluations: int
+    cut: bool = False
 
 
-def _block_tables(problem: Problem, deadline: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _block_tables(problem: Problem, deadline: float | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
     """F[i, j] (fwd ms of layers i..j-1, per micro-batch) and Bmin[p, i, j] (the least backward +
     replay ms of that block on stage p among recompute choices whose kept activation fits; inf when
     none fits, or when the block size breaks stage p's bounds). Head/tail are included on the first
@@ -48,8 +55,9 @@ def _block_tables(problem: Problem, deadline: float | None = None) -> tuple[np.n
 
     ``deadline`` (time.monotonic()): the stages met after it get Bmin without the activation fit,
     the backward with no replay (and the static memory test): a smaller Bmin, so the bound stays
-    a proof, only weaker. The fronts cost 0.3 CPU s a stage on pp 64 × 128 layers with
-    DeepSeek-V3's static deltas (one front per live count), 20 s for the 64 stages."""
+    a proof, only weaker (the third value: whether that happened). The fronts cost 0.3 CPU s a
+    stage on pp 64 × 128 layers with DeepSeek-V3's static deltas (one front per live count), 20 s
+    for the 64 stages."""
     pa, P, N = problem.pa, problem.P, problem.N
     has_sd = pa.static_dc is not None and bool(np.any(pa.static_dc[:, allowed_classes(problem.kinds)]))
     frontiers: dict[float | None, RecomputeFrontiers] = {}
@@ -75,6 +83,7 @@ def _block_tables(problem: Problem, deadline: float | None = None) -> tuple[np.n
     groups: dict[tuple[int, ...], list[int]] = {}
     for q, key in enumerate(keys):
         groups.setdefault(key, []).append(q)
+    cut = False
     for p in range(P):
         const = pa.stage_const_mib + (hs if p == 0 else 0.0) + (ts if p == P - 1 else 0.0)
         end_act = (ha if p == 0 else 0.0) + (ta if p == P - 1 else 0.0)
@@ -86,7 +95,7 @@ def _block_tables(problem: Problem, deadline: float | None = None) -> tuple[np.n
         extra = np.zeros(ii.size)
         rows, held = live_rows(cs, p, np.array([end_ws]))  # V = 1: one live count per row
         if deadline is not None and time.monotonic() > deadline:
-            rows = rows[:0]  # past the deadline: no activation fit (no replay), a weaker proof
+            rows, cut = rows[:0], True  # past the deadline: no activation fit (no replay), a weaker proof
         for nu, ws in zip(rows[:, 0].tolist(), held.tolist()):  # every row must fit: the largest
             extra = np.maximum(extra, _least_extra(frontier_for(nu if has_sd else None), groups, room - ws,
                                                    nu, end_act, has_sd))
@@ -95,7 +104,7 @@ def _block_tables(problem: Problem, deadline: float | None = None) -> tuple[np.n
     Fp = np.broadcast_to(F, (P, N + 1, N + 1)).copy()
     Fp[0] += hf
     Fp[-1] += tf
-    return Fp, Bmin
+    return Fp, Bmin, cut
 
 
 
@@ -140,8 +149,10 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     micro-batch in 1F1B's steady state; the DP stays exact because every constraint grows with the
     prefix.
 
-    ``deadline`` (time.monotonic(), None: none): the block tables' activation fit stops there
-    (:func:`_block_tables`): the value is still a bound, a weaker one.
+    ``deadline`` (time.monotonic(), None: none): past it the block tables' activation fit stops
+    (:func:`_block_tables`), the detour paths not yet added are left out and the bisection stops
+    once the bracket is within :data:`CUT_REL_TOL` (``cut``: the value, the lower end of the
+    bracket, is still a bound, a weaker one). Without a deadline every step runs to its end.
 
     Raises:
         ValueError: the problem has no pp_interleave_num 1 candidate.
@@ -149,7 +160,7 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
     if 1 not in problem.vpp_candidates:
         raise ValueError("path_dp_bound needs pp_interleave_num 1 among the candidates")
     P = problem.P
-    pathw, stepw, pairw = _path_weights(problem, deadline)
+    pathw, stepw, pairw, cut = _path_weights(problem, deadline)
     finite = pathw[np.isfinite(pathw)]
     if finite.size == 0:
         return PathDPBound(float("inf"), None, 0)
@@ -165,6 +176,9 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
         if hi_T > 1e15:
             return PathDPBound(float("inf"), None, evals)
     while hi_T - lo_T > rel_tol * hi_T:
+        if deadline is not None and time.monotonic() > deadline and hi_T - lo_T <= CUT_REL_TOL * hi_T:
+            cut = True  # past the deadline: the bracket is left at CUT_REL_TOL
+            break
         mid = 0.5 * (lo_T + hi_T)
         ok, s = _feasible(mid, pathw, stepw, pairw)
         evals += 1
@@ -172,21 +186,23 @@ def path_dp_bound(problem: Problem, *, upper_ms: float | None = None, rel_tol: f
             hi_T, split = mid, s
         else:
             lo_T = mid
-    return PathDPBound(lo_T, split.reshape(1, P) if split is not None else None, evals)
+    return PathDPBound(lo_T, split.reshape(1, P) if split is not None else None, evals, cut)
 
 
 def _path_weights(problem: Problem, deadline: float | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]:
     """The DP's weights (ms) for blocks [i, j) of layers on stage p: the longest of its paths
     (entry prefix excluded) pathw [P, N+1, N+1], its contribution to later stages' prefixes stepw
-    [P, N+1, N+1], and the pair path of the last two stages pairw [i, j] (None without one)."""
+    [P, N+1, N+1], the pair path of the last two stages pairw [i, j] (None without one), and
+    whether ``deadline`` cut the block tables' activation fit or left detour paths out (weaker
+    weights, still a bound)."""
     P, N = problem.P, problem.N
     cs = compile_schedule(problem.schedule, P, 1, problem.m, problem.seq_split_num)
     k = float(cs.k)
     nF = np.array([np.count_nonzero(cs.fwd[cs.order[p]]) for p in range(P)]) / k
     nB = np.array([np.count_nonzero(~cs.fwd[cs.order[p]]) for p in range(P)]) / k
     p2p = problem.pa.p2p_ms if P > 1 else 0.0
-    F, Bmin = _block_tables(problem, deadline)
+    F, Bmin, cut = _block_tables(problem, deadline)
     pathw = nF[:, None, None] * F + nB[:, None, None] * Bmin + (2 * np.arange(P) * p2p)[:, None, None]
     stepw = (F + Bmin) / k  # contribution to later prefixes
     # detour paths (see detour_counts): r round trips through the stages after p, each at least
@@ -197,18 +213,21 @@ def _path_weights(problem: Problem, deadline: float | None = None
     suf = (fb @ (kp[:, -1:] - kp)) + pa.tail.fwd_ms + pa.tail.bwd_ms  # [N+1] ms per micro-batch
     with np.errstate(invalid="ignore"):
         for p in range(P - 1):
+            if deadline is not None and time.monotonic() > deadline:
+                cut = True  # the detours of the stages left are not added: weaker weights
+                break
             for r, cf_, cb_ in detour_counts(cs, p):
                 w = (cf_ * F[p] + cb_ * Bmin[p] + r * suf[None, :]) / k \
                     + (2 * p + 2 * r * (P - 1 - p)) * p2p
                 pathw[p] = np.maximum(pathw[p], np.where(np.isfinite(pathw[p]), w, np.inf))
     cyc = pair_cycle(cs) if P >= 2 else None
     if cyc is None:
-        return pathw, stepw, None
+        return pathw, stepw, None, cut
     s_, L_ = P - 2, P - 1
     # pair path through stages s = P-2 (block [i, j)) and L = P-1 (block [j, N)), i, j free
     last = (cyc.fwd_last * F[L_][:, N] + cyc.bwd_last * Bmin[L_][:, N]) / k
     pairw = (cyc.fwd_s * F[s_] + cyc.bwd_s * Bmin[s_]) / k + last[None, :] + (2 * s_ + cyc.hops) * p2p  # [i, j]
-    return pathw, stepw, pairw
+    return pathw, stepw, pairw, cut
 
 
 def _feasible(T: float, pathw: np.ndarray, stepw: np.ndarray, pairw: np.ndarray | None
@@ -257,4 +276,4 @@ class PathDP:
 
     def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome:
         dp = path_dp_bound(problem, upper_ms=ctx.upper_ms, deadline=ctx.deadline)
-        return BoundOutcome(dp.bound_ms, dp.split, {"evaluations": dp.evaluations})
+        return BoundOutcome(dp.bound_ms, dp.split, {"evaluations": dp.evaluations}, cut=dp.cut)
