@@ -64,6 +64,23 @@ def test_compositions_counts() -> None:
     assert x.shape == (286, 4) and (x.sum(axis=1) == 14).all()
 
 
+def scheduled_problem(seed: int, N: int, P: int, sched: tuple[str, int, int], tight: float,
+                      static_delta: bool, bound) -> tuple[Problem, int, float] | None:
+    """:func:`_random_problem` for a drawn (schedule, V, seq_split_num) ``sched`` (V falls to 1
+    where P · V > N, but on the V-shaped schedule, which needs 2), with ``bound(problem, V)``
+    evaluated on it: (problem, V, value), or None when the schedule cannot run these sizes (a
+    ValueError from either)."""
+    schedule, V, split = sched
+    if P * V > N:
+        V = 1 if schedule != "zero_bubble_v" else V
+    try:
+        problem = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=schedule,
+                                  split=split, static_delta=static_delta)
+        return problem, V, bound(problem, V)
+    except ValueError:
+        return None
+
+
 def _random_problem(seed: int, N: int, P: int, V: int, kinds: tuple[str, ...], tight: float,
                     schedule: str = "1f1b", split: int = 1, *, m: int | None = None,
                     static_delta: bool = False, end_ws: float = 0.0) -> Problem:

@@ -18,7 +18,7 @@ from autotune.tuner import search, solve
 from autotune.tuner.bounds import BoundContext, StayLP, stay_lp_ms, work_floor_ms
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.problem import Problem
-from tests.search.test_exact_bounds import _random_problem, _syn2_inline
+from tests.search.test_exact_bounds import _syn2_inline, scheduled_problem
 
 #: HiGHS's proven value is its optimum less this relative margin (bounds._base.DUAL_SAFETY).
 SAFETY = 1e-6
@@ -76,15 +76,10 @@ def test_never_above_the_enumerated_optimum(seed, N, P, sched, tight, static_del
     """Any schedule (split backward and V-shaped ones too), V, seq_split_num, two layer kinds,
     static deltas: the stay LP is at most the best fitting layout's step, and at least the work
     floor (its stays include each device's whole program)."""
-    schedule, V, split = sched
-    if P * V > N:
-        V = 1 if schedule != "zero_bubble_v" else V
-    try:
-        problem = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=schedule,
-                                  split=split, static_delta=static_delta)
-        value = stay_lp_ms(problem, V)
-    except ValueError:
+    drawn = scheduled_problem(seed, N, P, sched, tight, static_delta, stay_lp_ms)
+    if drawn is None:
         return  # the schedule cannot run these sizes
+    problem, _, value = drawn
     best = exact_optimum(problem).best
     if best is not None:
         assert value is not None and value <= best.step_ms * (1 + 1e-9)

@@ -14,7 +14,7 @@ from autotune.tuner.bounds import BoundContext, work_floor_ms
 from autotune.tuner.bounds.work_floor import WorkFloor, floor_ms, whole_layer_floor_ms
 from autotune.tuner.exact import exact_optimum
 from autotune.tuner.problem import Problem
-from tests.search.test_exact_bounds import _random_problem
+from tests.search.test_exact_bounds import scheduled_problem
 
 
 def _two_stages(p2p: float = 0.0, head_fwd: float = 0.0) -> Problem:
@@ -60,15 +60,10 @@ def test_never_above_the_enumerated_optimum(seed, N, P, sched, tight, static_del
     floor is at most the fastest fitting layout's step (with no memory limit, tight 1e6: the
     fastest layout of all, which the floor, blind to memory, is closest to), and at least the
     work floor."""
-    schedule, V, split = sched
-    if P * V > N:
-        V = 1 if schedule != "zero_bubble_v" else V
-    try:
-        problem = _random_problem(seed, N, P, V, ("full", "select", "comm"), tight, schedule=schedule,
-                                  split=split, static_delta=static_delta)
-        value = whole_layer_floor_ms(problem, V)
-    except ValueError:
+    drawn = scheduled_problem(seed, N, P, sched, tight, static_delta, whole_layer_floor_ms)
+    if drawn is None:
         return  # the schedule cannot run these sizes
+    problem, _, value = drawn
     assert value >= work_floor_ms(problem) * (1 - 1e-12)
     best = exact_optimum(problem).best
     if best is not None:
