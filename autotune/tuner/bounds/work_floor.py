@@ -10,9 +10,14 @@ the recompute classes: recompute only adds replay),
 
 The ``seq_split_num`` k splits a micro-batch's ops into k parts of 1/k the time each, so the total
 is the same. Memory is not looked at, so the floor is weak (it leaves out the pipeline bubble and
-every recompute the budget forces): :func:`~autotune.tuner.bounds._base.tighten` gives it to a V
-whose proofs would start after their deadline, so that a short ``--timeout`` still ends with a
-finite bound for every V instead of running a slow first proof past the limit.
+every recompute the budget forces).
+
+:func:`whole_layer_floor_ms` makes it stronger at no real cost: each device holds a whole number
+of layers, and its first op waits for a chain of ops, its last op is followed by one. That is
+what :class:`WorkFloor` proves (:func:`floor_ms`): :func:`~autotune.tuner.bounds._base.tighten`
+gives it to a V whose proofs would start after their deadline, or whose proof the clock cut, so
+that a short ``--timeout`` still ends with a finite bound for every V instead of running a slow
+first proof past the limit.
 """
 
 from __future__ import annotations
