@@ -633,7 +633,7 @@ def simulate(cs: CompiledSchedule, costs: StageCosts, p2p_ms: float = 0.0, *,
     step = np.empty(B)
     start = np.empty((n, B)) if timeline else None
     e_all = np.empty((n, B)) if timeline else None
-    chunk = min(B, max(BATCH_MIN_CHUNK, min(BATCH_CHUNK, SIM_TABLE_CELLS // (n + 1))))
+    chunk = max(1, min(B, max(BATCH_MIN_CHUNK, min(BATCH_CHUNK, SIM_TABLE_CELLS // (n + 1)))))  # B = 0: no layout
     end = np.empty((n + 1, chunk))
     buf = np.empty((2 * plan.max_width, chunk))
     p2p = float(p2p_ms)

@@ -304,3 +304,13 @@ def test_exact_prices_v_shaped_placements_as_the_cost_model() -> None:
     ex = exact_optimum(p).best
     assert ex.excess_mib <= 0
     assert ex.step_ms == pytest.approx(best, rel=1e-12)
+
+
+def test_no_layout_at_all_is_an_empty_answer_not_a_crash() -> None:
+    """4 layers on pp 4 × the V-shaped schedule's 2 chunks: 8 mini-stages, 6 of them needing a
+    layer, so no split exists; the enumeration says so (no best, 0 splits) instead of failing in
+    the batch simulator on an empty batch (found by a 1,500-problem random run)."""
+    problem = _random_problem(593458, 4, 4, 2, ("full", "select", "comm"), 1.0, schedule="zero_bubble_v",
+                              static_delta=True)
+    res = exact_optimum(problem)
+    assert res.best is None and res.splits == 0 and res.evaluated == 0
