@@ -211,9 +211,12 @@ def test_path_dp_bound_past_its_deadline_drops_the_activation_fit_and_the_detour
     # the full tables prove that nothing fits (every stage's activations come on top)
     assert within(path_dp_bound(_syn2_inline(30), deadline=0.0).bound_ms, 141.0)
     assert path_dp_bound(_syn2_inline(30)).bound_ms == float("inf")
-    # a deadline that is not reached changes nothing
-    later = path_dp_bound(_syn2_inline(100), deadline=time.monotonic() + 3600)
+    # a deadline that is not reached changes nothing, a bound proven before (lower_ms) neither
+    later = path_dp_bound(_syn2_inline(100), deadline=time.monotonic() + 3600, lower_ms=117.0)
     assert later.bound_ms == full.bound_ms and not later.cut
+    # past the deadline the bisection starts from the bound proven before: never below it
+    assert path_dp_bound(_syn2_inline(100), deadline=0.0, lower_ms=100.0).bound_ms == pytest.approx(100.0)
+    assert within(path_dp_bound(_syn2_inline(100), deadline=0.0, lower_ms=50.0).bound_ms, 96.0)
     # 96 is the value without detours (no deadline, the detour counts emptied)
     monkeypatch.setattr(path_dp_mod, "detour_counts", lambda cs, p: [])
     assert path_dp_bound(_syn2_inline(10_000)).bound_ms == pytest.approx(96.0, abs=1e-4)

@@ -119,3 +119,21 @@ def test_a_cut_proof_leaves_the_v_short_and_at_least_at_the_floor() -> None:
     assert t.unfinished == {1, 2} and dict(t.per_v_ms) == {1: 70.0, 2: 70.0}
     t = tighten(problem, (_Cut(10.0),), ctx=ctx)
     assert t.unfinished == {1, 2} and dict(t.per_v_ms) == {1: 10.0, 2: 10.0}
+
+
+def test_the_floor_runs_once_for_a_v_it_was_given_to() -> None:
+    """Past the deadline each V gets the floor once (the floor at the end of ``tighten`` is only
+    for the V's a cut proof left short: at pp 64 × m 512 a second round cost ~0.1 s)."""
+    calls: list[int] = []
+
+    class Counting(WorkFloor):
+        def bound(self, problem: Problem, V: int, ctx: BoundContext) -> BoundOutcome:
+            calls.append(V)
+            return super().bound(problem, V, ctx)
+
+    problem = _two_v()
+    t = tighten(problem, (_Slow(),), ctx=BoundContext(deadline=0.0), floor=Counting())
+    assert sorted(calls) == [1, 2] and t.unfinished == {1, 2}
+    calls.clear()
+    tighten(problem, (_Cut(10.0),), ctx=BoundContext(deadline=float(np.inf)), floor=Counting())
+    assert sorted(calls) == [1, 2]

@@ -167,6 +167,7 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             return False
         return skip == "none" or upper is None or per_v[V] < upper
 
+    floored: set[int] = set()  # the V's the floor itself ran for
     todo = [V for V in problem.vpp_candidates if runnable(V)]
     if skip == "dominated":
         todo.sort(key=lambda V: per_v[V])
@@ -186,6 +187,8 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             others = [per_v[W] for W in per_v if W != V and np.isfinite(per_v[W])]
             run = floor if late and floor is not None else proof
             out = run.bound(problem, V, replace(ctx, lower_ms=lower, others_ms=min(others) if others else None))
+            if run is floor:
+                floored.add(V)
             if run is floor or (out is None and ctx.deadline is not None) or (out is not None and out.cut):
                 short.add(V)
             if out is None:
@@ -197,7 +200,7 @@ def tighten(problem: Problem, proofs: Sequence[LowerBound], per_v_ms: Mapping[in
             for k, v in out.stats.items():
                 work[k] = work.get(k, 0) + v
     if floor is not None:  # a V the clock left short holds at least the floor (a cut proof may be below it)
-        for V in short:
+        for V in short - floored:
             if floor.applies(problem, V):
                 per_v[V] = max(per_v[V], float(floor.bound(problem, V, ctx).bound_ms))
     return Tightened({V: b for V, b in per_v.items() if b > -np.inf}, splits, work, tuple(met), frozenset(short))
