@@ -1,7 +1,8 @@
 """Command-line interface (thin: parse -> api -> render).
 
 Every :class:`~autotune.errors.AutotuneError` becomes a one-line message on stderr and exit code 2;
-so does a pydantic ``ValidationError`` (a derived value one of autotune's models refuses: rule
+so does a usage error of a sub-command's options (click's, e.g. ``--timeout 0``) and a pydantic
+``ValidationError`` (a derived value one of autotune's models refuses: rule
 R_UNSUPPORTED, naming the model's field); ``--debug`` shows the traceback instead. Sub-commands
 live in :mod:`autotune.commands`; each module there exposes ``COMMANDS`` (a list of click
 commands) and is registered automatically.
@@ -24,12 +25,20 @@ EXIT_BAD_INPUT = 2
 
 
 class _Group(click.Group):
-    """click group that maps AutotuneError to exit 2 with a one-line message."""
+    """click group that maps AutotuneError, and click's usage errors of a sub-command's options and
+    arguments (a value out of range, an unknown option), to exit 2 with a one-line message (click
+    prints its usage block and a hint on three more lines)."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             with pattern_scope():   # one select-pattern budget (R_PATTERN_BUDGET) per command
                 return super().invoke(ctx)
+        except click.UsageError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
         except AutotuneError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise

@@ -34,9 +34,14 @@ FORMATS = click.Choice(["text", "json"])
 class FiniteFloatRange(click.FloatRange):
     """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (Python's ``float`` reads both, and
     ``nan`` passes every range test): a usage error (exit 2) naming the option, the value and the
-    range, like a value out of the range."""
+    range, like a value out of the range; a value that is no number says so (click's own text:
+    "is not a valid float range")."""
 
     def convert(self, value, param, ctx):  # type: ignore[override]
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number (the range is {self._describe_range()})", param, ctx)
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number (the range is {self._describe_range()})", param, ctx)
