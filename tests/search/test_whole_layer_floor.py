@@ -86,3 +86,20 @@ def test_deep_pipeline_by_hand() -> None:
     problem = Problem(ProfileArrays.from_profile(prof), P=64, m=512, vpp_candidates=[2], kinds=())
     assert work_floor_ms(problem) == pytest.approx(6192.0)
     assert whole_layer_floor_ms(problem, 2) == pytest.approx(7681.5, rel=1e-9)
+
+
+def test_least_op_ms_of_a_split_backward_per_kind() -> None:
+    """Kind a: backward 2 ms of which W 10 % (B 1.8, W 0.2); kind b: backward 4 ms of which W
+    87.5 % (B 0.5, W 3.5). The least B is b's 0.5 ms, not the least backward less the least W
+    (2 − 0.2 = 1.8, above b's B: a chain of b layers would be overpriced); the least W 0.2; the
+    forward 1 ms. Without the split: F 1, the whole backward 2, W 0."""
+    from autotune.tuner.bounds.work_floor import least_op_ms
+
+    mem = {"act_mib": 1.0, "static_mib": 1.0}
+    prof = ModelProfile(kinds={"a": {"fwd_ms": 1.0, "bwd_ms": 2.0, "bwd_w_frac": 0.1, **mem},
+                               "b": {"fwd_ms": 1.5, "bwd_ms": 4.0, "bwd_w_frac": 0.875, **mem}},
+                        layer_kinds=[("a", 2), ("b", 4)])
+    problem = Problem(ProfileArrays.from_profile(prof), P=2, m=2, vpp_candidates=[2], kinds=(),
+                      schedule="zero_bubble_v")
+    assert least_op_ms(problem, True) == pytest.approx([1.0, 0.5, 0.2])
+    assert least_op_ms(problem, False) == pytest.approx([1.0, 2.0, 0.0])

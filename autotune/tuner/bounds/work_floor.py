@@ -64,8 +64,9 @@ def whole_layer_floor_ms(problem: Problem, V: int) -> float:
     that gives room for N_k of them. The value is the largest of these and the work floor.
 
     At one to five layers a device the rounding is what the fractional bounds miss: scaling.py's
-    pp 64 × m 512 × 256 dense layers gives 133,393 ms at every V (without the chains) where the
-    work floor is 109,787 and the stay LP 120,810-127,997. Costs the chains' walk (P of each)."""
+    pp 64 × m 512 × 256 dense layers gives 136,766 ms at every V (133,393 without the chains)
+    where the work floor is 109,787 and the stay LP 120,810-127,997. Costs the chains' walk (two
+    per device): ~0.01-0.03 s there."""
     pa, P, m, N = problem.pa, problem.P, problem.m, problem.N
     cs = compile_schedule(problem.schedule, P, V, m, problem.seq_split_num)
     present = np.flatnonzero(pa.kind_prefix[:, -1] > 0)
@@ -90,14 +91,9 @@ def _chain_floors(problem: Problem, cs: CompiledSchedule, pos: np.ndarray, lo: n
     the chain out of its last op (:func:`whole_layer_floor_ms`), each op at ``lo`` layers of its
     mini-stage."""
     pa, P, V, n, k = problem.pa, cs.P, cs.V, cs.num_ops, float(cs.k)
-    present = pa.kind_prefix[:, -1] > 0
-    f = float(pa.fwd_k[present].min())
-    bwd = float(pa.bwd_kc[present].min())
-    w = float(pa.w_k()[present].min())
     head_w = 0.5 * pa.head.bwd_ms if pa.head_w_ms is None else pa.head_w_ms
     tail_w = 0.5 * pa.tail.bwd_ms if pa.tail_w_ms is None else pa.tail_w_ms
-    # per (op kind, chunk, stage): the least ms of one op (of 1 / k of a micro-batch)
-    per_layer = [f, bwd - w, w] if cs.split_bw else [f, bwd, 0.0]
+    per_layer = least_op_ms(problem, cs.split_bw)
     ends = ([pa.head.fwd_ms, pa.head.bwd_ms - head_w, head_w], [pa.tail.fwd_ms, pa.tail.bwd_ms - tail_w, tail_w]) \
         if cs.split_bw else ([pa.head.fwd_ms, pa.head.bwd_ms, 0.0], [pa.tail.fwd_ms, pa.tail.bwd_ms, 0.0])
     least = np.stack([per_layer[t] * lo + ends[0][t] * (pos == 0) + ends[1][t] * (pos == V * P - 1)
@@ -114,6 +110,21 @@ def _chain_floors(problem: Problem, cs: CompiledSchedule, pos: np.ndarray, lo: n
     return out
 
 
+def least_op_ms(problem: Problem, split_bw: bool) -> list[float]:
+    """The least ms one layer adds to a forward, a backward (B on a split backward) and a W op, per
+    micro-batch, over the kinds present and every recompute class: [F, B, W] (W 0.0 without the
+    split). On a split backward B is the backward less the W of the same kind, so each is its own
+    least over the kinds (the least backward less the least W could be above every kind's B)."""
+    pa = problem.pa
+    present = pa.kind_prefix[:, -1] > 0
+    bwd_k = pa.bwd_kc[present].min(axis=1)  # [K'] the least backward of each kind (any class)
+    f = float(pa.fwd_k[present].min())
+    if not split_bw:
+        return [f, float(bwd_k.min()), 0.0]
+    w_k = pa.w_k()[present]
+    return [f, float((bwd_k - w_k).min()), float(w_k.min())]
+
+
 def _least_threshold(fixed: np.ndarray, per: float, lo: np.ndarray, hi: np.ndarray, count: int) -> float:
     """The least T (ms) at which whole counts n_d with lo_d <= n_d <= hi_d, fixed_d + per · n_d <=
     T, sum to ``count`` or more: one of the values fixed_d + per · j (j = 0 .. count), found by
@@ -121,7 +132,7 @@ def _least_threshold(fixed: np.ndarray, per: float, lo: np.ndarray, hi: np.ndarr
     if count <= 0:
         return 0.0
     if per <= 0:
-        return float(np.max(fixed + 0.0 * lo)) if hi.sum() >= count else float("inf")
+        return float(np.max(fixed)) if hi.sum() >= count else float("inf")
     cand = np.unique((fixed[:, None] + per * np.arange(count + 1)[None, :]).reshape(-1))
 
     def fits(T: float) -> bool:
