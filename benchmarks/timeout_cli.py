@@ -8,7 +8,9 @@ Each row runs the CLI as a user does, in a fresh process (interpreter start, imp
 config and compiling its schedules all count against S, as they do for the user):
 ``autotune search CONFIG --timeout S --format json``. Wall s is from the process's start to its
 exit; CPU s is the child's user + sys; "over" is wall / S − 1 (the issue's bar: at most +5 %).
-The gap is the json's ``certified_gap``; ``--json`` also keeps ``bound_phase_cut`` and ``timed_out``.
+The gap is the json's ``certified_gap``; the last column its ``stopped_by``, then in brackets
+``trials_stopped_by`` (why the trials ended) and a ``*`` when ``bound_phase_cut`` (the bound
+phase's half of the limit ran out); ``--json`` also keeps ``timed_out``.
 
 Configs: the shipped TeleChat2-115B example as it is and stretched to the shapes of
 ``benchmarks/scaling.py``'s large rows (pipeline_stage, pp_interleave_num, micro_batch_num,
@@ -75,7 +77,7 @@ def run(config: Path, timeout: float) -> dict:
     best = d["best"]["step_time_ms"] if d.get("best") else None
     return {"wall_s": wall, "cpu_s": cpu, "best_ms": best, "bound_ms": d.get("lower_bound_ms"),
             "gap": d.get("certified_gap"), "timed_out": d.get("timed_out"), "bound_phase_cut": d.get("bound_phase_cut"),
-            "stopped_by": d.get("stopped_by")}
+            "stopped_by": d.get("stopped_by"), "trials_stopped_by": d.get("trials_stopped_by")}
 
 
 def main() -> None:
@@ -88,7 +90,7 @@ def main() -> None:
     names = [n for n in CONFIGS if not args.only or any(o in n for o in args.only)]
     rows = []
     print(f"{'config':36s} {'S':>5s} {'wall s':>7s} {'over':>7s} {'CPU s':>6s} {'best ms':>11s} "
-          f"{'bound ms':>11s} {'gap':>7s}  stopped_by", flush=True)
+          f"{'bound ms':>11s} {'gap':>7s}  stopped_by (trials; * the bound phase's half ran out)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             src, changes = CONFIGS[name]
@@ -102,8 +104,9 @@ def main() -> None:
                 gap = f"{r['gap']:.2%}" if r["gap"] is not None else "n/a"
                 best = f"{r['best_ms']:11.1f}" if r["best_ms"] is not None else f"{'none':>11s}"
                 bound = f"{r['bound_ms']:11.1f}" if r["bound_ms"] is not None else f"{'none':>11s}"
+                why = f"{r['stopped_by']} ({r['trials_stopped_by']}){'*' if r['bound_phase_cut'] else ''}"
                 print(f"{name:36s} {S:5g} {r['wall_s']:7.1f} {r['wall_s'] / S - 1:+7.1%} {r['cpu_s']:6.1f} "
-                      f"{best} {bound} {gap:>7s}  {r['stopped_by']}", flush=True)
+                      f"{best} {bound} {gap:>7s}  {why}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     worst = max((r["wall_s"] / r["timeout_s"] - 1 for r in rows), default=0.0)
