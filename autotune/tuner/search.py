@@ -259,8 +259,9 @@ def _holds_floor(pr: Prepared) -> bool:
         return False
     for V, b in pr.bs.per_v_ms.items():
         if V in pr.bs.unfinished:
-            floor = floor_ms(pr.problem, V)
-            if b <= max(floor, pr.bs.floor_ms.get(V, floor)):
+            # the stay LP's floor is already at least the whole-layer one (stay_floors)
+            floor = pr.bs.floor_ms[V] if V in pr.bs.floor_ms else floor_ms(pr.problem, V)
+            if b <= floor:
                 return True
     return False
 
