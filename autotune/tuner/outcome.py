@@ -31,7 +31,9 @@ class SearchOutcome:
         best: cost report of the best memory-feasible config (None when nothing fits).
         closest: when nothing fits, the config with the least memory excess.
         baselines: ``user``, ``even_full_recompute``, ``even_no_recompute`` -> report or None.
-        trials: trials in the studies; seconds: wall time of the search (s).
+        trials: trials in the studies; seconds: wall time of the search (s), from reading the
+            config to the answer (the interpreter's start and the imports, about a second, come
+            before it; writing the output after it).
         config, profile: the inputs (with the sub-problem knobs of the best answer applied: free
             boolean recompute knobs, micro_batch_num/batch_size, scheduler); study: the Optuna study of
             the best answer's sub-problem (trial history).
@@ -81,6 +83,9 @@ class SearchOutcome:
             bound phase's cut not counted: ``stopped_by`` itself unless ``bound_phase_cut`` and
             the trials ended on their own (then e.g. ``"neighbourhood"`` where ``stopped_by`` says
             ``"timeout"``); None when no study ran (``"static_memory"``).
+        bound_phase_s: the wall clock the bound phase had (s): half of what was left of the limit
+            (``--timeout``, or the safety net without one) after reading the config and compiling
+            its schedules; None when the search had no limit or stopped before the bound phase.
     """
 
     best: CostReport | None
@@ -115,6 +120,9 @@ class SearchOutcome:
     #: counted: the same as ``stopped_by`` but when ``bound_phase_cut`` (then e.g.
     #: ``"neighbourhood"`` where ``stopped_by`` says ``"timeout"``); None when no study ran
     trials_stopped_by: str | None = None
+    #: The bound phase's share of the wall clock (s; half of the limit left after reading), None
+    #: without a limit
+    bound_phase_s: float | None = None
 
     @property
     def no_fit_proven(self) -> bool | None:
@@ -146,8 +154,10 @@ class SearchOutcome:
                 own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
                 trials = ("the trials then met the clock too" if self.trials_stopped_by in ("timeout", "safety_net")
                           else f"the trials then ended on their own{own}")
-                why = (f": the bound phase (half of the time left after reading, at most "
-                       f"{self.time_limit_s / 2:g} s) stopped its local search or later bound passes at "
+                share = (f"{self.bound_phase_s:.1f} s, half of the time left after reading"
+                         if self.bound_phase_s is not None else
+                         f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")
+                why = (f": the bound phase ({share}) stopped its local search or later bound passes at "
                        f"their deadlines; {trials}")
             return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
                     f"and load){why}; certified gap then {gap}")

@@ -532,5 +532,5 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error,
-                         bound_phase_cut=bool(cut_in_bounds),
+                         bound_phase_cut=bool(cut_in_bounds), bound_phase_s=None if left is None else left * 0.5,
                          trials_stopped_by=_stopped_by(st, st.timed_out, timeout, stop_at))
