@@ -85,7 +85,10 @@ class SearchOutcome:
             ``"timeout"``); None when no study ran (``"static_memory"``).
         bound_phase_s: the wall clock the bound phase had (s): half of what was left of the limit
             (``--timeout``, or the safety net without one) after reading the config and compiling
-            its schedules; None when the search had no limit or stopped before the bound phase.
+            its schedules; through the CLI the limit counts from the process's start, and the
+            interpreter start, the imports and 0.5 s kept for writing the output are taken off it
+            first (:func:`autotune.commands.tune._search_timeout`). None when the search had no
+            limit or stopped before the bound phase.
     """
 
     best: CostReport | None
@@ -154,7 +157,7 @@ class SearchOutcome:
                 own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
                 trials = ("the trials then met the clock too" if self.trials_stopped_by in ("timeout", "safety_net")
                           else f"the trials then ended on their own{own}")
-                share = (f"{self.bound_phase_s:.1f} s, half of the time left after reading"
+                share = (f"{self.bound_phase_s:.1f} s, half of what the limit left after start-up and reading"
                          if self.bound_phase_s is not None else
                          f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")
                 why = (f": the bound phase ({share}) stopped its local search or later bound passes at "

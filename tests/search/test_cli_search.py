@@ -227,3 +227,24 @@ def test_a_pattern_that_matches_nothing_is_warned_by_search(tmp_path):
     clean = CliRunner().invoke(main, ["search", "tests/e2e/data/toy.yaml", "--trials", "3", "--quiet",
                                       "--format", "json"])
     assert clean.exit_code == 0 and json.loads(clean.stdout)["warnings"] == []
+
+
+def test_a_limit_spent_before_the_search_is_warned(monkeypatch, capsys) -> None:
+    """``--timeout`` counts from the process's start: when start-up has used it (here 0.8 s of a
+    1 s limit, with 0.5 s kept for the output) the search gets 10 % of it, and a W_TIMEOUT_SPENT
+    line says that the limit cannot be kept; a limit with room left gets no such line."""
+    import autotune.commands.tune as tune
+
+    monkeypatch.setattr(tune, "_since_process_start", lambda: 0.8)
+    assert tune._search_timeout(10.0) == pytest.approx(10.0 - 0.8 - 0.5)
+    assert tune._search_timeout(None) is None
+    assert "W_TIMEOUT_SPENT" not in capsys.readouterr().err  # room left: no warning
+    assert tune._search_timeout(1.0) == pytest.approx(0.1)
+    assert "W_TIMEOUT_SPENT" in capsys.readouterr().err
+    r = CliRunner().invoke(search_cmd, [EX, "--format", "json", "--timeout", "1"])
+    assert r.exit_code == 0, r.output
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning W_TIMEOUT_SPENT")]
+    assert warned == ["warning W_TIMEOUT_SPENT: --timeout: 1 s cannot be kept: 0.8 s passed before the search "
+                      "started (interpreter, imports, the config's first read) and 0.5 s is kept for writing the "
+                      "output; the search gets 10 % of the limit (0.1 s) and ends with what it found by then"]
+    assert json.loads(r.stdout)["timed_out"] is True

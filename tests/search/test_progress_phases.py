@@ -131,8 +131,8 @@ def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
     timed = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=12.4, config=None, profile=None,
                           certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0,
                           bound_phase_cut=True, bound_phase_s=(20.0 - 1.3) / 2)
-    assert ("the bound phase (9.3 s, half of the time left after reading) stopped its local search or later "
-            "bound passes at their deadlines; ") in timed.stop_text()
+    assert ("the bound phase (9.3 s, half of what the limit left after start-up and reading) stopped its "
+            "local search or later bound passes at their deadlines; ") in timed.stop_text()
     plain = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=20.1, config=None, profile=None,
                           certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0)
     assert plain.stop_text().startswith("CUT SHORT by its 20 s timeout, a wall clock (the answer")
