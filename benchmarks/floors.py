@@ -16,7 +16,7 @@ the grid row's 256-layer name; docs/search.md, the audit round), then in ms, eac
 - the Lagrangian (:func:`~autotune.tuner.bounds.lagrangian.lagrangian_bound` without an
   incumbent; V > 1, "-" otherwise).
 
-None of them needs a search, so the whole grid takes about a minute. Pure numpy (+ HiGHS for the
+None of them needs a search, so the whole grid takes 30-40 s. Pure numpy (+ HiGHS for the
 stay LP).
 """
 
@@ -36,6 +36,17 @@ from autotune.tuner.bounds.stay_lp import stay_lp_ms  # noqa: E402
 from autotune.tuner.bounds.work_floor import whole_layer_floor_ms, work_floor_ms  # noqa: E402
 from autotune.tuner.problem import Problem  # noqa: E402
 import scaling  # noqa: E402  (benchmarks/scaling.py: the generated problems)
+
+
+HELP = """Cheap lower bounds of benchmarks/scaling.py's problems, without a search (30-40 s for the grid).
+
+    .venv/bin/python benchmarks/floors.py                     # every problem of the full grid
+    .venv/bin/python benchmarks/floors.py --only "P8 V4"      # those whose name contains P8 V4
+
+Columns: the problem's own N (layers), P (pipeline_stage), m (micro_batch_num) and V
+(pp_interleave_num), read back from the built problem; then, in ms, each with its CPU seconds:
+the work floor (the busiest device's least work), the work floor with whole layers, the stay LP
+(V > 1) and the Lagrangian (V > 1); "-" where a bound does not apply."""
 
 
 def _timed(f):
@@ -64,7 +75,7 @@ def _ms(x: float | None, s: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", default=None,
                     help="problems whose name contains this (repeat for several)")
     a = ap.parse_args()
