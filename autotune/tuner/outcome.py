@@ -32,8 +32,8 @@ class SearchOutcome:
         closest: when nothing fits, the config with the least memory excess.
         baselines: ``user``, ``even_full_recompute``, ``even_no_recompute`` -> report or None.
         trials: trials in the studies; seconds: wall time of the search (s), from reading the
-            config to the answer (the interpreter's start and the imports, about a second, come
-            before it; writing the output after it).
+            config to the answer (the interpreter's start and the imports, 0.7-0.8 s on this project's
+            machine, come before it; writing the output after it).
         config, profile: the inputs (with the sub-problem knobs of the best answer applied: free
             boolean recompute knobs, micro_batch_num/batch_size, scheduler); study: the Optuna study of
             the best answer's sub-problem (trial history).
@@ -123,8 +123,8 @@ class SearchOutcome:
     #: counted: the same as ``stopped_by`` but when ``bound_phase_cut`` (then e.g.
     #: ``"neighbourhood"`` where ``stopped_by`` says ``"timeout"``); None when no study ran
     trials_stopped_by: str | None = None
-    #: The bound phase's share of the wall clock (s; half of the limit left after reading), None
-    #: without a limit
+    #: The bound phase's share of the wall clock (s; half of what the limit left after start-up and
+    #: reading), None without a limit
     bound_phase_s: float | None = None
 
     @property
