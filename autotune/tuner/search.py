@@ -92,6 +92,9 @@ TRIALS_SHARE_FLOORED = 0.5
 #: phase's best. The 1 s minimum before it made ``--timeout 2`` on the TeleChat2 example end
 #: after 2.4-2.5 s.
 MIN_TRIALS_S = 0.05
+#: The bound phase's share of the wall clock left after reading (``--timeout``, or the safety net
+#: without one); the trials get the rest.
+BOUND_PHASE_SHARE = 0.5
 
 
 def check_arguments(gap: float | None, objective: str, timeout: float | None = None) -> str:
@@ -210,16 +213,17 @@ def prepare(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layo
             target_gap: float | None = None,
             timed: bool = False) -> tuple[dict[str, CostReport | None], list[Prepared]]:
     """The baselines (:func:`baselines_of` on the first sub-problem) and each sub-problem's seeds
-    and bound; with ``timeout`` the k-th sub-problem's solvers stop at ``t0 + timeout / 2 · (k +
-    1) / len(subs)``. ``prog`` shows the ``bounds`` phase (sub-problem, solver step, best and bound
-    so far). ``target_gap``: a sub-problem's later bound passes stop at that certified gap (its
-    own; the whole search's gap is then at or below it too). ``timed``: ``timeout`` is the user's,
-    not the safety net (:func:`~autotune.tuner.solve.bound_and_seeds`' anytime pass)."""
+    and bound; with ``timeout`` the k-th sub-problem's solvers stop at ``t0 + timeout ·
+    BOUND_PHASE_SHARE · (k + 1) / len(subs)``. ``prog`` shows the ``bounds`` phase (sub-problem,
+    solver step, best and bound so far). ``target_gap``: a sub-problem's later bound passes stop
+    at that certified gap (its own; the whole search's gap is then at or below it too).
+    ``timed``: ``timeout`` is the user's, not the safety net
+    (:func:`~autotune.tuner.solve.bound_and_seeds`' anytime pass)."""
     prog = prog or Progress()
     baselines = baselines_of(cfg, subs[0][0], subs[0][1], user)
     prepared = []
     for k, (var, problem) in enumerate(subs):
-        share = None if timeout is None else t0 + timeout * 0.5 * (k + 1) / len(subs)
+        share = None if timeout is None else t0 + timeout * BOUND_PHASE_SHARE * (k + 1) / len(subs)
         which = f"sub-problem {k + 1}/{len(subs)}"
         prog.phase("bounds", which)
 
@@ -484,10 +488,11 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     limit = timeout if timeout is not None else (SAFETY_TIMEOUT_S if safety_net else None)
     t_bounds = time.monotonic()
     left = None if limit is None else max(0.0, limit - (t_bounds - t0))
+    bound_s = None if left is None else left * BOUND_PHASE_SHARE  # the bound phase's share (s)
     baselines, prepared = prepare(cfg, subs, user, left, t_bounds, prog,
                                   target_gap=None if objective == "time,memory" else gap, timed=timeout is not None)
     # a bound phase whose share ran out, or a solver step past its part of it, was cut short
-    cut_in_bounds = left is not None and time.monotonic() > t_bounds + left * 0.5
+    cut_in_bounds = bound_s is not None and time.monotonic() > t_bounds + bound_s
     step_cut = any(pr.bs.cut for pr in prepared)
     if baselines["user"] is None and user_error is None and user is not None:
         user_error = outside_space_error(user, prepared)
@@ -532,5 +537,5 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error,
-                         bound_phase_cut=bool(cut_in_bounds), bound_phase_s=None if left is None else left * 0.5,
+                         bound_phase_cut=bool(cut_in_bounds), bound_phase_s=bound_s,
                          trials_stopped_by=_stopped_by(st, st.timed_out, timeout, stop_at))
