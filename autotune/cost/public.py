@@ -15,7 +15,7 @@ import numpy as np
 
 from autotune.cost.bubble import bubble_breakdown
 from autotune.cost.inputs import StageCosts
-from autotune.cost.schedules import get_schedule, registered
+from autotune.cost.schedules import SizeError, get_schedule, registered
 from autotune.cost.simulate import compile_schedule, live_memory_timeline, simulate
 from autotune.errors import ConfigError
 
@@ -94,7 +94,9 @@ def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedul
 
     Raises:
         ConfigError: bad shapes/values (rule ``schedule_input``), unknown schedule (``scheduler``) or
-            sizes the schedule cannot run (``R_MICRO_BATCH_MIN``).
+            sizes the schedule cannot run (``R_MICRO_BATCH_MIN`` when micro_batch_num breaks its rule,
+            else ``R_SCHEDULE`` naming the size that does: pipeline_stage or pp_interleave_num, from
+            the arrays' shapes, or seq_split_num).
     """
     f = _grid("fwd_ms", fwd_ms, None)
     V, P = f.shape
@@ -117,6 +119,11 @@ def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedul
                           field="schedule", value=schedule, rule="scheduler")
     try:
         cs = compile_schedule(schedule, P, V, int(micro_batch_num), int(seq_split_num))
+    except SizeError as exc:
+        value = {"pipeline_stage": P, "pp_interleave_num": V, "micro_batch_num": micro_batch_num,
+                 "seq_split_num": seq_split_num}[exc.knob]
+        raise ConfigError(str(exc), field=exc.knob, value=value,
+                          rule="R_MICRO_BATCH_MIN" if exc.knob == "micro_batch_num" else "R_SCHEDULE") from None
     except ValueError as exc:
         raise ConfigError(str(exc), field="micro_batch_num", value=micro_batch_num,
                           rule="R_MICRO_BATCH_MIN") from None

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.config.training import TrainingConfig, load_config
-from autotune.cost.schedules import registered
+from autotune.config.layer_types import FIELDS
+from autotune.cost.schedules import SizeError, registered
 from autotune.cost.simulate import compile_schedule
 from autotune.errors import ConfigError
 from autotune.profile.analytic import analytic_profile, check_overrides
@@ -76,11 +77,25 @@ def config_schedule(cfg: TrainingConfig) -> str:
     return cfg.pipeline_scheduler
 
 
+#: The YAML key of each size a schedule checks (:data:`autotune.cost.schedules.KNOBS`).
+_KNOB_FIELDS = {"pipeline_stage": FIELDS["pp"], "pp_interleave_num": FIELDS["vpp"],
+                "micro_batch_num": FIELDS["micro_batch_num"], "seq_split_num": FIELDS["seq_split_num"]}
+
+
 def check_runnable(cfg: TrainingConfig, V: int, schedule: str) -> None:
-    """Raises ConfigError (rule ``R_MICRO_BATCH_MIN``) when ``schedule`` cannot run the config's
-    pipeline_stage, micro_batch_num and seq_split_num with pp_interleave_num ``V``."""
+    """Raises ConfigError when ``schedule`` cannot run the config's pipeline_stage,
+    micro_batch_num and seq_split_num with pp_interleave_num ``V``: rule ``R_MICRO_BATCH_MIN``
+    on ``parallel_config.micro_batch_num`` when the micro-batch count breaks the schedule's rule,
+    else ``R_SCHEDULE`` on the key that does (e.g. ``model.model_config.pp_interleave_num`` for
+    seqpipe with pp_interleave_num 2, which the cost model has no schedule for)."""
     try:
         compile_schedule(schedule, cfg.pipeline_stage, V, cfg.micro_batch_num, cfg.seq_split_num)
+    except SizeError as exc:
+        value = {"pipeline_stage": cfg.pipeline_stage, "pp_interleave_num": V,
+                 "micro_batch_num": cfg.micro_batch_num, "seq_split_num": cfg.seq_split_num}[exc.knob]
+        rule = "R_MICRO_BATCH_MIN" if exc.knob == "micro_batch_num" else "R_SCHEDULE"
+        raise ConfigError(str(exc), field=_KNOB_FIELDS[exc.knob], value=value,
+                          rule=rule) from None
     except ValueError as exc:
         raise ConfigError(str(exc), field="parallel_config.micro_batch_num", value=cfg.micro_batch_num,
                           rule="R_MICRO_BATCH_MIN") from None

@@ -404,3 +404,27 @@ def test_user_config_outside_the_space_is_said():
     assert res.baselines["user"] is None
     assert res.user_config_error["rule"] == "R_USER_OUTSIDE_SPACE"
     assert "pp_interleave_num 2" in res.user_config_error["message"]
+
+
+# sizes the cost model's schedule cannot run: check reads the layout (MindFormers' layer rules
+# hold), evaluate names the key at fault, search leaves that pp_interleave_num out of its space
+SCHEDULE_SIZES = [
+    (cfg(model__model_config__pp_interleave_num=2, model__model_config__num_layers=16,
+         parallel__pipeline_config={"pipeline_interleave": True, "pipeline_scheduler": "seqpipe"}),
+     "R_SCHEDULE", "model.model_config.pp_interleave_num", 2),
+    (cfg(model__model_config__pp_interleave_num=2, parallel_config__micro_batch_num=6,
+         parallel__pipeline_config={"pipeline_interleave": True}),
+     "R_MICRO_BATCH_MIN", "parallel_config.micro_batch_num", 6),
+]
+
+
+@pytest.mark.parametrize("data, rule, field, value", SCHEDULE_SIZES, ids=[c[1] for c in SCHEDULE_SIZES])
+def test_schedule_sizes_name_the_key_at_fault(tmp_path, data, rule, field, value):
+    path = write(tmp_path, data)
+    assert run("check", path).exit_code == 0
+    r = run("evaluate", path)
+    assert r.exit_code == 2 and r.output.startswith(f"error: [{rule}] {field}:"), r.output
+    with pytest.raises(ConfigError) as ei:
+        autotune.evaluate(path)
+    assert (ei.value.rule, ei.value.field, ei.value.value) == (rule, field, value)
+    assert run("search", path, "--dry-run").exit_code == 0

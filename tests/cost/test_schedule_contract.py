@@ -206,3 +206,34 @@ def test_seqsmartvpp_is_not_modelled():
     with pytest.raises(ConfigError) as e:
         simulate_schedule([1, 1], [2, 2], micro_batch_num=4, schedule="seqsmartvpp", seq_split_num=2)
     assert e.value.rule == "scheduler"
+
+
+@pytest.mark.parametrize("name", registered())
+def test_check_names_the_size_at_fault(name):
+    """Every size a schedule refuses is a SizeError naming one of KNOBS, and the size it names is
+    at fault: some other value of that size alone clears that size's rule (the check then passes or
+    names another size)."""
+    from autotune.cost.schedules import KNOBS, SizeError
+    sched = get_schedule(name)
+    refused = 0
+    for P, V, m, k in np.ndindex(4, 4, 8, 3):
+        size = [P + 1, V + 1, m + 1, k + 1]
+        try:
+            sched.check(*size)
+        except SizeError as exc:
+            refused += 1
+            assert exc.knob in KNOBS and str(exc)
+            i = KNOBS.index(exc.knob)
+            cleared = False
+            for alt in range(1, 17):
+                other = size[:i] + [alt] + size[i + 1:]
+                try:
+                    sched.check(*other)
+                except SizeError as again:
+                    cleared = again.knob != exc.knob
+                else:
+                    cleared = True
+                if cleared:
+                    break
+            assert cleared, (name, size, exc.knob)
+    assert refused > 0

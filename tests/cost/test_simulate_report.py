@@ -101,6 +101,9 @@ def test_public_api_errors_are_config_errors():
     with pytest.raises(ConfigError) as e:
         simulate_schedule([[1, 2]] * 2, [[1, 2]] * 2, micro_batch_num=3)
     assert e.value.rule == "R_MICRO_BATCH_MIN"
+    with pytest.raises(ConfigError) as e:   # the size at fault is the chunk count (the arrays' rows)
+        simulate_schedule([[1, 2]] * 2, [[1, 2]] * 2, micro_batch_num=4, schedule="seqpipe")
+    assert (e.value.rule, e.value.field, e.value.value) == ("R_SCHEDULE", "pp_interleave_num", 2)
     with pytest.raises(ConfigError):
         simulate_schedule([1, -2], [1, 2], micro_batch_num=2)
     with pytest.raises(ConfigError):

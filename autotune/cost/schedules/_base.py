@@ -20,7 +20,8 @@ A schedule answers, for (P stages, V chunks per stage, m micro-batches, k = ``se
    exceeds it.
 4. ``ideal_bubble(P, V, m, k)``: the bubble of perfectly balanced stages without communication,
    as a fraction of compute (SAPP's ``ideal`` term: (P − 1)/(V·m·k) for the 1F1B family).
-5. ``check(P, V, m, k)``: raise ValueError when the schedule cannot run these sizes.
+5. ``check(P, V, m, k)``: raise :class:`SizeError` (a ValueError naming the knob at fault) when
+   the schedule cannot run these sizes.
 
 The event simulation (:mod:`autotune.cost.simulate`) turns the table into times. A new schedule is
 one new module in this package that calls :func:`register`.
@@ -36,6 +37,19 @@ import numpy as np
 W = "W"
 Op = tuple[int, int, "bool | str"]  # (chunk, unit, kind): True = F, False = B (or whole backward), W
 OrderFn = Callable[[int, int, int], list[list[Op]]]
+#: The sizes a schedule is asked to run, by their MindFormers key: what :class:`SizeError` names.
+KNOBS = ("pipeline_stage", "pp_interleave_num", "micro_batch_num", "seq_split_num")
+
+
+class SizeError(ValueError):
+    """A schedule cannot run these sizes; ``knob`` (one of :data:`KNOBS`) is the size whose value
+    breaks its rule, so that a caller can name that key in its error (not always micro_batch_num)."""
+
+    def __init__(self, message: str, knob: str) -> None:
+        if knob not in KNOBS:
+            raise ValueError(f"unknown knob {knob!r}")
+        super().__init__(message)
+        self.knob = knob
 
 
 class Schedule:
@@ -69,10 +83,10 @@ class Schedule:
         return (P - 1) / (V * m * k)
 
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
-        """Raise ValueError when the schedule cannot run (P, V, m, k). Default: k must be 1."""
+        """Raise :class:`SizeError` when the schedule cannot run (P, V, m, k). Default: k must be 1."""
         if k != 1 and not self.splits_sequence:
-            raise ValueError(f"schedule {self.name} does not split sequences; seq_split_num must be 1, "
-                             f"got {k} (use pipeline_scheduler: seqpipe)")
+            raise SizeError(f"schedule {self.name} does not split sequences; seq_split_num must be 1, "
+                            f"got {k} (use pipeline_scheduler: seqpipe)", "seq_split_num")
 
 
 _REGISTRY: dict[str, Schedule] = {}
@@ -133,9 +147,9 @@ def one_f_one_b_order(P: int, V: int, m: int) -> list[list[Op]]:
     :mod:`autotune.cost.schedules.one_f_one_b`).
 
     Raises:
-        ValueError: V != 1.
+        SizeError: V != 1.
     """
     if V != 1:
-        raise ValueError("1F1B without interleaving needs V = 1")
+        raise SizeError(f"1F1B without interleaving needs pp_interleave_num = 1, got {V}", "pp_interleave_num")
     seq = [(0, j) for j in range(m)]
     return one_f_one_b_table(P, seq, seq, [P - i - 1 for i in range(P)])

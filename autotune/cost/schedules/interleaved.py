@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_order, one_f_one_b_table, register
+from autotune.cost.schedules._base import Op, Schedule, SizeError, one_f_one_b_order, one_f_one_b_table, register
 
 
 def vpp_group_rule(p: int, m: int, n: int) -> tuple[bool, str]:
@@ -50,8 +50,8 @@ def vpp_group_rule(p: int, m: int, n: int) -> tuple[bool, str]:
 def check_interleaved(P: int, V: int, m: int) -> None:
     """Raise ValueError unless interleaving can run: m >= P and m % P == 0 (Megatron with N = P)."""
     if m < P or m % P != 0:
-        raise ValueError(f"interleaved 1F1B needs micro_batch_num to be a multiple of pipeline_stage "
-                         f"(got micro_batch_num={m}, pipeline_stage={P})")
+        raise SizeError(f"interleaved 1F1B needs micro_batch_num to be a multiple of pipeline_stage "
+                        f"(got micro_batch_num={m}, pipeline_stage={P})", "micro_batch_num")
 
 
 def _sequences(P: int, V: int, m: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

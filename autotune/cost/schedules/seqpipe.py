@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_table, register
+from autotune.cost.schedules._base import Op, Schedule, SizeError, one_f_one_b_table, register
 
 
 class SeqPipe(Schedule):
@@ -47,10 +47,11 @@ class SeqPipe(Schedule):
 
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
         if V != 1:
-            raise ValueError(f"seqpipe runs without interleaving (pp_interleave_num = 1), got {V}; "
-                             "use pipeline_scheduler seqvpp")
+            raise SizeError(f"the seqpipe schedule is modelled without virtual stages (pp_interleave_num = 1), "
+                            f"got {V}; for sequence chunks with virtual stages use pipeline_scheduler seqvpp",
+                            "pp_interleave_num")
         if k < 1:
-            raise ValueError(f"seq_split_num must be >= 1, got {k}")
+            raise SizeError(f"seq_split_num must be >= 1, got {k}", "seq_split_num")
 
 
 register(SeqPipe())

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.cost.schedules._base import Op, Schedule, one_f_one_b_table, register
+from autotune.cost.schedules._base import Op, Schedule, SizeError, one_f_one_b_table, register
 from autotune.cost.schedules.seqpipe import SeqPipe
 
 
@@ -89,11 +89,12 @@ class SeqVpp(Schedule):
 
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
         if k <= 1:
-            raise ValueError("pipeline_scheduler seqvpp needs seq_split_num > 1 (use seqpipe, or "
-                             f"seq_split_num > 1); got {k}")
+            raise SizeError("pipeline_scheduler seqvpp needs seq_split_num > 1 (use seqpipe, or "
+                            f"seq_split_num > 1); got {k}", "seq_split_num")
         if V > 1 and m % -(-P // k) != 0:
-            raise ValueError(f"seqvpp with pp_interleave_num > 1 needs micro_batch_num to be a multiple of "
-                             f"ceil(pipeline_stage / seq_split_num) = {-(-P // k)} (got micro_batch_num={m})")
+            raise SizeError(f"seqvpp with pp_interleave_num > 1 needs micro_batch_num to be a multiple of "
+                            f"ceil(pipeline_stage / seq_split_num) = {-(-P // k)} (got micro_batch_num={m})",
+                            "micro_batch_num")
 
 
 register(SeqVpp())

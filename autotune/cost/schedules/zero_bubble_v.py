@@ -50,7 +50,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.cost.schedules._base import W, Op, Schedule, register
+from autotune.cost.schedules._base import W, Op, Schedule, SizeError, register
 
 
 @lru_cache(maxsize=64)
@@ -159,8 +159,9 @@ class ZeroBubbleV(Schedule):
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
         super().check(P, V, m, k)
         if V != 2 or P < 2 or m < 2 * P:
-            raise ValueError(f"zero_bubble_v needs pp_interleave_num = 2, pipeline_stage >= 2 and "
-                             f"micro_batch_num >= 2·pipeline_stage (got V={V}, P={P}, m={m})")
+            knob = "pp_interleave_num" if V != 2 else "pipeline_stage" if P < 2 else "micro_batch_num"
+            raise SizeError(f"zero_bubble_v needs pp_interleave_num = 2, pipeline_stage >= 2 and "
+                            f"micro_batch_num >= 2·pipeline_stage (got V={V}, P={P}, m={m})", knob)
 
 
 register(ZeroBubbleV())
