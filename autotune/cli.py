@@ -1,6 +1,8 @@
 """Command-line interface (thin: parse -> api -> render).
 
-Every :class:`~autotune.errors.AutotuneError` becomes a one-line message on stderr and exit code 2;
+Every :class:`~autotune.errors.AutotuneError` becomes a one-line message on stderr and exit code 2
+(and ``{"error": {...}}`` on stdout where the command prints JSON:
+:mod:`autotune.commands._json_errors`);
 so does a usage error of a sub-command's options (click's, e.g. ``--timeout 0``) and a pydantic
 ``ValidationError`` (a derived value one of autotune's models refuses: rule
 R_UNSUPPORTED, naming the model's field); ``--debug`` shows the traceback instead. Sub-commands
@@ -11,6 +13,7 @@ commands) and is registered automatically.
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import sys
 
@@ -19,7 +22,8 @@ from pydantic import ValidationError
 
 import autotune.commands as pkg
 from autotune.config.patterns import pattern_scope
-from autotune.errors import AutotuneError, from_validation_error
+from autotune.commands._json_errors import FLAG as JSON_ERRORS
+from autotune.errors import AutotuneError, ConfigError, from_validation_error
 
 EXIT_BAD_INPUT = 2
 
@@ -42,8 +46,7 @@ class _Group(click.Group):
         except AutotuneError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
+            _bad_input(ctx, exc)
         except ValidationError as exc:
             # a value read from the input that one of autotune's models refuses after the readers
             # passed it: one line naming the model's field, never pydantic's multi-line text
@@ -52,8 +55,17 @@ class _Group(click.Group):
             err = from_validation_error(exc, None, what=f"{exc.title} derived from the input (an "
                                         "autotune bug: --debug shows the traceback)",
                                         rule="R_UNSUPPORTED")
-            click.echo(f"error: {err}", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
+            _bad_input(ctx, err)
+
+
+def _bad_input(ctx: click.Context, exc: AutotuneError) -> None:
+    """Exit 2 with one line ``error: ...`` on stderr, and ``{"error": {...}}`` on stdout too when
+    the command asked for JSON errors (:mod:`autotune.commands._json_errors`)."""
+    if ctx.obj and ctx.obj.get(JSON_ERRORS):
+        body = exc.to_dict() if isinstance(exc, ConfigError) else {"rule": None, "field": None, "message": str(exc)}
+        click.echo(json.dumps({"error": body}))
+    click.echo(f"error: {exc}", err=True)
+    ctx.exit(EXIT_BAD_INPUT)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

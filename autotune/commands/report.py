@@ -7,6 +7,7 @@ import json
 import click
 
 from autotune.api import evaluate, load_config, resolve_profile
+from autotune.commands._json_errors import json_errors
 from autotune.commands._paths import check_out_dir
 from autotune.commands.tune import DEVICE_NAMES, _overrides
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS, write_report
@@ -40,6 +41,7 @@ def report_cmd(config: str, profile: str | None, compare: str | None, out: str, 
     self-contained report.html (+ report.md) into --out. --compare puts another config beside it.
     Report files already in --out are kept unless --force.
     """
+    json_errors(fmt)
     check_out_dir(out, force=force, option="--out", names=REPORT_FILES, patterns=REPORT_PATTERNS)
     require(REPORT_MODULES, "report", "autotune report")
     hbm_mib = None if hbm is None else parse_memory_mib(hbm, field="--hbm")

@@ -13,6 +13,7 @@ import click
 from autotune.api import evaluate, load_config, search
 from autotune.commands import _megatron
 from autotune.commands._dry_text import dry_run_lines
+from autotune.commands._json_errors import json_errors, json_printed
 from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
@@ -185,6 +186,7 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
     """Predict step time, bubble and per-stage peak memory of CONFIG as written (fits = peak at most
     the budget minus --hbm-margin)."""
 
+    json_errors(fmt)
     _profile_warnings(profile)
     cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)
     report = evaluate(cfg, profile, device=device, overrides=_overrides(sets))
@@ -248,6 +250,7 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
     bound and certified gap, and write the tuned YAML to --out. Megatron-LM arguments (a YAML/JSON
     of flags, or --megatron-args train.sh) are detected by content: see docs/megatron.md."""
 
+    json_errors(fmt)
     # every output path and optional module is checked before the search: a clash must not throw a
     # finished search away
     check_out_file(out, force=force, option="--out")
@@ -301,6 +304,7 @@ def search_cmd(config: str | None, profile: str | None, device: str | None, hbm:
         click.echo(f"warning: {result.stop_text()}", err=True)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
+        json_printed()
     else:
         _print_search(result, config, out)
     if result.best is None:

@@ -1,0 +1,55 @@
+"""``--format json`` errors of ``evaluate``, ``search`` and ``report``: ``{"error": {"rule",
+"field", "message"}}`` on stdout (as ``check --format json``) besides the one-line ``error:`` on
+stderr, exit 2; text output keeps stdout empty; a search whose JSON result is printed before its
+error (nothing fits) keeps stdout one JSON document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+GLM = ROOT / "examples" / "real_configs" / "05_glm4_9b.yaml"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture()
+def bad_config(tmp_path: Path) -> Path:
+    p = tmp_path / "bad.yaml"
+    p.write_text(GLM.read_text(encoding="utf-8").replace("mp_comm_recompute: true", "mp_comm_recompute: 1"),
+                 encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize("argv", [["evaluate"], ["search", "--dry-run"], ["search", "--quiet"],
+                                  ["report", "--out", "OUT"]], ids=["evaluate", "dry-run", "search", "report"])
+def test_json_error_on_stdout_and_text_on_stderr(argv, bad_config, tmp_path):
+    argv = [str(tmp_path / "r") if a == "OUT" else a for a in argv]
+    r = _run(*argv, bad_config, "--format", "json")
+    assert r.exit_code == 2
+    err = json.loads(r.stdout)["error"]
+    assert err["rule"] == "R_RECOMPUTE_BOOL" and err["field"] == "recompute_config.mp_comm_recompute"
+    assert r.stderr.startswith("error: [R_RECOMPUTE_BOOL] recompute_config.mp_comm_recompute:")
+    text = _run(*argv, bad_config)
+    assert text.exit_code == 2 and text.stdout == "" and text.stderr == r.stderr
+
+
+def test_missing_file_is_a_json_error(tmp_path):
+    r = _run("evaluate", tmp_path / "none.yaml", "--format", "json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["rule"] == "file"
+
+
+def test_nothing_fits_keeps_one_json_document_on_stdout():
+    r = _run("search", GLM, "--hbm", "1GB", "--format", "json", "--quiet")
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)            # the result alone: no error object after it
+    assert doc["best"] is None and doc["closest"] is not None
+    assert r.stderr.strip().splitlines()[-1].startswith("error: [R_HBM_INFEASIBLE] --hbm:")
