@@ -122,13 +122,19 @@ def test_a_deadline_is_kept() -> None:
     full = wrap_dp_bound(problem, 2, upper_ms=best.step_ms)
     assert wrap_dp_bound(_random_problem(6, 10, 3, 2, ("full",), 1.0), 2, upper_ms=best.step_ms,
                          deadline=time.monotonic() - 1.0) is None
-    clock = iter([0.0] * 3 + [10.0] * 1000)  # the set-up in time, the search past the deadline
-    real = Wm.time.monotonic
-    Wm.time.monotonic = lambda: next(clock)
+    late = {"now": False}  # the set-up (tables, pair DP) in time, the threshold search past the deadline
+    real, real_search = Wm.time.monotonic, Wm._threshold_search
+
+    def search(*args, **kwargs):
+        late["now"] = True
+        return real_search(*args, **kwargs)
+
+    Wm.time.monotonic = lambda: 10.0 if late["now"] else 0.0
+    Wm._threshold_search = search
     try:
         cut = wrap_dp_bound(problem, 2, upper_ms=best.step_ms, deadline=5.0)
     finally:
-        Wm.time.monotonic = real
+        Wm.time.monotonic, Wm._threshold_search = real, real_search
     assert cut is not None and cut.evals <= 2 and cut.bound_ms <= full.bound_ms + 1e-9
     assert cut.bound_ms <= best.step_ms * (1 + 1e-9)
 
@@ -164,3 +170,25 @@ def test_dense_loose_p16_v2() -> None:
     upper = 32037.29
     assert device_dp_bound(problem, 2, upper_ms=upper, joint_work=0).bound_ms == pytest.approx(31017.96, abs=0.01)
     assert wrap_dp_bound(problem, 2, upper_ms=upper).bound_ms == pytest.approx(31126.23, abs=0.01)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(2, 4), st.integers(2, 3), st.integers(2, 6), st.integers(0, 10_000))
+def test_pair_lengths_table_equals_one_pair_at_a_time(P, V, m, seed):
+    """The [Ma, Mb] table (its walks reuse a few preallocated tables) equals the same DP run on each
+    configuration pair alone (1 × 1 tables; to 1e-12: einsum sums a batch in another order, a last
+    bit), and past its deadline it returns None."""
+    if m < P:
+        m = P
+    m -= m % P
+    cs = compile_schedule("1f1b", P, V, m, 1)
+    tp = two_stage_paths(cs, P - 1, 0)
+    rng = np.random.default_rng(seed)
+    Fa, Ba = rng.uniform(0.5, 3, (5, V)), rng.uniform(1, 6, (5, V))
+    Fb, Bb = rng.uniform(0.5, 3, (4, V)), rng.uniform(1, 6, (4, V))
+    G = pair_lengths(tp, Fa, Ba, Fb, Bb, 0.3)
+    for i in range(5):
+        for j in range(4):
+            g = pair_lengths(tp, Fa[i:i + 1], Ba[i:i + 1], Fb[j:j + 1], Bb[j:j + 1], 0.3)
+            assert g[0, 0] == pytest.approx(G[i, j], rel=1e-12)
+    assert pair_lengths(tp, Fa, Ba, Fb, Bb, 0.3, deadline=0.0) is None

@@ -79,8 +79,12 @@ from autotune.tuner.problem import Problem
 #: bisection; past it the intervals not split count with their lower value (a weaker bound).
 MAX_EVALS = 48
 #: Work cap of the two-stage path DP: walks × ops of the pair × configurations of a × of b
-#: (array elements; ~1-2 ns each). Past it the bound is not computed (None).
+#: (each op is a few passes over the [Ma, Mb] table: ~12 ns a unit, e.g. 1.4e8 units in 1.7 s on
+#: the pp 2 config of :func:`pair_lengths`'s docstring). Past it the bound is not computed (None).
 PAIR_WORK = 400_000_000
+#: The two-stage path DP checks its deadline every this many ops (each a pass over its [Ma, Mb]
+#: table: a few ms on the largest tables it takes).
+CLOCK_EVERY = 8
 
 
 @dataclass(frozen=True)
@@ -204,21 +208,46 @@ def two_stage_paths(cs: CompiledSchedule, a: int, b: int) -> TwoStagePaths:
 
 
 def pair_lengths(tp: TwoStagePaths, Fa: np.ndarray, Ba: np.ndarray, Fb: np.ndarray, Bb: np.ndarray,
-                 p2p_ms: float) -> np.ndarray:
+                 p2p_ms: float, deadline: float | None = None) -> np.ndarray | None:
     """G [Ma, Mb] (ms): the longest kept two-stage path's length on the pair alone, Σ_pair counts ·
     durations + hops · p2p_ms, for every configuration of stage a (forward / backward ms per
     micro-batch and chunk ``Fa``, ``Ba`` float [Ma, V]) against every one of b (``Fb``, ``Bb``
     [Mb, V]); -inf where no kept path exists. An op runs 1 / ``seq_split_num`` of its mini-stage's
-    micro-batch time (as in the simulation); a hop costs the whole p2p_ms."""
+    micro-batch time (as in the simulation); a hop costs the whole p2p_ms.
+
+    None when ``deadline`` (time.monotonic()) passes during the walks (checked every
+    :data:`CLOCK_EVERY` ops): each op is a few passes over the [Ma, Mb] table, and on MindFormers'
+    r0.6.1 bloom 7.1B demo (pp 2, m 2, 30 layers: 1,316 × 4,495 configurations) one call took
+    4.5 s, so that a ``--timeout 10`` search ended at 11.7-12.3 s; with the tables reused (below)
+    it takes 1.7 s, with the same values to the bit."""
     k = tp.k
     Ma, Mb = Fa.shape[0], Fb.shape[0]
     dur_a = np.stack([Fa, Ba]) / k  # [2, Ma, V] by (F, B)
     dur_b = np.stack([Fb, Bb]) / k
 
-    def const(pair: np.ndarray, hops: int) -> np.ndarray:
-        ca = np.einsum("kv,kmv->m", pair[0], dur_a)
-        cb = np.einsum("kv,kmv->m", pair[1], dur_b)
-        return ca[:, None] + cb[None, :] + hops * p2p_ms
+    def terms(entries) -> dict[int, list[tuple[np.ndarray, np.ndarray, float]]]:
+        """op -> the (a's part [Ma], b's part [Mb], hops · p2p_ms) of each entry / exit at it."""
+        out: dict[int, list[tuple[np.ndarray, np.ndarray, float]]] = {}
+        for pair, hops, idx in entries:
+            t = (np.einsum("kv,kmv->m", pair[0], dur_a), np.einsum("kv,kmv->m", pair[1], dur_b), hops * p2p_ms)
+            for i in idx.tolist():
+                out.setdefault(i, []).append(t)
+        return out
+
+    # [Ma, Mb] tables (~50 MB each at ~1,300 × 4,500 configurations) are reused, not allocated
+    # per op: glibc serves blocks that large with fresh mmapped pages, zero-filled on each use
+    # (a pp 2 config's one call took 4.5 s, over half of it page faults charged as system time)
+    pool: list[np.ndarray] = []
+    tmp = np.empty((Ma, Mb))
+
+    def take() -> np.ndarray:
+        return pool.pop() if pool else np.empty((Ma, Mb))
+
+    def outer(t: tuple[np.ndarray, np.ndarray, float], out: np.ndarray) -> np.ndarray:
+        """out = a's part + b's part + hops' ms, summed in that order (as a broadcast sum)."""
+        np.add(t[0][:, None], t[1][None, :], out=out)
+        out += t[2]
+        return out
 
     n = tp.ops.size
     uses = np.zeros(n, dtype=np.int64)  # how many later ops read each op's value
@@ -230,36 +259,46 @@ def pair_lengths(tp: TwoStagePaths, Fa: np.ndarray, Ba: np.ndarray, Fb: np.ndarr
     kind = np.where(tp.fwd, 0, 1)
     best = np.full((Ma, Mb), -np.inf)
     for g in tp.groups:
-        start: dict[int, np.ndarray] = {}
-        for pair, hops, idx in g.entries:
-            c = const(pair, hops)
-            for i in idx.tolist():
-                start[i] = c if i not in start else np.maximum(start[i], c)
-        exit_at: dict[int, np.ndarray] = {}
-        for pair, hops, idx in g.exits:
-            c = const(pair, hops)
-            for i in idx.tolist():
-                exit_at[i] = c if i not in exit_at else np.maximum(exit_at[i], c)
+        start = terms(g.entries)
+        exit_at = terms(g.exits)
         first = min(start)
         val: dict[int, np.ndarray] = {}
         left = uses.copy()
         for i in range(first, n):
-            cand = start.get(i)
+            if deadline is not None and i % CLOCK_EVERY == 0 and time.monotonic() > deadline:
+                return None
+            cand = None  # the longest path into op i: its entries' and its predecessors' values
+            for t in start.get(i, ()):
+                if cand is None:
+                    cand = outer(t, take())
+                else:
+                    np.maximum(cand, outer(t, tmp), out=cand)
             for j, hop in ((tp.prev[i], 0.0), (tp.dep[i], tp.cross[i] * p2p_ms)):
                 if j >= 0 and j in val:
-                    x = val[j] + hop if hop else val[j]
-                    cand = x if cand is None else np.maximum(cand, x)
+                    x = val[j]
+                    if cand is None:
+                        cand = take()
+                        if hop:
+                            np.add(x, hop, out=cand)
+                        else:
+                            np.copyto(cand, x)
+                    elif hop:
+                        np.maximum(cand, np.add(x, hop, out=tmp), out=cand)
+                    else:
+                        np.maximum(cand, x, out=cand)
                     left[j] -= 1
                     if left[j] == 0:
-                        del val[j]
+                        pool.append(val.pop(j))
             if cand is None:
                 continue
             d = dur_a[kind[i], :, tp.chunk[i]][:, None] if tp.side[i] == 0 else dur_b[kind[i], :, tp.chunk[i]][None, :]
-            v = cand + d
-            if i in exit_at:
-                np.maximum(best, v + exit_at[i], out=best)
+            cand += d
+            for t in exit_at.get(i, ()):  # v + max over exits = max over exits of v + exit (exactly)
+                np.maximum(best, np.add(cand, outer(t, tmp), out=tmp), out=best)
             if left[i] > 0:
-                val[i] = v
+                val[i] = cand
+            else:
+                pool.append(cand)
     return best
 
 
@@ -326,7 +365,9 @@ def wrap_dp_bound(problem: Problem, V: int, *, upper_ms: float | None, lower_ms:
         return None
     if late():
         return None
-    G = pair_lengths(tp, last.F, last.B, first.F, first.B, su.p2p_ms)
+    G = pair_lengths(tp, last.F, last.B, first.F, first.B, su.p2p_ms, deadline)
+    if G is None:
+        return None
     Ew = G - last.cost[:, None] - first.cost[None, :]  # [ML, M0]; -inf: no kept path
     vals = [st.E[np.isfinite(st.E)] for st in stages] + [Ew[np.isfinite(Ew)]]
     S = np.unique(np.concatenate(vals))
