@@ -73,7 +73,8 @@ class SearchOutcome:
             the config's own layout breaks a rule, or lies outside the searched space); None when
             it was evaluated.
         min_static_mib, min_peak_mib: with ``stopped_by="static_memory"``, lower bounds on the
-            worst stage's static MiB, and static + one micro-batch's activations, over every layout
+            worst stage's static MiB, and static + one micro-batch's activations or one layer's
+            backward workspace, over every layout
             (:meth:`autotune.tuner.problem.Problem.memory_floor_mib`); the second is above the
             budget (less the margin). None otherwise.
         bound_phase_cut: the bound phase's half of the wall clock (``--timeout``, or the safety
@@ -168,7 +169,8 @@ class SearchOutcome:
             limit = self.config.hbm_mib
             return (f"stopped before the bound phase: on the worst stage of every layout, static memory "
                     f"(weights, gradients, optimizer state, embedding / LM head) needs at least "
-                    f"{self.min_static_mib:.0f} MiB and with one micro-batch's activations at least "
+                    f"{self.min_static_mib:.0f} MiB and with one micro-batch's activations (or one layer's "
+                    f"backward workspace) at least "
                     f"{self.min_peak_mib:.0f} MiB, above the limit of {limit:.0f} MiB; no trials run")
         if self.stopped_by == "neighbourhood" and self.best is None:
             tail = "" if self.no_fit_proven else "; a fitting layout elsewhere is not ruled out"

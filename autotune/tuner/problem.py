@@ -19,6 +19,7 @@ from autotune.cost.inputs import ProfileArrays, StageCosts, first_layers, stage_
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import (compile_schedule, duration_table, peak_activation, simulate,
                                     stage_peak_activation)
+from autotune.tuner.recompute import allowed_classes
 
 
 @dataclass
@@ -127,7 +128,8 @@ class Problem:
     def memory_floor_mib(self) -> tuple[float, float]:
         """Lower bounds (MiB) on the worst stage's memory over every layout of the space (every V
         candidate, any recompute): (static memory alone, static + the activations one micro-batch
-        keeps). No layout fits when the second exceeds ``hbm_mib``.
+        keeps or one layer's backward workspace). No layout fits when the second exceeds
+        ``hbm_mib``.
 
         Stage s of a layout with V chunks holds n_s >= Σ_v lo[v, s] layers (:meth:`bounds`), Σ n_s
         = N. Its static memory is at least c_s + n_s · a: a is the least static MiB a layer of
@@ -141,6 +143,21 @@ class Problem:
         water-filling of the N layers over the stages (each layer to the least loaded stage);
         exact for the static part when every layer has the same static memory (pipeline_stage 1:
         the whole model's weights, gradients and optimizer state).
+
+        One layer's memory: each layer kind present sits on some stage, whose static memory is at
+        least the per-stage constant plus one layer's least static (a). With recompute class c the
+        layer keeps act[k, c] MiB of micro-batch 0 when the stage's first backward starts (above),
+        and its mini-stage's workspace, the largest of its layers' (:func:`autotune.cost.inputs.
+        stage_costs`), is live during each of its backwards on top of the activations then kept (>=
+        0; cost-model reference §3.2's "working set of the first backward"): the stage peaks at
+        least max(act[k, c], ws[k, c]) above its static memory. So the worst stage peaks at no less
+        than that constant + a + the largest, over the kinds present, of the least over the classes
+        the space allows (:func:`~autotune.tuner.recompute.allowed_classes`; the cost model's
+        per-class numbers of this problem, select patterns folded in) of that max (the workspace
+        alone with ``seq_split_num > 1``). It decides where one layer's attention scores exceed
+        the budget whatever the recompute (a 32k sequence without flash attention: MindFormers'
+        r1.1 GLM-32k configs, ~201,000 MiB a layer kept or replayed against 59 GB), where the
+        water-filling leaves room.
         """
         pa = self.pa
         present = pa.kind_prefix[:, -1] > 0
@@ -161,7 +178,10 @@ class Problem:
                 c[hp] += pa.head.static_mib + h
                 c[tp] += pa.tail.static_mib + t
                 floors[i] = min(floors[i], _water_fill(c + per * n, per, int(self.N - n.sum())))
-        return floors[0], floors[1]
+        cls = allowed_classes(self.kinds)
+        one = np.maximum(pa.ws_kc[present][:, cls], pa.act_kc[present][:, cls] if self.seq_split_num == 1 else 0.0)
+        layer = max(0.0, float(one.min(axis=1).max())) if st.size else 0.0
+        return floors[0], max(floors[1], pa.stage_const_mib + a + layer)
 
     def costs(self, V: int, layers: np.ndarray, rec: np.ndarray, sel: np.ndarray,
               com: np.ndarray) -> StageCosts:

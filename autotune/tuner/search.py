@@ -393,7 +393,7 @@ def pareto_front(cfg: TrainingConfig, pool: list[tuple[Variant, Candidate]], use
 def static_verdict(cfg: TrainingConfig, subs: list[tuple[Variant, Problem]], user: Layout | None,
                    user_error: dict[str, Any] | None, margin_mib: float, t0: float) -> SearchOutcome | None:
     """The answer without a bound phase when no layout of any sub-problem can fit: the least
-    worst-stage static memory plus one micro-batch's activations of every layout
+    worst-stage static memory plus one micro-batch's activations (or one layer's backward workspace) of every layout
     (:meth:`Problem.memory_floor_mib`) exceeds the budget (less the margin). Seconds, not minutes:
     the baselines are evaluated, nothing is searched; the closest layout is the least-peak one
     (:func:`~autotune.tuner.least_peak.least_peak` of every V, a capped memory-only descent) or

@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import autotune
 from autotune.tuner.progress import Progress
@@ -87,6 +89,52 @@ def test_memory_floor_is_hand_computed_and_sound() -> None:
 
     assert syn2_problem(150).memory_floor_mib() == pytest.approx((30.0, 32.0))
     assert exact_optimum(syn2_problem(31.9)).best is None    # sound: nothing fits below the floor
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), V=st.integers(1, 2),
+       kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
+       ws=st.sampled_from([0.0, 1.0, 5.0, 40.0]), act=st.sampled_from([1.0, 10.0]), split=st.sampled_from([1, 2]))
+def test_memory_floor_is_below_every_layout(seed, N, P, V, kinds, ws, act, split) -> None:
+    """No layout of a random problem fits a budget just under the floor (every layout enumerated),
+    with the full-recompute workspace up to 40 × the activation and activations up to 10 × the
+    drawn ones (where one layer's memory alone decides: the floor's last term binds on about a
+    third of such draws), and seqpipe's seq_split_num 2 (the activations' term left out)."""
+    from dataclasses import replace
+
+    from autotune.tuner.exact import exact_optimum
+    from autotune.tuner.problem import Problem
+    from tests.search.test_exact_bounds import _random_problem
+
+    base = _random_problem(seed, N, P, V if split == 1 else 1, kinds, 1.0,
+                           "seqpipe" if split > 1 else "1f1b", split)
+    pa = replace(base.pa, ws_kc=base.pa.ws_kc * ws * act, act_kc=base.pa.act_kc * act, _prefix={})
+    probe = Problem(pa, P=P, m=base.m, hbm_mib=1e12, vpp_candidates=base.vpp_candidates, kinds=kinds,
+                    schedule=base.schedule, seq_split_num=split)
+    floor = probe.memory_floor_mib()[1]
+    tight = Problem(pa, P=P, m=base.m, hbm_mib=floor * (1 - 1e-9), vpp_candidates=base.vpp_candidates,
+                    kinds=kinds, schedule=base.schedule, seq_split_num=split)
+    assert exact_optimum(tight).best is None
+
+
+def test_one_layers_memory_alone_is_decided_before_the_bound_phase() -> None:
+    """Where one layer's activations or its replay's workspace alone exceed the budget whatever its
+    recompute (here 2,000 MiB kept, or 1,500 MiB of workspace when fully recomputed, against a
+    1,000 MiB budget; the water-filling of static memory and the recomputed activations leaves
+    room: 2 × 10 + 4 × 3 + 50 MiB), no layout fits, decided without a bound phase: stage constant
+    50 + least layer static 10 + min(max(2000, 0), max(100, 1500)) = 1,560 MiB."""
+    from autotune.cost.inputs import ProfileArrays
+    from autotune.profile.schema import ModelProfile
+    from autotune.tuner.exact import exact_optimum
+    from autotune.tuner.problem import Problem
+
+    prof = ModelProfile(kinds={"d": {"fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 2000.0, "static_mib": 10.0,
+                                     "full": {"act_mib": 100.0, "extra_ms": 1.0, "workspace_mib": 1500.0}}},
+                        layer_kinds=[("d", 8)], stage_const_mib=50.0)
+    pa = ProfileArrays.from_profile(prof)
+    problem = Problem(pa, P=2, m=4, hbm_mib=1000.0, vpp_candidates=[1, 2], kinds=("full",))
+    assert problem.memory_floor_mib()[1] == pytest.approx(1560.0)
+    assert exact_optimum(problem).best is None
 
 
 def test_config_no_layout_can_fit_is_decided_before_the_bound_phase(tmp_path) -> None:
