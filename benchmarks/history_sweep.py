@@ -84,7 +84,7 @@ class Sweep:
     tallies: dict[str, Tally] = field(default_factory=lambda: {"check": Tally(), "evaluate": Tally()})
     rules: dict[str, Counter] = field(default_factory=lambda: {"check": Counter(), "evaluate": Counter()})
     examples: dict[str, str] = field(default_factory=dict)
-    accepted_pp: list[tuple[str, Path]] = field(default_factory=list)
+    accepted_pp: list[tuple[str, Path, str]] = field(default_factory=list)  # (sha, file, ref:path)
     slowest_s: float = 0.0
 
 
@@ -117,7 +117,7 @@ def sweep(mirror: str, scratch: Path) -> Sweep:
                 pc = data.get("parallel_config") if isinstance(data, dict) else None
                 pp = pc.get("pipeline_stage") if isinstance(pc, dict) else None
                 if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1:
-                    res.accepted_pp.append((sha, path))
+                    res.accepted_pp.append((sha, path, where))
     return res
 
 
@@ -126,11 +126,11 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def search_runs(paths: list[Path], timeout_s: float) -> list[dict]:
-    """``autotune search PATH --timeout S --quiet --format json`` as a subprocess for each path:
-    exit code, wall s, CPU s (user + sys), certified gap, and ``ok``."""
+def search_runs(paths: list[tuple[Path, str]], timeout_s: float) -> list[dict]:
+    """``autotune search PATH --timeout S --quiet --format json`` as a subprocess for each (path,
+    ref:path it came from): exit code, wall s, CPU s (user + sys), certified gap, and ``ok``."""
     rows = []
-    for path in paths:
+    for path, where in paths:
         t0, c0 = time.perf_counter(), _children_cpu()
         p = subprocess.run([sys.executable, "-m", "autotune.cli", "search", str(path), "--timeout", str(timeout_s),
                             "--quiet", "--format", "json"], capture_output=True, text=True, cwd=ROOT)
@@ -141,8 +141,9 @@ def search_runs(paths: list[Path], timeout_s: float) -> list[dict]:
             gap = None
         late = wall > timeout_s * (1 + LATE_REL) + LATE_S
         ok = p.returncode in (0, 2) and "Traceback" not in p.stderr and not late
-        rows.append({"file": path.stem, "exit": p.returncode, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-                     "gap": gap, "ok": ok, "stderr_tail": p.stderr.strip().splitlines()[-1:] if not ok else []})
+        rows.append({"file": path.stem, "where": where, "exit": p.returncode, "wall_s": round(wall, 2),
+                     "cpu_s": round(cpu, 2), "gap": gap, "ok": ok,
+                     "stderr_tail": p.stderr.strip().splitlines()[-1:] if not ok else []})
     return rows
 
 
@@ -180,15 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         known = set()
         if MANIFEST.is_file():
             known = {e["blob"] for e in json.loads(MANIFEST.read_text(encoding="utf-8"))["files"]}
-        pool = sorted(p for sha, p in res.accepted_pp if sha not in known)
+        pool = sorted((p, where) for sha, p, where in res.accepted_pp if sha not in known)
         picked = random.Random(args.seed).sample(pool, min(args.search, len(pool)))
         searched = search_runs(picked, args.timeout)
         print(f"\nsearch --timeout {args.timeout:g} on {len(picked)} of {len(pool)} accepted files with "
               "pipeline_stage > 1 outside the corpus:")
         for r in searched:
             gap = "-" if r["gap"] is None else f"{100 * r['gap']:.2f} %"
-            print(f"  {r['file'][:12]}  exit {r['exit']}  wall {r['wall_s']:5.1f} s  CPU {r['cpu_s']:5.1f} s  "
-                  f"gap {gap}{'' if r['ok'] else '  FAILED ' + ' '.join(r['stderr_tail'])}")
+            print(f"  exit {r['exit']}  wall {r['wall_s']:5.1f} s  CPU {r['cpu_s']:5.1f} s  gap {gap:>7}  "
+                  f"{r['where']}{'' if r['ok'] else '  FAILED ' + ' '.join(r['stderr_tail'])}")
         bad = bad or not all(r["ok"] for r in searched)
     if args.json:
         Path(args.json).write_text(json.dumps({

@@ -7,6 +7,7 @@ are ``[vpp][pp]`` (chunk-major), as MindFormers logs them.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,6 +285,23 @@ def truthy(value: Any) -> bool:
         return bool(value)
     except Exception:  # noqa: BLE001 - numpy arrays etc.
         return True
+
+
+def misspelt_hint(data: Any, names: tuple[str, ...] | list[str]) -> str:
+    """For a required ``model.model_config`` key missing under every spelling in ``names``: ``"; found
+    'num_layer' there: a misspelling of 'num_layers'?"`` when a key of that section is within
+    difflib's 0.85 ratio of one of them (the section's keys are open, so a typo is no error of
+    its own), else ``""``."""
+    mc = data.get("model") if isinstance(data, dict) else None
+    mc = mc.get("model_config") if isinstance(mc, dict) else None
+    if not isinstance(mc, dict):
+        return ""
+    present = sorted(k for k in mc if isinstance(k, str) and k not in names)
+    for name in names:
+        hit = difflib.get_close_matches(name, present, n=1, cutoff=0.85)
+        if hit:
+            return f"; found {hit[0]!r} there: a misspelling of {name!r}?"
+    return ""
 
 
 def short_repr(value: Any, limit: int = 120) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.config.cells import family_from_yaml
-from autotune.config.layer_types import ABSENT, LayerInputs, short_repr
+from autotune.config.layer_types import ABSENT, LayerInputs, misspelt_hint, short_repr
 from autotune.errors import ConfigError
 
 MC = "model.model_config."
@@ -75,9 +75,9 @@ def inputs_from_yaml(data: dict[str, Any]) -> LayerInputs:
             n, n_path = val, MC + key
             break
     if n is ABSENT:
-        raise ConfigError("required key is missing (also looked for num_hidden_layers, n_layer); fix: "
-                          "add model.model_config.num_layers", field=MC + "num_layers", value=None,
-                          rule="R_MISSING")
+        raise ConfigError("required key is missing (also looked for num_hidden_layers, n_layer)"
+                          f"{misspelt_hint(data, LAYER_KEYS)}; fix: add model.model_config.num_layers",
+                          field=MC + "num_layers", value=None, rule="R_MISSING")
     use_legacy = get_node(data, "use_legacy", True)
     if not isinstance(use_legacy, bool):
         raise ConfigError(f"use_legacy must be true or false, got {short_repr(use_legacy)}; fix: write "

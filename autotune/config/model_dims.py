@@ -32,13 +32,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from autotune.config.layer_setting import Warning_
-from autotune.config.layer_types import short_repr
+from autotune.config.layer_types import misspelt_hint, short_repr
 from autotune.config.limits import MAX_INT
 from autotune.errors import ConfigError
 
 MC = "model.model_config."
 
 #: quantity -> spellings (model_config keys unless dotted), first present wins.
+#: The dims an analytic profile cannot do without (its error lists them).
+REQUIRED_DIMS = ("hidden_size", "num_heads", "intermediate_size", "seq_length", "vocab_size")
 ALIASES: dict[str, tuple[str, ...]] = {
     "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
     "hidden_size": ("hidden_size", "n_embd"),
@@ -182,6 +184,21 @@ def find(data: dict[str, Any], quantity: str) -> tuple[Any, str | None]:
     return None, None
 
 
+def missing_dims_hint(data: Any) -> str:
+    """Which of the analytic profile's required dims the YAML lacks, and a near-miss key of its
+    ``model.model_config`` for the first one (:func:`~autotune.config.layer_types.misspelt_hint`):
+    ``"; missing: hidden_size; found 'hiden_size' there: a misspelling of 'hidden_size'?"``, or ``""``."""
+    if not isinstance(data, dict):
+        return ""
+    try:
+        missing = [q for q in REQUIRED_DIMS if find(data, q)[0] is None]
+    except ConfigError:
+        return ""
+    if not missing:
+        return ""
+    return f"; missing: {', '.join(missing)}" + misspelt_hint(data, ALIASES[missing[0]])
+
+
 def as_count(val: Any, path: str, *, minimum: int = 0) -> int:
     """An integer count; an integer-valued float (``8.0``) is accepted as MindFormers does.
 
@@ -241,8 +258,8 @@ def count(data: dict[str, Any], quantity: str, default: int | None = None, *, mi
         if default is None:
             names = ALIASES[quantity]
             raise ConfigError("required key is missing" + (
-                f" (also looked for {', '.join(names[1:])})" if len(names) > 1 else ""),
-                field=MC + names[0], value=None, rule="R_MISSING")
+                f" (also looked for {', '.join(names[1:])})" if len(names) > 1 else "")
+                + misspelt_hint(data, names), field=MC + names[0], value=None, rule="R_MISSING")
         return default
     return as_count(val, path or quantity, minimum=minimum)
 

@@ -76,7 +76,7 @@ from typing import Any
 from autotune.config.cells import family_for
 from autotune.config.cells import matches as match_pattern
 from autotune.config.layer_setting import DEFAULT_PATTERNS
-from autotune.config.model_dims import unread_memory_keys
+from autotune.config.model_dims import missing_dims_hint, unread_memory_keys
 from autotune.config.training import TrainingConfig
 from autotune.errors import ConfigError
 from autotune.profile.devices import Device, get_device
@@ -816,7 +816,7 @@ def analytic_profile(cfg: TrainingConfig, device: str | Device = "ascend-910b", 
     d = cfg.dims
     if d is None:
         raise ConfigError("model dims are needed for an analytic profile (hidden_size, num_heads, "
-                          "intermediate_size, seq_length, vocab_size)",
+                          f"intermediate_size, seq_length, vocab_size){missing_dims_hint(cfg.raw)}",
                           field="model.model_config.hidden_size", value=None, rule="R_MISSING")
     A = _assumptions(cfg, overrides)
     mode = "legacy" if cfg.use_legacy else "mcore"

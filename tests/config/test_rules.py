@@ -428,3 +428,18 @@ def test_schedule_sizes_name_the_key_at_fault(tmp_path, data, rule, field, value
         autotune.evaluate(path)
     assert (ei.value.rule, ei.value.field, ei.value.value) == (rule, field, value)
     assert run("search", path, "--dry-run").exit_code == 0
+
+
+def test_a_misspelt_required_model_key_is_named(tmp_path):
+    """model_config's keys are open (no unknown-key error there), so a misspelt required key shows
+    up as missing; the error then names the near miss it found, and says nothing when there is none."""
+    layers = cfg(model__model_config__num_layers=..., model__model_config__num_layer=16)
+    r = run("check", write(tmp_path, layers, "a.yaml"))
+    assert r.exit_code == 2 and "[R_MISSING] model.model_config.num_layers:" in r.stderr
+    assert "found 'num_layer' there: a misspelling of 'num_layers'?" in r.stderr
+    dims = cfg(model__model_config__hidden_size=..., model__model_config__hiden_size=1024)
+    r = run("evaluate", write(tmp_path, dims, "b.yaml"))
+    assert r.exit_code == 2 and "[R_MISSING] model.model_config.hidden_size:" in r.stderr
+    assert "missing: hidden_size; found 'hiden_size' there: a misspelling of 'hidden_size'?" in r.stderr
+    r = run("check", write(tmp_path, cfg(model__model_config__num_layers=...), "c.yaml"))
+    assert r.exit_code == 2 and "misspelling" not in r.stderr

@@ -61,7 +61,8 @@ def test_sweep_tallies_accepts_and_rules(mirror, tmp_path):
         assert t.runs == 4 and t.accepted == 2, (name, t)
         assert all(t.counts[c] == 0 for c in history_sweep.COLUMNS), (name, t.counts)
         assert dict(res.rules[name]) == {"yaml": 1, "R_MISSING": 1}, res.rules[name]
-    assert sorted(p.name for _, p in res.accepted_pp) == sorted(
+    assert all(where.split(":", 1)[1].startswith("configs/glm4") for _, _, where in res.accepted_pp)
+    assert sorted(p.name for _, p, _ in res.accepted_pp) == sorted(
         f"{sha}.yaml" for sha, places in history_sweep.history_files(str(mirror)).items()
         if any(path.startswith("configs/glm4") for _, path in places))
 

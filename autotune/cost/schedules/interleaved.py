@@ -48,7 +48,8 @@ def vpp_group_rule(p: int, m: int, n: int) -> tuple[bool, str]:
 
 
 def check_interleaved(P: int, V: int, m: int) -> None:
-    """Raise ValueError unless interleaving can run: m >= P and m % P == 0 (Megatron with N = P)."""
+    """Raise SizeError (micro_batch_num) unless interleaving can run: m >= P and m % P == 0 (Megatron with
+    N = P)."""
     if m < P or m % P != 0:
         raise SizeError(f"interleaved 1F1B needs micro_batch_num to be a multiple of pipeline_stage "
                         f"(got micro_batch_num={m}, pipeline_stage={P})", "micro_batch_num")
