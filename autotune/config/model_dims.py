@@ -38,9 +38,9 @@ from autotune.errors import ConfigError
 
 MC = "model.model_config."
 
-#: quantity -> spellings (model_config keys unless dotted), first present wins.
 #: The dims an analytic profile cannot do without (its error lists them).
 REQUIRED_DIMS = ("hidden_size", "num_heads", "intermediate_size", "seq_length", "vocab_size")
+#: quantity -> spellings (model_config keys unless dotted), first present wins.
 ALIASES: dict[str, tuple[str, ...]] = {
     "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
     "hidden_size": ("hidden_size", "n_embd"),
