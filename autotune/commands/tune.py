@@ -390,10 +390,7 @@ def _raise_infeasible(result: object, hbm: str | None, hbm_margin: str | None) -
     fix = ("lower --hbm-margin, raise the budget or add pipeline stages" if m > 0
            else "raise the budget or add pipeline stages")
     if result.stopped_by == "static_memory":
-        why = (f"on the worst stage of every layout, static memory (weights, gradients, optimizer state, "
-               f"embedding / LM head) needs at least {result.min_static_mib:.0f} MiB and with one micro-batch's "
-               f"activations (or one layer's backward workspace) at least {result.min_peak_mib:.0f} MiB, so every "
-               f"layout exceeds it by at least "
+        why = (f"{result.static_floor_text()}, so every layout exceeds it by at least "
                f"{result.min_peak_mib - r.hbm_budget_mib:.0f} MiB (decided before the bound phase; the closest "
                f"found exceeds it by {r.excess_mib:.0f} MiB)")
     else:

@@ -287,20 +287,31 @@ def truthy(value: Any) -> bool:
         return True
 
 
+#: difflib ratio from which a key counts as a misspelling of a known one.
+NEAR_MISS_RATIO = 0.85
+
+
+def near_key(key: Any, known: Any) -> str | None:
+    """The key of ``known`` (an iterable of str) that ``key`` most likely misspells: the closest
+    within difflib's :data:`NEAR_MISS_RATIO`, or None."""
+    hit = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=NEAR_MISS_RATIO)
+    return hit[0] if hit else None
+
+
 def misspelt_hint(data: Any, names: tuple[str, ...] | list[str]) -> str:
     """For a required ``model.model_config`` key missing under every spelling in ``names``: ``"; found
     'num_layer' there: a misspelling of 'num_layers'?"`` when a key of that section is within
-    difflib's 0.85 ratio of one of them (the section's keys are open, so a typo is no error of
-    its own), else ``""``."""
+    :data:`NEAR_MISS_RATIO` of one of them (the section's keys are open, so a typo is no error
+    of its own), else ``""``."""
     mc = data.get("model") if isinstance(data, dict) else None
     mc = mc.get("model_config") if isinstance(mc, dict) else None
     if not isinstance(mc, dict):
         return ""
-    present = sorted(k for k in mc if isinstance(k, str) and k not in names)
+    present = [k for k in mc if isinstance(k, str) and k not in names]
     for name in names:
-        hit = difflib.get_close_matches(name, present, n=1, cutoff=0.85)
+        hit = near_key(name, present)
         if hit:
-            return f"; found {hit[0]!r} there: a misspelling of {name!r}?"
+            return f"; found {hit!r} there: a misspelling of {name!r}?"
     return ""
 
 

@@ -19,7 +19,6 @@ YAML paths read (MindFormers layout, see shared/spec/real-configs.md):
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.config.layer_setting import Warning_, validate_config_level
 from autotune.config.older_releases import older_release_warnings
-from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, short_repr  # noqa: F401 - re-exported
+from autotune.config.layer_types import AUTOTUNE_SCHEDULERS, near_key, short_repr  # noqa: F401 - re-exported
 from autotune.config.layer_yaml import inputs_from_yaml
 from autotune.config.limits import MAX_INT
 from autotune.config.mf_rules import model_rules
@@ -282,10 +281,6 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
             cur = cur.get(part) if isinstance(cur, dict) else None
         return cur
 
-    def near(key: str, known: set[str]) -> str | None:
-        hit = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.85)
-        return hit[0] if hit else None
-
     pc = data.get("parallel_config")
     megatron = [k for k in pc if k in MEGATRON_STYLE_KEYS] if isinstance(pc, dict) else []
     if megatron:  # before the unknown-key loop: whatever key comes first, the reason is this one
@@ -302,7 +297,7 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
             continue
         for key in sec:
             if key not in allowed:
-                guess = near(key, allowed)
+                guess = near_key(key, allowed)
                 hint = f"did you mean {guess!r}?" if guess else f"allowed: {', '.join(sorted(allowed))}"
                 raise ConfigError(f"unknown key {key!r} (MindFormers' training YAML template rejects it from "
                                   f"r1.5 on: KeyError); {hint}",
@@ -315,7 +310,7 @@ def check_keys(data: dict[str, Any]) -> list[Warning_]:
         for key in sec:
             if key in wanted or not isinstance(key, str) or key in KNOWN_SPELLINGS.get(section, ()):
                 continue
-            guess = near(key, wanted)
+            guess = near_key(key, wanted)
             if guess and guess not in sec:
                 where = f"{section}.{key}" if section else key
                 warns.append(Warning_("W_KEY_UNKNOWN", where,

@@ -120,10 +120,7 @@ def simulate_schedule(fwd_ms: Any, bwd_ms: Any, *, micro_batch_num: int, schedul
     try:
         cs = compile_schedule(schedule, P, V, int(micro_batch_num), int(seq_split_num))
     except SizeError as exc:
-        value = {"pipeline_stage": P, "pp_interleave_num": V, "micro_batch_num": micro_batch_num,
-                 "seq_split_num": seq_split_num}[exc.knob]
-        raise ConfigError(str(exc), field=exc.knob, value=value,
-                          rule="R_MICRO_BATCH_MIN" if exc.knob == "micro_batch_num" else "R_SCHEDULE") from None
+        raise ConfigError(str(exc), field=exc.knob, value=exc.value, rule=exc.rule) from None
     except ValueError as exc:
         raise ConfigError(str(exc), field="micro_batch_num", value=micro_batch_num,
                           rule="R_MICRO_BATCH_MIN") from None

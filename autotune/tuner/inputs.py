@@ -91,11 +91,7 @@ def check_runnable(cfg: TrainingConfig, V: int, schedule: str) -> None:
     try:
         compile_schedule(schedule, cfg.pipeline_stage, V, cfg.micro_batch_num, cfg.seq_split_num)
     except SizeError as exc:
-        value = {"pipeline_stage": cfg.pipeline_stage, "pp_interleave_num": V,
-                 "micro_batch_num": cfg.micro_batch_num, "seq_split_num": cfg.seq_split_num}[exc.knob]
-        rule = "R_MICRO_BATCH_MIN" if exc.knob == "micro_batch_num" else "R_SCHEDULE"
-        raise ConfigError(str(exc), field=_KNOB_FIELDS[exc.knob], value=value,
-                          rule=rule) from None
+        raise ConfigError(str(exc), field=_KNOB_FIELDS[exc.knob], value=exc.value, rule=exc.rule) from None
     except ValueError as exc:
         raise ConfigError(str(exc), field="parallel_config.micro_batch_num", value=cfg.micro_batch_num,
                           rule="R_MICRO_BATCH_MIN") from None

@@ -128,6 +128,15 @@ class SearchOutcome:
     #: reading), None without a limit
     bound_phase_s: float | None = None
 
+    def static_floor_text(self) -> str:
+        """The memory floors of a ``"static_memory"`` verdict in words (the stop line's and the
+        R_HBM_INFEASIBLE error's): "on the worst stage of every layout, static memory ... needs at
+        least S MiB and with one micro-batch's activations (or one layer's backward workspace) at
+        least P MiB"."""
+        return (f"on the worst stage of every layout, static memory (weights, gradients, optimizer state, "
+                f"embedding / LM head) needs at least {self.min_static_mib:.0f} MiB and with one micro-batch's "
+                f"activations (or one layer's backward workspace) at least {self.min_peak_mib:.0f} MiB")
+
     @property
     def no_fit_proven(self) -> bool | None:
         """When nothing fitting was found: True when it is proven that no layout of the space fits
@@ -167,11 +176,8 @@ class SearchOutcome:
                     f"and load){why}; certified gap then {gap}")
         if self.stopped_by == "static_memory":
             limit = self.config.hbm_mib
-            return (f"stopped before the bound phase: on the worst stage of every layout, static memory "
-                    f"(weights, gradients, optimizer state, embedding / LM head) needs at least "
-                    f"{self.min_static_mib:.0f} MiB and with one micro-batch's activations (or one layer's "
-                    f"backward workspace) at least "
-                    f"{self.min_peak_mib:.0f} MiB, above the limit of {limit:.0f} MiB; no trials run")
+            return (f"stopped before the bound phase: {self.static_floor_text()}, above the limit of "
+                    f"{limit:.0f} MiB; no trials run")
         if self.stopped_by == "neighbourhood" and self.best is None:
             tail = "" if self.no_fit_proven else "; a fitting layout elsewhere is not ruled out"
             return (f"stopped at a local optimum after {self.trials} trials: no neighbour of the closest "

@@ -224,6 +224,7 @@ def test_check_names_the_size_at_fault(name):
             refused += 1
             assert exc.knob in KNOBS and str(exc)
             i = KNOBS.index(exc.knob)
+            assert exc.value == size[i]
             cleared = False
             for alt in range(1, 17):
                 other = size[:i] + [alt] + size[i + 1:]

@@ -42,14 +42,21 @@ KNOBS = ("pipeline_stage", "pp_interleave_num", "micro_batch_num", "seq_split_nu
 
 
 class SizeError(ValueError):
-    """A schedule cannot run these sizes; ``knob`` (one of :data:`KNOBS`) is the size whose value
-    breaks its rule, so that a caller can name that key in its error (not always micro_batch_num)."""
+    """A schedule cannot run these sizes; ``knob`` (one of :data:`KNOBS`) is the size whose
+    ``value`` breaks its rule, so that a caller can name that key in its error (not always
+    micro_batch_num), with :attr:`rule`."""
 
-    def __init__(self, message: str, knob: str) -> None:
+    def __init__(self, message: str, knob: str, value: int) -> None:
         if knob not in KNOBS:
             raise ValueError(f"unknown knob {knob!r}")
         super().__init__(message)
         self.knob = knob
+        self.value = value
+
+    @property
+    def rule(self) -> str:
+        """``R_MICRO_BATCH_MIN`` when the micro-batch count breaks the rule, else ``R_SCHEDULE``."""
+        return "R_MICRO_BATCH_MIN" if self.knob == "micro_batch_num" else "R_SCHEDULE"
 
 
 class Schedule:
@@ -86,7 +93,7 @@ class Schedule:
         """Raise :class:`SizeError` when the schedule cannot run (P, V, m, k). Default: k must be 1."""
         if k != 1 and not self.splits_sequence:
             raise SizeError(f"schedule {self.name} does not split sequences; seq_split_num must be 1, "
-                            f"got {k} (use pipeline_scheduler: seqpipe)", "seq_split_num")
+                            f"got {k} (use pipeline_scheduler: seqpipe)", "seq_split_num", k)
 
 
 _REGISTRY: dict[str, Schedule] = {}
@@ -150,6 +157,6 @@ def one_f_one_b_order(P: int, V: int, m: int) -> list[list[Op]]:
         SizeError: V != 1.
     """
     if V != 1:
-        raise SizeError(f"1F1B without interleaving needs pp_interleave_num = 1, got {V}", "pp_interleave_num")
+        raise SizeError(f"1F1B without interleaving needs pp_interleave_num = 1, got {V}", "pp_interleave_num", V)
     seq = [(0, j) for j in range(m)]
     return one_f_one_b_table(P, seq, seq, [P - i - 1 for i in range(P)])

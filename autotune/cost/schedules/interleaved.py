@@ -52,7 +52,7 @@ def check_interleaved(P: int, V: int, m: int) -> None:
     N = P)."""
     if m < P or m % P != 0:
         raise SizeError(f"interleaved 1F1B needs micro_batch_num to be a multiple of pipeline_stage "
-                        f"(got micro_batch_num={m}, pipeline_stage={P})", "micro_batch_num")
+                        f"(got micro_batch_num={m}, pipeline_stage={P})", "micro_batch_num", m)
 
 
 def _sequences(P: int, V: int, m: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

@@ -49,9 +49,9 @@ class SeqPipe(Schedule):
         if V != 1:
             raise SizeError(f"the seqpipe schedule is modelled without virtual stages (pp_interleave_num = 1), "
                             f"got {V}; for sequence chunks with virtual stages use pipeline_scheduler seqvpp",
-                            "pp_interleave_num")
+                            "pp_interleave_num", V)
         if k < 1:
-            raise SizeError(f"seq_split_num must be >= 1, got {k}", "seq_split_num")
+            raise SizeError(f"seq_split_num must be >= 1, got {k}", "seq_split_num", k)
 
 
 register(SeqPipe())

@@ -90,11 +90,11 @@ class SeqVpp(Schedule):
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
         if k <= 1:
             raise SizeError("pipeline_scheduler seqvpp needs seq_split_num > 1 (use seqpipe, or "
-                            f"seq_split_num > 1); got {k}", "seq_split_num")
+                            f"seq_split_num > 1); got {k}", "seq_split_num", k)
         if V > 1 and m % -(-P // k) != 0:
             raise SizeError(f"seqvpp with pp_interleave_num > 1 needs micro_batch_num to be a multiple of "
                             f"ceil(pipeline_stage / seq_split_num) = {-(-P // k)} (got micro_batch_num={m})",
-                            "micro_batch_num")
+                            "micro_batch_num", m)
 
 
 register(SeqVpp())

@@ -159,9 +159,10 @@ class ZeroBubbleV(Schedule):
     def check(self, P: int, V: int, m: int, k: int = 1) -> None:
         super().check(P, V, m, k)
         if V != 2 or P < 2 or m < 2 * P:
-            knob = "pp_interleave_num" if V != 2 else "pipeline_stage" if P < 2 else "micro_batch_num"
+            knob, value = (("pp_interleave_num", V) if V != 2 else ("pipeline_stage", P) if P < 2
+                           else ("micro_batch_num", m))
             raise SizeError(f"zero_bubble_v needs pp_interleave_num = 2, pipeline_stage >= 2 and "
-                            f"micro_batch_num >= 2·pipeline_stage (got V={V}, P={P}, m={m})", knob)
+                            f"micro_batch_num >= 2·pipeline_stage (got V={V}, P={P}, m={m})", knob, value)
 
 
 register(ZeroBubbleV())
