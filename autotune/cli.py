@@ -34,6 +34,7 @@ class _Group(click.Group):
     prints its usage block and a hint on three more lines)."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
+        sub_args = list(ctx.args)          # the sub-command's own tokens, before click parses them
         try:
             with pattern_scope():   # one select-pattern budget (R_PATTERN_BUDGET) per command
                 return super().invoke(ctx)
@@ -41,6 +42,8 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            if _asks_json(sub_args):
+                click.echo(json.dumps({"error": _usage_body(exc)}))
             click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except AutotuneError as exc:
@@ -56,6 +59,28 @@ class _Group(click.Group):
                                         "autotune bug: --debug shows the traceback)",
                                         rule="R_UNSUPPORTED")
             _bad_input(ctx, err)
+
+
+def _asks_json(args: list[str]) -> bool:
+    """Whether a sub-command's raw tokens ask for ``--format json`` (its usage error comes before
+    the command could say so through :func:`~autotune.commands._json_errors.json_errors`)."""
+    value = None                        # click keeps the last --format given
+    for i, tok in enumerate(args):
+        if tok == "--format":
+            value = args[i + 1] if i + 1 < len(args) else None
+        elif tok.startswith("--format="):
+            value = tok.split("=", 1)[1]
+    return value == "json"
+
+
+def _usage_body(exc: click.UsageError) -> dict:
+    """``{"rule": "usage", "field", "message"}`` of a click usage error: the field is the option's
+    first name (``--timeout``) or the argument's (``CONFIG``), None when click names neither."""
+    param = getattr(exc, "param", None)
+    field = getattr(exc, "option_name", None)          # click.NoSuchOption: the unknown option
+    if param is not None:
+        field = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+    return {"rule": "usage", "field": field, "message": exc.format_message()}
 
 
 def _bad_input(ctx: click.Context, exc: AutotuneError) -> None:

@@ -53,3 +53,27 @@ def test_nothing_fits_keeps_one_json_document_on_stdout():
     doc = json.loads(r.stdout)            # the result alone: no error object after it
     assert doc["best"] is None and doc["closest"] is not None
     assert r.stderr.strip().splitlines()[-1].startswith("error: [R_HBM_INFEASIBLE] --hbm:")
+
+
+@pytest.mark.parametrize("argv,field,starts", [
+    (["evaluate", "--format", "json"], "CONFIG", "Missing argument 'CONFIG'"),
+    (["check", "--format=json"], "CONFIG", "Missing argument 'CONFIG'"),
+    (["search", GLM, "--timeout", "0", "--format", "json"], "--timeout", "Invalid value for '--timeout'"),
+    (["report", GLM, "--bogus", "--format", "json"], "--bogus", "No such option '--bogus'"),
+])
+def test_usage_error_is_a_json_error_when_json_was_asked(argv, field, starts):
+    r = _run(*argv)
+    assert r.exit_code == 2
+    err = json.loads(r.stdout)["error"]
+    assert err == {"rule": "usage", "field": field, "message": err["message"]} and err["message"].startswith(starts)
+    assert r.stderr.startswith("error: " + starts) and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate"],                                              # no --format at all
+    ["evaluate", "--format", "json", GLM, "--format", "xml"],  # click keeps the last one: not json
+    ["search", GLM, "--timeout", "0", "--format", "text"],
+])
+def test_usage_error_keeps_stdout_empty_without_json(argv):
+    r = _run(*argv)
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("error: ")
