@@ -51,9 +51,10 @@ def _git(mirror: str, *args: str) -> bytes:
     return subprocess.run(["git", "-C", mirror, *args], capture_output=True, check=True).stdout
 
 
-def history_files(mirror: str) -> dict[str, list[tuple[str, str]]]:
+def history_files(mirror: str) -> dict[str, tuple[list[tuple[str, str]], bytes]]:
     """Distinct YAML blobs of every ref of ``mirror`` whose text names ``pipeline_stage``:
-    blob sha -> [(ref, path), ...] (every ref and path that holds those bytes)."""
+    blob sha -> ([(ref, path), ...] every ref and path that holds those bytes, the bytes). The
+    blobs are read by one ``git cat-file --batch``."""
     refs = _git(mirror, "for-each-ref", "--format=%(refname:short)").decode().split()
     where: dict[str, list[tuple[str, str]]] = {}
     for ref in refs:
@@ -62,10 +63,17 @@ def history_files(mirror: str) -> dict[str, list[tuple[str, str]]]:
             _mode, kind, sha = meta.split()
             if kind == "blob" and re.search(r"\.ya?ml$", path):
                 where.setdefault(sha, []).append((ref, path))
-    out = {}
-    for sha, places in where.items():
-        if b"pipeline_stage" in _git(mirror, "cat-file", "blob", sha):
-            out[sha] = places
+    shas = list(where)
+    batch = subprocess.run(["git", "-C", mirror, "cat-file", "--batch"], input="".join(f"{s}\n" for s in shas).encode(),
+                           capture_output=True, check=True).stdout
+    out, at = {}, 0
+    for sha in shas:  # each answer: "<sha> blob <size>\n<bytes>\n", in the order asked
+        head_end = batch.index(b"\n", at)
+        size = int(batch[at:head_end].split()[2])
+        raw = batch[head_end + 1:head_end + 1 + size]
+        at = head_end + 1 + size + 1
+        if b"pipeline_stage" in raw:
+            out[sha] = (where[sha], raw)
     return out
 
 
@@ -92,8 +100,7 @@ def sweep(mirror: str, scratch: Path) -> Sweep:
     """Run ``check --format json`` and ``evaluate`` on every file of :func:`history_files`
     (written under ``scratch``), classified as ``benchmarks/fuzz.py`` does."""
     res = Sweep()
-    for sha, places in sorted(history_files(mirror).items()):
-        raw = _git(mirror, "cat-file", "blob", sha)
+    for sha, (places, raw) in sorted(history_files(mirror).items()):
         path = scratch / f"{sha}.yaml"
         path.write_bytes(raw)
         try:

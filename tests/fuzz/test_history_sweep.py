@@ -49,8 +49,12 @@ def mirror(tmp_path: Path) -> Path:
 def test_history_files_are_distinct_blobs_with_every_place(mirror):
     files = history_sweep.history_files(str(mirror))
     assert len(files) == 4                  # glm4 (3 places), glm4_m32, broken, vit; no_pp and README.md out
-    places = sorted(sorted(p) for p in files.values())
+    places = sorted(sorted(p) for p, _ in files.values())
     assert [("main", "configs/glm4.yaml"), ("r2", "configs/glm4.yaml"), ("r2", "configs/glm4_copy.yaml")] in places
+    for got_places, raw in files.values():   # the bytes are those of the file at each place
+        ref, path = got_places[0]
+        assert raw == subprocess.run(["git", "-C", str(mirror), "show", f"{ref}:{path}"], capture_output=True,
+                                     check=True).stdout
 
 
 def test_sweep_tallies_accepts_and_rules(mirror, tmp_path):
@@ -63,7 +67,7 @@ def test_sweep_tallies_accepts_and_rules(mirror, tmp_path):
         assert dict(res.rules[name]) == {"yaml": 1, "R_MISSING": 1}, res.rules[name]
     assert all(where.split(":", 1)[1].startswith("configs/glm4") for _, _, where in res.accepted_pp)
     assert sorted(p.name for _, p, _ in res.accepted_pp) == sorted(
-        f"{sha}.yaml" for sha, places in history_sweep.history_files(str(mirror)).items()
+        f"{sha}.yaml" for sha, (places, _) in history_sweep.history_files(str(mirror)).items()
         if any(path.startswith("configs/glm4") for _, path in places))
 
 
