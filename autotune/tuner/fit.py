@@ -899,22 +899,47 @@ def _extend(sc: np.ndarray, obj: np.ndarray, idx: np.ndarray, f: tuple, wv: floa
     objective ``obj`` [n], option indices ``idx`` [n, v]) times every option of the next chunk's
     frontier ``f``, kept when it can still fit (+ ``rest`` [R], the least share of the chunks after)
     and its objective + ``tail`` (their least) is <= ``cut``; in table order (partial combination,
-    then option). Built in blocks of :data:`EXTEND_BLOCK` pairs, the objective test first (one
-    column) and the memory rows for its survivors only; None as soon as more than ``limit``
-    survive (the caller's cap: the rest of the table cannot change that)."""
+    then option). None as soon as more than ``limit`` survive (the caller's cap: the rest of the
+    table cannot change that).
+
+    The frontier's options are sorted by replay (:func:`_frontiers`), so (obj + w·replay) + tail
+    rises with the option and each partial combination passes the objective test on a prefix of
+    them: its length is counted by a binary search with a slack of 1e-9 relative, the pairs in
+    those prefixes are built (in blocks of about :data:`EXTEND_BLOCK`) and the test is then made
+    exactly as written above. The memory rows are then tested one at a time on the pairs still
+    in, the row with the largest mean share + rest first, and the kept pairs' row shares are
+    summed last. The same pairs are kept, in the same order and with the same sums, as by testing
+    every pair on every row (``tests/search/test_fit_extend.py``). Testing every pair on all rows
+    at once spent most of the exact fit's time on pairs that fail: on the corpus's Qwen2.5-32B 32k
+    (pp 2, V 4, 8 memory rows) 216 M pairs, 155 M under the cut, 17 M kept; this step 11.7 -> 4.6
+    s of a 40 s profiled search."""
     k = len(f[0])
-    step = max(1, EXTEND_BLOCK // k)
-    parts, count = [], 0
-    for a in range(0, len(sc), step):
-        o = (obj[a:a + step, None] + wv * f[2][None, :]).reshape(-1)
-        i, j = np.divmod(np.nonzero(o + tail <= cut)[0], k)
-        s = sc[a + i] + f[1][j]
-        ok = (s + rest <= room).all(axis=1)
-        i, j = i[ok], j[ok]
+    n = len(sc)
+    wr = wv * f[2]  # ascending
+    thresh = cut - tail - obj
+    slack = 1e-9 * (1.0 + abs(cut) + abs(tail) + np.abs(obj).max(initial=0.0) + abs(float(wr[-1])))
+    cnt = np.searchsorted(wr, thresh + slack, side="right") if np.isfinite(cut) else np.full(n, k)
+    cs = np.concatenate([[0], np.cumsum(cnt)])
+    # the memory test one row at a time, on the pairs still in, the rows likeliest to fail first
+    scT, fT = sc.T.copy(), f[1].T.copy()
+    order = np.argsort(-(sc.mean(axis=0) if n else 0.0) - f[1].mean(axis=0) - rest, kind="stable")
+    parts, count, a = [], 0, 0
+    while a < n:
+        b = min(n, max(a + 1, int(np.searchsorted(cs, cs[a] + EXTEND_BLOCK, side="right")) - 1))
+        c = cnt[a:b]
+        i = np.repeat(np.arange(a, b), c)
+        j = np.arange(cs[b] - cs[a]) - np.repeat(cs[a:b] - cs[a], c)
+        o = obj[i] + wr[j]
+        keep = o + tail <= cut
+        i, j, o = i[keep], j[keep], o[keep]
+        for r in order:
+            keep = scT[r, i] + fT[r, j] + rest[r] <= room
+            i, j, o = i[keep], j[keep], o[keep]
         count += len(i)
         if limit is not None and count > limit:
             return None
-        parts.append((s[ok], o[i * k + j], np.concatenate([idx[a + i], j[:, None]], axis=1)))
+        parts.append((sc[i] + f[1][j], o, np.concatenate([idx[i], j[:, None]], axis=1)))
+        a = b
     if not parts:
         return sc[:0], obj[:0], np.zeros((0, idx.shape[1] + 1), dtype=idx.dtype)
     return tuple(np.concatenate(x) for x in zip(*parts))
