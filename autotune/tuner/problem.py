@@ -158,6 +158,14 @@ class Problem:
         the budget whatever the recompute (a 32k sequence without flash attention: MindFormers'
         r1.1 GLM-32k configs, ~201,000 MiB a layer kept or replayed against 59 GB), where the
         water-filling leaves room.
+
+        The mean: the water-filling gives every layer the cheapest kind's memory, so where the
+        kinds differ much (DeepSeek's 3 dense and 58 MoE layers) it says little. The stages of a
+        layout together hold every layer once, so the worst stage holds at least the mean, over
+        the P stages, of Σ_s c_s + Σ_layers (each layer's own least static, and for the second
+        floor + its least activation kept): the floors take the larger of the two. A DeepSeek-R1
+        671B inference branch's pp 2 config (58 MoE layers, a 40,960 MiB budget) used to search
+        until its clock and end "not proven", its closest layout at 485,589 MiB.
         """
         pa = self.pa
         present = pa.kind_prefix[:, -1] > 0
@@ -168,6 +176,8 @@ class Problem:
         a = max(0.0, float(st.min())) if st.size else 0.0
         b = max(0.0, float((st + act).min())) if st.size else 0.0
         keep = 1.0 if self.seq_split_num == 1 else 0.0
+        count = pa.kind_prefix[present, -1].astype(np.float64)   # layers of each kind present
+        layer_sums = (float(count @ st), float(count @ (st + act)))
         floors = [float("inf"), float("inf")]
         for V in self.vpp_candidates:
             pos = np.asarray(get_schedule(self.schedule).virtual_position(self.P, V))
@@ -177,7 +187,8 @@ class Problem:
                 c = np.full(self.P, pa.stage_const_mib, dtype=np.float64)
                 c[hp] += pa.head.static_mib + h
                 c[tp] += pa.tail.static_mib + t
-                floors[i] = min(floors[i], _water_fill(c + per * n, per, int(self.N - n.sum())))
+                mean = (float(c.sum()) + layer_sums[i]) / self.P
+                floors[i] = min(floors[i], max(_water_fill(c + per * n, per, int(self.N - n.sum())), mean))
         cls = allowed_classes(self.kinds)
         one = np.maximum(pa.ws_kc[present][:, cls], pa.act_kc[present][:, cls] if self.seq_split_num == 1 else 0.0)
         layer = max(0.0, float(one.min(axis=1).max())) if st.size else 0.0

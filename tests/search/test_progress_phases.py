@@ -94,12 +94,15 @@ def test_memory_floor_is_hand_computed_and_sound() -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10_000), N=st.integers(4, 8), P=st.integers(2, 3), V=st.integers(1, 2),
        kinds=st.sampled_from([("full",), ("full", "select", "comm"), ("select",)]),
-       ws=st.sampled_from([0.0, 1.0, 5.0, 40.0]), act=st.sampled_from([1.0, 10.0]), split=st.sampled_from([1, 2]))
-def test_memory_floor_is_below_every_layout(seed, N, P, V, kinds, ws, act, split) -> None:
+       ws=st.sampled_from([0.0, 1.0, 5.0, 40.0]), act=st.sampled_from([1.0, 10.0]), split=st.sampled_from([1, 2]),
+       static_delta=st.booleans())
+def test_memory_floor_is_below_every_layout(seed, N, P, V, kinds, ws, act, split, static_delta) -> None:
     """No layout of a random problem fits a budget just under the floor (every layout enumerated),
     with the full-recompute workspace up to 40 × the activation and activations up to 10 × the
     drawn ones (where one layer's memory alone decides: the floor's last term binds on about a
-    third of such draws), and seqpipe's seq_split_num 2 (the activations' term left out)."""
+    third of such draws), and seqpipe's seq_split_num 2 (the activations' term left out); with
+    ``static_delta`` the two kinds' static memory differs up to 8 × and recompute lowers it (the
+    mean over the stages then binds on many draws)."""
     from dataclasses import replace
 
     from autotune.tuner.exact import exact_optimum
@@ -107,7 +110,7 @@ def test_memory_floor_is_below_every_layout(seed, N, P, V, kinds, ws, act, split
     from tests.search.test_exact_bounds import _random_problem
 
     base = _random_problem(seed, N, P, V if split == 1 else 1, kinds, 1.0,
-                           "seqpipe" if split > 1 else "1f1b", split)
+                           "seqpipe" if split > 1 else "1f1b", split, static_delta=static_delta)
     pa = replace(base.pa, ws_kc=base.pa.ws_kc * ws * act, act_kc=base.pa.act_kc * act, _prefix={})
     probe = Problem(pa, P=P, m=base.m, hbm_mib=1e12, vpp_candidates=base.vpp_candidates, kinds=kinds,
                     schedule=base.schedule, seq_split_num=split)
@@ -135,6 +138,31 @@ def test_one_layers_memory_alone_is_decided_before_the_bound_phase() -> None:
     problem = Problem(pa, P=2, m=4, hbm_mib=1000.0, vpp_candidates=[1, 2], kinds=("full",))
     assert problem.memory_floor_mib()[1] == pytest.approx(1560.0)
     assert exact_optimum(problem).best is None
+
+
+def test_memory_floor_counts_each_layers_own_static_memory() -> None:
+    """One dense layer (10 MiB static) and seven MoE layers (100 MiB) on 2 stages, 50 MiB a stage,
+    activations 1 MiB a layer (0.1 when fully recomputed). Water-filling with the cheapest layer
+    says 50 + 4 × 10 = 90 MiB; the stages together hold every layer, so the worst holds at least
+    the mean: (2 × 50 + 10 + 700) / 2 = 405 MiB static, + 8 × 0.1 / 2 = 405.4 MiB with one
+    micro-batch's activations. The best split (4 / 4) holds 360 and 450 MiB."""
+    from autotune.cost.inputs import ProfileArrays
+    from autotune.profile.schema import ModelProfile
+    from autotune.tuner.exact import exact_optimum
+    from autotune.tuner.problem import Problem
+
+    def kind(static):
+        return {"fwd_ms": 1.0, "bwd_ms": 2.0, "act_mib": 1.0, "static_mib": static,
+                "full": {"act_mib": 0.1, "extra_ms": 1.0, "workspace_mib": 1.0}}
+
+    prof = ModelProfile(kinds={"dense": kind(10.0), "moe": kind(100.0)}, layer_kinds=[("dense", 1), ("moe", 7)],
+                        stage_const_mib=50.0)
+    pa = ProfileArrays.from_profile(prof)
+    problem = Problem(pa, P=2, m=4, hbm_mib=1e6, vpp_candidates=[1], kinds=("full",))
+    assert problem.memory_floor_mib() == pytest.approx((405.0, 405.4))
+    assert exact_optimum(problem).best.peak_mib >= 450.0
+    below = Problem(pa, P=2, m=4, hbm_mib=405.3, vpp_candidates=[1], kinds=("full",))
+    assert exact_optimum(below).best is None
 
 
 def test_config_no_layout_can_fit_is_decided_before_the_bound_phase(tmp_path) -> None:
