@@ -127,6 +127,10 @@ class SearchOutcome:
     #: The bound phase's share of the wall clock (s; half of what the limit left after start-up and
     #: reading), None without a limit
     bound_phase_s: float | None = None
+    #: True when, with the time a ``--timeout`` left after the trials ended on their own, a local
+    #: search and kicks from their answer found a faster config (run as one more trial:
+    #: :func:`autotune.tuner.search.answer_with_time_left`)
+    time_left_faster: bool = False
 
     def static_floor_text(self) -> str:
         """The memory floors of a ``"static_memory"`` verdict in words (the stop line's and the
@@ -167,6 +171,8 @@ class SearchOutcome:
                 own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
                 trials = ("the trials then met the clock too" if self.trials_stopped_by in ("timeout", "safety_net")
                           else f"the trials then ended on their own{own}")
+                if self.time_left_faster:
+                    trials += "; with the time left, a local search and kicks from their answer found a faster config"
                 share = (f"{self.bound_phase_s:.1f} s, half of what the limit left after start-up and reading"
                          if self.bound_phase_s is not None else
                          f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")

@@ -279,6 +279,19 @@ def _polish(study: optuna.Study, problem: Problem, best: Candidate | None, deadl
     return False
 
 
+def add_trial(study: optuna.Study, problem: Problem, cand: Candidate) -> bool:
+    """Run ``cand`` as one more trial of ``study`` (origin ``local-polish``, as the final local
+    search's answer: an answer a local search found after the trials); False when the study's
+    parameters cannot write it (:func:`~autotune.tuner.params.representable`) or the study holds a
+    WAITING trial (which would run first). The trial's parameters are fixed (the sampler
+    proposes nothing for it)."""
+    if not representable(problem, cand) or study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        return False  # a WAITING trial would run before it
+    study.enqueue_trial(encode(problem, cand), user_attrs={"origin": POLISH_ORIGIN, "layout": _layout_attr(cand)})
+    study.optimize(make_objective(problem), n_trials=1, catch=())
+    return True
+
+
 def run_study(problem: Problem, *, seeds: list[Candidate], n_trials: int = 200,
               timeout: float | None = None, seed: int | None = 0, storage: Any = None,
               study_name: str | None = None, progress: "bool | str | Progress" = False, local_polish: bool = True,

@@ -35,9 +35,10 @@ from autotune.tuner.least_peak import least_peak
 from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
 from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
 from autotune.tuner.progress import LINE_EVERY_S, Progress, as_progress
-from autotune.tuner.runner import candidate_from_trial, open_storage, run_study
+from autotune.tuner.runner import add_trial, best_and_closest, candidate_from_trial, open_storage, run_study
 from autotune.tuner.bounds import floor_ms
-from autotune.tuner.solve import BoundAndSeeds, bound_and_seeds, raise_with_time_left
+from autotune.tuner.solve import (ANSWER_SHARE_OF_TIME_LEFT, BoundAndSeeds, bound_and_seeds, improve_with_time_left,
+                                  raise_with_time_left)
 from autotune.tuner.space import SearchSpace, Variant, expand_space, load_search_space
 
 #: The objectives :func:`run_search` accepts.
@@ -280,6 +281,31 @@ def _trial_limit(timeout: float | None, t0: float, floored: bool) -> float | Non
     return now + TRIALS_SHARE_FLOORED * max(0.0, timeout - now)
 
 
+def answer_with_time_left(prepared: list[Prepared], st: StudiesOutcome, trials: int, deadline: float,
+                          gap: float | None, prog: Progress) -> bool:
+    """The trials' answer ``st.best`` improved with part of the time a user's ``--timeout`` has left
+    after the trials stopped on their own (:func:`~autotune.tuner.solve.improve_with_time_left`
+    on its sub-problem, up to ``deadline``, time.monotonic()); a faster layout found runs as one
+    more trial of that sub-problem's study (``st.study``) while the trial budget has room, and
+    becomes ``st.best`` (``st.trials`` counts it): True then. Shown as the ``polish`` phase."""
+    if st.best is None or st.study is None or st.trials >= trials or time.monotonic() >= deadline:
+        return False
+    var, best = st.best
+    pr = next((p for p in prepared if p.var is var), None)
+    if pr is None:
+        return False
+    prog.phase("polish", "local search and kicks with the time left")
+    faster = improve_with_time_left(pr.problem, pr.bs, best, deadline=deadline, target_gap=gap)
+    if faster is None or not add_trial(st.study, pr.problem, faster):
+        return False
+    st.trials += 1
+    got, _ = best_and_closest(st.study)
+    if got is None or got.step_ms >= best.step_ms - 1e-9:
+        return False
+    st.best = (var, got)
+    return True
+
+
 def bounds_with_time_left(prepared: list[Prepared], best_ms: float, deadline: float, gap: float | None,
                           prog: Progress) -> list[Prepared]:
     """The sub-problems' bounds raised with the time a user's ``--timeout`` has left after the
@@ -505,9 +531,14 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                      safety_net=safety_net)
     best, closest = st.best, st.closest
     stop_at = lb * (1 + gap) if gap is not None and np.isfinite(lb) and lb > 0 else None
+    faster = False
     if (timeout is not None and best is not None and not pareto and (floored or not st.timed_out)
             and (cut_in_bounds or step_cut)):
         end = t0 + timeout - min(TIME_LEFT_MARGIN_S, TIME_LEFT_MARGIN * timeout)
+        now = time.monotonic()
+        faster = answer_with_time_left(prepared, st, trials, now + ANSWER_SHARE_OF_TIME_LEFT * max(0.0, end - now),
+                                       gap, prog)
+        best = st.best
         prepared = bounds_with_time_left(prepared, best[1].step_ms, end, gap, prog)
         lb, by_vpp = min(pr.bs.bound_ms for pr in prepared), bounds_by_vpp(prepared)
     cert = None
@@ -537,5 +568,5 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          settings=dict(var.settings), pareto=front,
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error,
-                         bound_phase_cut=bool(cut_in_bounds), bound_phase_s=bound_s,
+                         bound_phase_cut=bool(cut_in_bounds), bound_phase_s=bound_s, time_left_faster=faster,
                          trials_stopped_by=_stopped_by(st, st.timed_out, timeout, stop_at))

@@ -535,6 +535,37 @@ def bound_and_seeds(problem: Problem, seeds: list[Candidate], *,
                          floor_ms=floors)
 
 
+#: The share of the time a user's ``--timeout`` has left after the trials that
+#: :func:`improve_with_time_left` may take (the bound gets the rest, and what it leaves).
+ANSWER_SHARE_OF_TIME_LEFT = 0.5
+
+
+def improve_with_time_left(problem: Problem, bs: BoundAndSeeds, best: Candidate, *, deadline: float,
+                           target_gap: float | None = None) -> Candidate | None:
+    """The answer the clock cut, improved with the time the trials left: when a user's
+    ``--timeout`` cut the bound phase (its local searches, :func:`cover` or :func:`kick` past their
+    share) and the study then stopped before the limit, at a local optimum, the steps the clock
+    skipped run from the trials' answer ``best`` (scored): :func:`cover` (a local search for each V
+    whose bound is below the answer and none of whose layouts had one), :func:`kick` and the 1-opt
+    :func:`finish`, each until ``deadline`` (time.monotonic()), while the certified gap is over
+    ``target_gap``. The bound phase's seeds (``bs.seeds``) are the other starts.
+
+    Returns the fastest fitting layout found that is faster than ``best``, else None (an exact
+    space, no bound, the gap target met, or nothing faster). Why: InternLM-7B of MindFormers
+    r1.0 (pp 4, m 16, V 1-4) at ``--timeout 10``: the bound phase's share ended in its local
+    searches before vpp 4 had one, the trials stopped at a vpp 2 local optimum (3,364.1 ms) after
+    4.6 s, and the search ended there, 4.27 % from its bound, with 5 s of the limit unused; the
+    untimed search's answer is a vpp 4 layout of 3,289.3 ms."""
+    if bs.exact or not bs.per_v_ms or _gap_met(best.step_ms, bs.bound_ms, target_gap):
+        return None
+    cands = list(bs.seeds) + [best]
+    out = cover(problem, cands, bs.per_v_ms, deadline=deadline)
+    out += kick(problem, cands + out, bs.per_v_ms, target_gap=target_gap, deadline=deadline)
+    out += finish(problem, cands + out, deadline=deadline)
+    faster = [c for c in problem.score(out) if fits(c.peak_mib, problem.hbm_mib) and improves(c.step_ms, best.step_ms)]
+    return best_of(faster) if faster else None
+
+
 def raise_with_time_left(problem: Problem, bs: BoundAndSeeds, best_ms: float | None, *, deadline: float,
                          target_gap: float | None = None, report: Report | None = None) -> BoundAndSeeds:
     """The bound the clock cut, raised with the time the trials left: when a user's ``--timeout``

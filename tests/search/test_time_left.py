@@ -87,6 +87,39 @@ def test_search_uses_the_time_left_after_a_cut_bound_phase(monkeypatch) -> None:
     assert raised.best.step_time_ms == pytest.approx(floored.best.step_time_ms)  # the same trials
     assert 6300 < raised.lower_bound_ms <= raised.best.step_time_ms
     assert raised.certified_gap < 0.03 < floored.certified_gap
+    # the time left also went to a local search and kicks from the trials' answer, which found a
+    # faster config (run as one more trial); without that step the answer is the trials' own
+    monkeypatch.setattr(search_mod, "answer_with_time_left", lambda *a: False)
+    plain = autotune.search(TELECHAT, timeout=120, trials=20)
+    assert raised.time_left_faster and not plain.time_left_faster
+    assert raised.best.step_time_ms < plain.best.step_time_ms - 1.0 and raised.trials == plain.trials + 1
+    last = raised.study.best_trial
+    assert last.user_attrs["origin"] == "local-polish" and last.value == pytest.approx(raised.best.step_time_ms)
+    assert "with the time left, a local search and kicks from their answer found a faster config" in raised.stop_text()
+    assert "found a faster config" not in plain.stop_text()
+
+
+def test_improve_with_time_left_only_where_it_can_help() -> None:
+    """Nothing to do on an enumerated space, without a bound, or with the gap target met; on SYN-2
+    (V = 1, the bound phase's seeds empty) the local search V 1 never had goes from a slow
+    fitting split (5, 3, 2, 2 layers: 152 ms) to the published optimum, 116 ms."""
+    import numpy as np
+
+    from autotune.tuner.fit import fitted
+    from autotune.tuner.solve import improve_with_time_left
+
+    problem = syn2_problem(150)
+    start = fitted(problem, 1, np.array([[[5, 3, 2, 2]]]), "uneven")[0]
+    assert start.step_ms == pytest.approx(152.0) and start.excess_mib <= 0
+    far = time.monotonic() + 60
+    assert improve_with_time_left(problem, BoundAndSeeds([], 116.0, exact=True), start, deadline=far) is None
+    assert improve_with_time_left(problem, BoundAndSeeds([], 116.0), start, deadline=far) is None   # no per-V bound
+    met = BoundAndSeeds([], start.step_ms, per_v_ms={1: start.step_ms})
+    assert improve_with_time_left(problem, met, start, deadline=far, target_gap=0.005) is None
+    open_gap = BoundAndSeeds([], 76.0, per_v_ms={1: 76.0})
+    got = improve_with_time_left(problem, open_gap, start, deadline=far)
+    assert got is not None and got.step_ms == pytest.approx(116.0) and got.excess_mib <= 0
+    assert improve_with_time_left(problem, open_gap, start, deadline=time.monotonic() - 1) is None  # no time
 
 
 def test_trials_leave_time_to_a_floored_bound(monkeypatch) -> None:
