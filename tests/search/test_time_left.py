@@ -1,7 +1,9 @@
 """The bound the clock cut, raised with the time a user's ``--timeout`` has left after the trials
 stopped on their own (issue 17, "anytime and honest"): ``Tightened.unfinished`` names the V's a
 deadline left short, ``raise_with_time_left`` runs the first pass's proofs again for them, and
-``autotune.search`` uses the time up to the limit."""
+``autotune.search`` uses the time up to the limit: half of it first for the answer
+(``improve_with_time_left``: the local searches and kicks the clock cut, from the trials' answer),
+then for the bound."""
 
 from __future__ import annotations
 
