@@ -77,3 +77,24 @@ def test_usage_error_is_a_json_error_when_json_was_asked(argv, field, starts):
 def test_usage_error_keeps_stdout_empty_without_json(argv):
     r = _run(*argv)
     assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("error: ")
+
+
+def test_run_warnings_reach_evaluate_and_search(tmp_path):
+    """micro_batch_num not set with pipeline_stage 4: MindFormers runs 1 micro-batch, which
+    MindSpore's pipeline rejects. `check` warns (W_MICRO_BATCH_DEFAULT); `evaluate` says it on
+    stderr (text) or under "warnings" (json), and `search` on stderr before the work and in its
+    json's "warnings", whatever layout it picks."""
+    cfg = tmp_path / "no_mb.yaml"
+    cfg.write_text(GLM.read_text(encoding="utf-8").replace("  micro_batch_num: 64\n", ""), encoding="utf-8")
+    line = "warning W_MICRO_BATCH_DEFAULT: parallel_config.micro_batch_num: micro_batch_num is not set"
+    assert line in _run("check", cfg).output
+    ev = _run("evaluate", cfg)
+    assert ev.exit_code == 0 and ev.stderr.startswith(line)
+    js = _run("evaluate", cfg, "--format", "json")
+    assert [w["code"] for w in json.loads(js.stdout)["warnings"]] == ["W_MICRO_BATCH_DEFAULT"]
+    se = _run("search", cfg, "--dry-run")
+    assert se.stderr.startswith(line)
+    full = _run("search", cfg, "--quiet", "--format", "json", "--trials", "3", "--timeout", "20")
+    assert "W_MICRO_BATCH_DEFAULT" in [w["code"] for w in json.loads(full.stdout)["warnings"]]
+    # with micro_batch_num set, none of it
+    assert "W_MICRO_BATCH_DEFAULT" not in _run("evaluate", GLM).stderr

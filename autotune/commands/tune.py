@@ -18,7 +18,7 @@ from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.emit.render import comparison_table, headroom_text, render_report, report_json
-from autotune.emit.search_result import bound_line, bounds_by_vpp_line, check_writable, pattern_warnings
+from autotune.emit.search_result import bound_line, bounds_by_vpp_line, check_writable, pattern_warnings, run_warnings
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
@@ -108,8 +108,9 @@ def _search_timeout(timeout: float | None) -> float | None:
 def _config_warnings(cfg) -> None:
     """Print on stderr, before any work, the warnings ``autotune check`` gives for the config's keys
     (``W_KEY_UNKNOWN``: a near miss of a key autotune reads, e.g. a memory key typo, so its default
-    is used and the predicted peak may move by gigabytes)."""
-    for w in cfg.config_warnings:
+    is used and the predicted peak may move by gigabytes) and for the run whatever the layout
+    (:func:`~autotune.emit.search_result.run_warnings`, e.g. micro_batch_num not set)."""
+    for w in list(cfg.config_warnings) + run_warnings(cfg):
         _warn(w.code, w.field, w.message)
 
 
@@ -190,6 +191,9 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
     _profile_warnings(profile)
     cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)
     report = evaluate(cfg, profile, device=device, overrides=_overrides(sets))
+    if fmt != "json":  # what `autotune check` warns about (the json lists them under "warnings")
+        for w in report.warnings:
+            _warn(w.code, w.field, w.message)
     if fmt == "json":
         click.echo(json.dumps(report_json(report, margin), indent=2))
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotune.config.layout import canonical_values, mtp_layers_in_split
+from autotune.config.layout import canonical_values, layout_from_config, mtp_layers_in_split
 from autotune.cost.report import CostReport
 from autotune.emit.apply_keys import TUNED_PATHS, inserts_default
 from autotune.emit.render import fits_word, memory_text, report_json
@@ -106,12 +106,30 @@ def pattern_warnings(result: Any) -> list[dict[str, str]]:
     return out
 
 
+#: The warnings of ``autotune check``'s layer rules that hold whatever layout the search writes
+#: (the others speak of the file's own offset, pp_interleave_num or patterns).
+RUN_WARNINGS = ("W_MICRO_BATCH_DEFAULT",)
+
+
+def run_warnings(cfg: Any) -> list:
+    """The :data:`RUN_WARNINGS` that ``autotune check`` gives for ``cfg`` (e.g. micro_batch_num not
+    set: MindFormers then runs 1 micro-batch, which MindSpore's pipeline rejects when pipeline_stage
+    > 1, and the search prices that); [] when the file's own layout breaks a rule (the search
+    reports that as ``user_config_error``)."""
+    try:
+        layout = layout_from_config(cfg)
+    except ConfigError:
+        return []
+    return [w for w in layout.warnings if w.code in RUN_WARNINGS]
+
+
 def config_warnings(result: Any) -> list[dict[str, str]]:
     """The warnings ``autotune check`` gives for the config's keys (``W_KEY_UNKNOWN``: a near miss
-    of a key autotune reads, whose default is then used) and for its select / comm patterns
-    (:func:`pattern_warnings`) as {code, field, message} dicts."""
+    of a key autotune reads, whose default is then used), the run (:func:`run_warnings`) and its
+    select / comm patterns (:func:`pattern_warnings`) as {code, field, message} dicts."""
+    cfg = result.config
     return [{"code": w.code, "field": w.field, "message": w.message}
-            for w in getattr(result.config, "config_warnings", [])] + pattern_warnings(result)
+            for w in list(getattr(cfg, "config_warnings", [])) + run_warnings(cfg)] + pattern_warnings(result)
 
 
 def budget_notes(result: Any, report: CostReport | None) -> list[str]:
