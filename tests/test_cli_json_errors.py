@@ -98,3 +98,11 @@ def test_run_warnings_reach_evaluate_and_search(tmp_path):
     assert "W_MICRO_BATCH_DEFAULT" in [w["code"] for w in json.loads(full.stdout)["warnings"]]
     # with micro_batch_num set, none of it
     assert "W_MICRO_BATCH_DEFAULT" not in _run("evaluate", GLM).stderr
+
+
+def test_an_inference_config_is_warned_by_check_and_search(tmp_path):
+    cfg = tmp_path / "predict.yaml"
+    cfg.write_text(GLM.read_text(encoding="utf-8").replace("run_mode: finetune", "run_mode: predict"), encoding="utf-8")
+    assert "warning W_RUN_MODE: run_mode: run_mode is 'predict'" in _run("check", cfg).output
+    assert "warning W_RUN_MODE" in _run("search", cfg, "--dry-run").stderr
+    assert "W_RUN_MODE" not in _run("check", GLM).output

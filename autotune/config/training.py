@@ -207,6 +207,26 @@ class TrainingConfig(BaseModel):
         return self.data_parallel * self.model_parallel * self.context_parallel * self.pipeline_stage
 
 
+#: MindFormers' ``run_mode`` values that run a training step (``train``, ``finetune``); ``eval`` and
+#: ``predict`` run the forward only.
+TRAINING_RUN_MODES = ("train", "finetune")
+
+
+def run_mode_warnings(data: dict[str, Any]) -> list[Warning_]:
+    """``W_RUN_MODE`` when the file's top-level ``run_mode`` is another than ``train`` or
+    ``finetune`` (MindFormers' inference configs say ``predict``): autotune prices a training step
+    (the activations a backward keeps, gradients, optimizer state), so its figures and its memory
+    verdict are not those of that run. A new user searched a DeepSeek-R1 ``predict`` config and got
+    "no configuration fits" with advice for training."""
+    mode = data.get("run_mode")
+    if not isinstance(mode, str) or mode.strip().lower() in TRAINING_RUN_MODES:
+        return []
+    return [Warning_("W_RUN_MODE", "run_mode",
+                     f"run_mode is {mode!r}: this file configures a run without a training step, but autotune "
+                     "prices one (activations kept for the backward, gradients, optimizer state); tune the "
+                     "training config (run_mode: train or finetune) instead")]
+
+
 def _dims(data: dict[str, Any]) -> ModelDims | None:
     """Model dims and memory settings (:func:`autotune.config.model_dims.read_dims`)."""
     return read_dims(data)
@@ -381,7 +401,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<memory>",
     if missing is not None:
         raise missing
     inputs = inputs_from_yaml(data)
-    warnings = (key_warnings + older_release_warnings(data) + model_rules(data, version)
+    warnings = (key_warnings + run_mode_warnings(data) + older_release_warnings(data) + model_rules(data, version)
                 + validate_config_level(inputs, version))
     interleave = bool(inputs.pipeline_interleave) if inputs.pipeline_interleave is not None else bool(
         inputs.vpp and inputs.vpp > 1)

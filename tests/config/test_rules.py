@@ -443,3 +443,16 @@ def test_a_misspelt_required_model_key_is_named(tmp_path):
     assert "missing: hidden_size; found 'hiden_size' there: a misspelling of 'hidden_size'?" in r.stderr
     r = run("check", write(tmp_path, cfg(model__model_config__num_layers=...), "c.yaml"))
     assert r.exit_code == 2 and "misspelling" not in r.stderr
+
+
+@pytest.mark.parametrize("mode,warned", [("predict", True), ("eval", True), ("train", False), ("finetune", False),
+                                         (" Finetune ", False), (None, False)])
+def test_run_mode_other_than_training_is_warned(mode, warned):
+    """An inference config (run_mode predict) is priced as a training step: W_RUN_MODE says so."""
+    from autotune.config.training import run_mode_warnings
+
+    data = {} if mode is None else {"run_mode": mode}
+    got = run_mode_warnings(data)
+    assert [w.code for w in got] == (["W_RUN_MODE"] if warned else [])
+    if warned:
+        assert got[0].field == "run_mode" and repr(mode) in got[0].message
