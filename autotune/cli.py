@@ -35,6 +35,9 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         sub_args = list(ctx.args)          # the sub-command's own tokens, before click parses them
+        named = getattr(ctx, "_protected_args", None)  # click 8.2+; before it a public attribute
+        named = list(ctx.protected_args if named is None else named)
+        sub = named[0] if named and named[0] in self.commands else None
         try:
             with pattern_scope():   # one select-pattern budget (R_PATTERN_BUDGET) per command
                 return super().invoke(ctx)
@@ -42,6 +45,8 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            if sub is not None and (exc.ctx is None or exc.ctx is ctx):
+                where = f"{ctx.command_path} {sub}"  # an option's missing value: click names the group
             if _asks_json(sub_args):
                 click.echo(json.dumps({"error": _usage_body(exc)}))
             click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)

@@ -106,3 +106,11 @@ def test_an_inference_config_is_warned_by_check_and_search(tmp_path):
     assert "warning W_RUN_MODE: run_mode: run_mode is 'predict'" in _run("check", cfg).output
     assert "warning W_RUN_MODE" in _run("search", cfg, "--dry-run").stderr
     assert "W_RUN_MODE" not in _run("check", GLM).output
+
+
+def test_a_missing_option_value_points_at_the_sub_commands_help():
+    """click names the group for an option without its value; the pointer names the sub-command."""
+    r = _run("search", GLM, "--timeout")
+    assert r.exit_code == 2
+    assert r.stderr == "error: Option '--timeout' requires an argument. (see 'main search --help')\n"
+    assert "(see 'main --help')" in _run("bogus").stderr        # no sub-command: the group's help
