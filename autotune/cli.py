@@ -47,10 +47,8 @@ class _Group(click.Group):
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             if sub is not None and (exc.ctx is None or exc.ctx is ctx):
                 where = f"{ctx.command_path} {sub}"  # an option's missing value: click names the group
-            if _asks_json(sub_args):
-                click.echo(json.dumps({"error": _usage_body(exc)}))
-            click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
+            _exit_bad_input(ctx, f"{exc.format_message()} (see '{where} --help')",
+                            _usage_body(exc) if _asks_json(sub_args) else None)
         except AutotuneError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
@@ -91,10 +89,17 @@ def _usage_body(exc: click.UsageError) -> dict:
 def _bad_input(ctx: click.Context, exc: AutotuneError) -> None:
     """Exit 2 with one line ``error: ...`` on stderr, and ``{"error": {...}}`` on stdout too when
     the command asked for JSON errors (:mod:`autotune.commands._json_errors`)."""
+    body = None
     if ctx.obj and ctx.obj.get(JSON_ERRORS):
         body = exc.to_dict() if isinstance(exc, ConfigError) else {"rule": None, "field": None, "message": str(exc)}
+    _exit_bad_input(ctx, str(exc), body)
+
+
+def _exit_bad_input(ctx: click.Context, line: str, body: dict | None) -> None:
+    """``{"error": body}`` on stdout when ``body`` is given, ``error: line`` on stderr, exit 2."""
+    if body is not None:
         click.echo(json.dumps({"error": body}))
-    click.echo(f"error: {exc}", err=True)
+    click.echo(f"error: {line}", err=True)
     ctx.exit(EXIT_BAD_INPUT)
 
 

@@ -191,12 +191,11 @@ def evaluate_cmd(config: str, profile: str | None, device: str, hbm: str | None,
     _profile_warnings(profile)
     cfg, margin = _with_margin(config, hbm, hbm_margin, hf_config)
     report = evaluate(cfg, profile, device=device, overrides=_overrides(sets))
-    if fmt != "json":  # what `autotune check` warns about (the json lists them under "warnings")
-        for w in report.warnings:
-            _warn(w.code, w.field, w.message)
-    if fmt == "json":
+    if fmt == "json":  # the json lists what `autotune check` warns about under "warnings"
         click.echo(json.dumps(report_json(report, margin), indent=2))
     else:
+        for w in report.warnings:
+            _warn(w.code, w.field, w.message)
         click.echo(render_report(report, title=f"autotune evaluate {config}", margin_mib=margin))
 
 
