@@ -29,9 +29,37 @@ EXIT_BAD_INPUT = 2
 
 
 class _Group(click.Group):
-    """click group that maps AutotuneError, and click's usage errors of a sub-command's options and
-    arguments (a value out of range, an unknown option), to exit 2 with a one-line message (click
-    prints its usage block and a hint on three more lines)."""
+    """click group that maps AutotuneError, and click's usage errors of the group's and a
+    sub-command's options and arguments (a value out of range, an unknown option), to exit 2 with a
+    one-line message (click prints its usage block and a hint on three more lines)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """The group's own options: an unknown one (``autotune --format json search x.yaml``) is a
+        one-line usage error, exit 2, that names the sub-command to put it after when one of
+        them has it (``--format`` is each command's own option); ``{"error": ...}`` on stdout
+        too when the tokens ask for ``--format json``. ``autotune`` alone still prints the help."""
+        raw = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            if "--debug" in raw:
+                raise
+            line = f"{exc.format_message()} (see '{ctx.command_path} --help')"
+            name = getattr(exc, "option_name", None)
+            typed = next((t for t in raw if t in self.commands), None)
+            subs = [n for n in ([typed] if typed else []) + sorted(self.commands)
+                    if name and any(name in o.opts for o in self.commands[n].params)]
+            if subs:
+                line = (f"No such option '{name}' before the sub-command: it is an option of "
+                        f"'{ctx.command_path} {subs[0]}'; put it after the sub-command, e.g. "
+                        f"'{_moved_after(ctx.command_path, raw, name, subs[0])}' "
+                        f"(see '{ctx.command_path} {subs[0]} --help')")
+            body = _usage_body(exc) if _asks_json(raw) else None
+            if body is not None and subs:
+                body["message"] = line
+            _exit_bad_input(ctx, line, body)
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         sub_args = list(ctx.args)          # the sub-command's own tokens, before click parses them
@@ -62,6 +90,18 @@ class _Group(click.Group):
                                         "autotune bug: --debug shows the traceback)",
                                         rule="R_UNSUPPORTED")
             _bad_input(ctx, err)
+
+
+def _moved_after(prog: str, raw: list[str], name: str, sub: str) -> str:
+    """The command line ``raw`` with option ``name`` (and its value, when it has one: the next
+    token not starting with ``-``) moved to the end of sub-command ``sub``'s tokens."""
+    i = raw.index(name) if name in raw else next(k for k, t in enumerate(raw) if t.startswith(name + "="))
+    take = 2 if raw[i] == name and i + 1 < len(raw) and not raw[i + 1].startswith("-") \
+        and raw[i + 1] != sub else 1
+    rest = raw[:i] + raw[i + take:]
+    if sub not in rest:
+        rest.append(sub)
+    return " ".join([prog, *rest, *raw[i:i + take]])
 
 
 def _asks_json(args: list[str]) -> bool:

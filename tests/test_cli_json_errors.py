@@ -18,7 +18,7 @@ GLM = ROOT / "examples" / "real_configs" / "05_glm4_9b.yaml"
 
 
 def _run(*args: str):
-    return CliRunner().invoke(main, [str(a) for a in args])
+    return CliRunner().invoke(main, [str(a) for a in args], prog_name="autotune")
 
 
 @pytest.fixture()
@@ -79,6 +79,27 @@ def test_usage_error_keeps_stdout_empty_without_json(argv):
     assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("error: ")
 
 
+@pytest.mark.parametrize("argv,moved", [
+    (["--format", "json", "search", "x.yaml", "--trials", "3"], "autotune search x.yaml --trials 3 --format json"),
+    (["--format=json", "check", "x.yaml"], "autotune check x.yaml --format=json"),
+])
+def test_a_sub_command_option_before_the_sub_command_is_one_usage_line(argv, moved):
+    """`autotune --format json search x.yaml`: click's usage block before; now one line that
+    says where the option goes (the typed sub-command's own), and JSON when json was asked."""
+    r = _run(*argv)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: No such option '--format' before the sub-command")
+    assert f"e.g. '{moved}'" in r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["rule"] == "usage" and err["field"] == "--format" and moved in err["message"]
+    hbm = _run("--hbm", "3GB", "search", "x.yaml")
+    assert hbm.exit_code == 2 and hbm.stdout == "" and "'autotune search x.yaml --hbm 3GB'" in hbm.stderr
+    # an option no sub-command has: click's message and the group's --help, on one line
+    typo = _run("--debugx", "check")
+    assert typo.exit_code == 2
+    assert typo.stderr == "error: No such option '--debugx'. Did you mean '--debug'? (see 'autotune --help')\n"
+
+
 def test_run_warnings_reach_evaluate_and_search(tmp_path):
     """micro_batch_num not set with pipeline_stage 4: MindFormers runs 1 micro-batch, which
     MindSpore's pipeline rejects. `check` warns (W_MICRO_BATCH_DEFAULT); `evaluate` says it on
@@ -112,5 +133,5 @@ def test_a_missing_option_value_points_at_the_sub_commands_help():
     """click names the group for an option without its value; the pointer names the sub-command."""
     r = _run("search", GLM, "--timeout")
     assert r.exit_code == 2
-    assert r.stderr == "error: Option '--timeout' requires an argument. (see 'main search --help')\n"
-    assert "(see 'main --help')" in _run("bogus").stderr        # no sub-command: the group's help
+    assert r.stderr == "error: Option '--timeout' requires an argument. (see 'autotune search --help')\n"
+    assert "(see 'autotune --help')" in _run("bogus").stderr        # no sub-command: the group's help
