@@ -159,27 +159,29 @@ class SearchOutcome:
 
     def stop_text(self) -> str:
         """One line saying why the search ended and the certified gap then, e.g. ``CUT SHORT by the
-        300 s safety net, a wall clock (…); certified gap then 14.16 %``. Every output form prints it
-        (text, report, notebook view, sweep report)."""
+        300 s safety net, a wall clock (…); certified gap then 14.16 %``; when only the bound
+        phase's share of the clock ran out, further sentences say what it cut and how the trials
+        ended. Every output form prints it (text, report, notebook view, sweep report)."""
         gap = (f"{self.certified_gap:.2%}" if self.certified_gap is not None else
                "n/a (nothing fits)" if self.no_fit_proven else "n/a (none found that fits)")
         if self.timed_out:
             which = (f"its {self.time_limit_s:g} s timeout" if self.stopped_by == "timeout"
                      else f"the {self.time_limit_s:g} s safety net")
-            why = ""
-            if self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net"):
-                own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
-                trials = ("the trials then met the clock too" if self.trials_stopped_by in ("timeout", "safety_net")
-                          else f"the trials then ended on their own{own}")
-                if self.time_left_faster:
-                    trials += "; with the time left, a local search and kicks from their answer found a faster config"
-                share = (f"{self.bound_phase_s:.1f} s, half of what the limit left after start-up and reading"
-                         if self.bound_phase_s is not None else
-                         f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")
-                why = (f": the bound phase ({share}) stopped its local search or later bound passes at "
-                       f"their deadlines; {trials}")
-            return (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
-                    f"and load){why}; certified gap then {gap}")
+            head = (f"CUT SHORT by {which}, a wall clock (the answer may depend on the machine's speed "
+                    f"and load); certified gap then {gap}")
+            if not (self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net")):
+                return head
+            own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
+            share = (f"{self.bound_phase_s:.1f} s, half of what the limit left after start-up and reading"
+                     if self.bound_phase_s is not None else
+                     f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")
+            parts = [head, f"The bound phase ({share}) stopped its local search or later bound passes at "
+                     "their deadlines",
+                     "The trials then met the clock too" if self.trials_stopped_by in ("timeout", "safety_net")
+                     else f"The trials then ended on their own{own}"]
+            if self.time_left_faster:
+                parts.append("With the time left, a local search and kicks from their answer found a faster config")
+            return ". ".join(parts) + "."
         if self.stopped_by == "static_memory":
             limit = self.config.hbm_mib
             return (f"stopped before the bound phase: {self.static_floor_text()}, above the limit of "

@@ -97,7 +97,7 @@ def test_search_uses_the_time_left_after_a_cut_bound_phase(monkeypatch) -> None:
     assert raised.best.step_time_ms < plain.best.step_time_ms - 1.0 and raised.trials == plain.trials + 1
     last = raised.study.best_trial
     assert last.user_attrs["origin"] == "local-polish" and last.value == pytest.approx(raised.best.step_time_ms)
-    assert "with the time left, a local search and kicks from their answer found a faster config" in raised.stop_text()
+    assert "With the time left, a local search and kicks from their answer found a faster config" in raised.stop_text()
     assert "found a faster config" not in plain.stop_text()
 
 

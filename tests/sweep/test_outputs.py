@@ -140,10 +140,10 @@ def test_bound_phase_without_timeout_is_cut_by_the_safety_net(monkeypatch):
     assert "CUT SHORT by the 6 s safety net" in res.stderr
     # its share: half of the 6 s left after reading (< 3 s), the figure the json gives
     assert 2.0 < d["bound_phase_s"] < 3.0
-    assert (f"the bound phase ({d['bound_phase_s']:.1f} s, half of what the limit left after start-up and "
+    assert (f"The bound phase ({d['bound_phase_s']:.1f} s, half of what the limit left after start-up and "
             "reading) stopped its local search") in res.stderr
     # its two 3.5 s sleeps used the whole net: the trials got only their minimum and met it too
-    assert "the trials then met the clock too" in res.stderr and d["bound_phase_cut"] is True
+    assert "The trials then met the clock too" in res.stderr and d["bound_phase_cut"] is True
     assert d["certified_gap"] is not None
     assert _time.monotonic() - t < 30
 
