@@ -40,6 +40,13 @@ def pareto_mask(vals: np.ndarray, *, tol: float = 0.0, keep_ties: bool = False) 
     return out
 
 
+def undominated(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows not below another row in every column (the largest, e.g. the largest
+    live-count vectors of a schedule), in ``np.unique`` order."""
+    rows = np.unique(rows, axis=0)
+    return rows[pareto_mask(-rows)]
+
+
 def pareto_order(vals: np.ndarray, *, tol: float = 0.0) -> np.ndarray:
     """int [k]: the indices of :func:`pareto_mask`'s rows (default rule), in lexicographic order
     of the rows (a sorted front: column 0 ascending)."""

@@ -24,11 +24,10 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from autotune.cost.budget import hbm_cap
-from autotune.cost.dominance import pareto_mask, pareto_order
+from autotune.cost.dominance import pareto_mask, pareto_order, undominated
 from autotune.cost.inputs import first_layers, stage_costs
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import compile_schedule, peak_activation, stage_peak_activation
-from autotune.tuner.bounds._relax import undominated
 from autotune.tuner.problem import REL_TOL, Candidate, Problem, even_layers, first_min, tie_key
 from autotune.tuner.recompute import recompute_choices
 
@@ -1000,7 +999,7 @@ def _over_caps(problem: Problem, V: int, memo: dict, pos: np.ndarray | None, row
 
 def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None = None,
               weights: np.ndarray | None = None, memo: dict | None = None,
-              deadline: float | None = None) -> tuple[np.ndarray, ...]:
+              deadline: float | None = None, inexact: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Least-replay recompute per stage that fits the budget, exactly (no greedy).
 
     A stage's peak depends only on its own column: static + max over the schedule's memory rows
@@ -1018,6 +1017,10 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
             time).
         memo: optional dict for the mini-stage frontiers (one per problem; see :func:`fit_cache`).
         deadline: optional time.monotonic() limit, checked before each stage's fit.
+        inexact: optional bool [B, P], filled: True where a stage got the greedy because its
+            frontiers had too many options or it passed the DP's caps (its recompute may then not
+            be the least-replay fitting one), False where the DP decided (also when no
+            combination fits: the greedy then runs as well, and the stage does not fit).
 
     Returns (rec, sel, com int [B, V, P], fits [B] bool) like :func:`fit_recompute` (stages not
     fitted are scored as zeros).
@@ -1040,6 +1043,8 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
     rows = _stage_rows(problem, V)
     greedy = np.zeros((B, P), dtype=bool)
     over_caps = _over_caps(problem, V, memo, pos, rows)
+    if inexact is not None:
+        inexact[...] = False
     for b, p in zip(bs, ps):
         check_deadline(deadline)
         keys = [("xf", V, v, p, int(starts[b, v, p]), int(layers[b, v, p])) for v in range(V)]
@@ -1049,12 +1054,18 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
         # layers): a stage with the same frontiers, room and weights has the same answer
         sk = ("xs", V, p, room, w[b, :, p].tobytes(), *(memo.get(("xd",) + k) for k in keys))
         got = memo.get(sk, False) if all(f is not None for f in fr) else None
+        capped: list = [] if all(f is not None for f in fr) else [1]
         if got is False and over_caps[p]:
-            got = None  # this problem's stages pass the DP's caps: the greedy, without the DP's work
+            got, capped = None, [1]  # the problem's stages pass the DP's caps: the greedy, without the DP
         elif got is False:
-            got = memo[sk] = _stage_best(fr, room, w[b, :, p], *rows[p])
+            got = memo[sk] = _stage_best(fr, room, w[b, :, p], *rows[p], capped=capped)
+            memo[("xc",) + sk] = bool(capped)
+        elif got is None and all(f is not None for f in fr):
+            capped = [1] if memo.get(("xc",) + sk, over_caps[p]) else []
         if got is None:
             greedy[b, p] = True
+            if inexact is not None:
+                inexact[b, p] = bool(capped)
             continue
         for v in range(V):
             rec[b, v, p], sel[b, v, p], com[b, v, p] = fr[v][0][got[0][v]]

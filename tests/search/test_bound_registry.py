@@ -159,13 +159,14 @@ def test_tighten_tells_each_v_the_least_bound_of_the_others() -> None:
 
 
 def test_registry_passes_are_named_and_ordered() -> None:
-    """The first pass bounds every V (path DP for V = 1, the split LP where a V has few splits, the
+    """The first pass bounds every V (path DP for V = 1 then the split scan where V = 1 has few
+    splits, the split LP where a V > 1 has few splits, the
     Lagrangian for V > 1: no skip; the split LP first so that its split is the pass's seed); the
     later ones run against the incumbent, the stage DP again after the integer program (so that
     its split does not join the program's starting layouts), then the pair DP (V = 2), the path
     LP last (only where a V's gap is still over 2 %)."""
     assert isinstance(REGISTRY[0], Pass) and REGISTRY[0].skip == "none"
     names = [b.name for b in REGISTRY[0].proofs]
-    assert names == ["path DP", "split LP", "Lagrangian", "stage DP"]
+    assert names == ["path DP", "split scan", "split LP", "Lagrangian", "stage DP"]
     assert [p.skip for p in REGISTRY[1:]] == ["upper", "dominated", "upper", "dominated", "dominated"]
     assert [p.name for p in REGISTRY[1:]] == ["device DP", "integer program", "stage DP", "pair DP", "path LP"]

@@ -23,6 +23,10 @@ Each bound is one module with a :class:`~autotune.tuner.bounds._base.LowerBound`
   layers a mini-stage): every split bounded by its own LP over the stages' fitting recompute
   configurations with lazily generated paths, best first (exact on scaling.py's pp 32 / 64 × vpp 2
   rows); its best layout is a seed;
+- :mod:`.split_scan` — :class:`SplitScan`, pp_interleave_num 1 with few splits: every split with
+  its least-replay recompute (the exact fit), simulated, best first: the exact V = 1 optimum where
+  it runs to its end (the path DP's relaxation can stop ~1-5 % under it at pp 2); its best layout
+  is a seed;
 - :mod:`.work_floor` — :class:`WorkFloor`, the busiest device's work with whole layers (at least
   the average device's share m · W / P; a few ms to ~0.03 s at pp 64 × m 512): what a V gets in
   place of a first proof that would start past its pass's deadline;
@@ -54,6 +58,7 @@ from autotune.tuner.bounds.pair_dp import PairDP
 from autotune.tuner.bounds.path_dp import PathDP, path_dp_bound
 from autotune.tuner.bounds.path_lp import PathLP
 from autotune.tuner.bounds.split_lp import SplitLP
+from autotune.tuner.bounds.split_scan import SplitScan
 from autotune.tuner.bounds.stage_dp import StageDP
 from autotune.tuner.bounds.stay_lp import StayLP, stay_lp_ms
 from autotune.tuner.bounds.work_floor import WorkFloor, floor_ms, work_floor_ms
@@ -96,7 +101,7 @@ class Pass:
 #: generated to convergence under a work cap (a few CPU s; on the MoE rows of scaling.py it
 #: prices the paths that stay on several stages, which the DP bounds cannot).
 REGISTRY: tuple[Pass, ...] = (
-    Pass("relaxations", (PathDP(), SplitLP(), Lagrangian(), StageDP())),
+    Pass("relaxations", (PathDP(), SplitScan(), SplitLP(), Lagrangian(), StageDP())),
     Pass("device DP", (DeviceDP(), WrapDP()), skip="upper"),
     Pass("integer program", (Fallback(IntegerProgram(), Lagrangian(REFINE_ITERS, patience=REFINE_PATIENCE,
                                                                      propose=False)),),
@@ -165,7 +170,7 @@ def stage_dp_first(lagrangian_until: float | None) -> Pass:
     1.7, the path LP 121,394.5 in 23.4). On a model of several kinds (dense + MoE + MTP) it charges
     every layer the cheapest kind and the anytime path LP proves more (pp 32 × vpp 4 MoE: stage DP
     80,310.5 ms in 3.6 s, path LP 89,912.8): there :data:`REGISTRY`'s first pass stays."""
-    return Pass("relaxations", (PathDP(), SplitLP(), BoundOnly(StageDP()),
+    return Pass("relaxations", (PathDP(), SplitScan(), SplitLP(), BoundOnly(StageDP()),
                                 Unproven(Until(Lagrangian(), lagrangian_until))))
 
 
@@ -211,6 +216,6 @@ def lower_bound(problem: Problem, *, upper_ms: float | None = None, iters: int =
 
 __all__ = ["ANYTIME", "BoundContext", "BoundOnly", "BoundOutcome", "BoundResult", "Delegate", "DeviceDP", "Fallback",
            "IntegerProgram", "Lagrangian", "LowerBound", "PairDP", "Pass", "PathDP", "PathLP", "REGISTRY", "SplitLP",
-           "StageDP", "StayLP", "Tightened", "Unproven", "Until", "WorkFloor", "WrapDP", "critical_path", "lower_bound",
-           "floor_ms", "path_dp_bound", "several_kinds", "stage_dp_first", "stay_lp_ms", "tighten",
+           "SplitScan", "StageDP", "StayLP", "Tightened", "Unproven", "Until", "WorkFloor", "WrapDP", "critical_path",
+           "lower_bound", "floor_ms", "path_dp_bound", "several_kinds", "stage_dp_first", "stay_lp_ms", "tighten",
            "work_floor_ms"]

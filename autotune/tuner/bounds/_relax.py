@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from autotune.cost.dominance import pareto_mask, pareto_order
+from autotune.cost.dominance import pareto_order, undominated
 from autotune.cost.inputs import NONE, ProfileArrays
 from autotune.cost.schedules import get_schedule
 from autotune.cost.simulate import CompiledSchedule, compile_schedule
@@ -574,13 +574,6 @@ def pair_blocks(cnt: np.ndarray, start: np.ndarray, cells: int):
         first = np.concatenate([[0], np.cumsum(cnt[ks])[:-1]])
         yield lo, hi, kidx, start[kidx] + np.arange(kidx.size) - first[kidx - lo], first
         lo = hi
-
-
-def undominated(rows: np.ndarray) -> np.ndarray:
-    """The distinct rows not below another row in every column (the largest live-count vectors),
-    in ``np.unique`` order."""
-    rows = np.unique(rows, axis=0)
-    return rows[pareto_mask(-rows)]
 
 
 def live_rows(cs: CompiledSchedule, p: int, end_ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
