@@ -121,15 +121,10 @@ def split_scan_bound(problem: Problem, *, upper_ms: float | None = None, deadlin
         s = problem.evaluate(V, L, rec, sel, com)
         exact = ~inexact.any(axis=1)
         floor = min(floor, float(lb0[at:at + len(idx)][~exact].min(initial=np.inf)))
-        ok = np.nonzero(fits & exact)[0]
+        # every fitting layout counts, a split's with the greedy's recompute too (not its optimum)
+        ok = np.nonzero(fits)[0]
         if len(ok):
             i = int(ok[first_min(s.step_ms[ok])])
-            if best is None or s.step_ms[i] < best.step_ms - 1e-9:
-                peak = float(s.peak_mib[i].max())
-                best = Candidate(V, L[i].copy(), rec[i], sel[i], com[i], float(s.step_ms[i]), peak,
-                                 excess_mib(peak, problem.hbm_mib), origin="split-scan-v1")
-        # a split that fits only with the greedy's recompute is a layout too (not its optimum)
-        for i in np.nonzero(fits & ~exact)[0]:
             if best is None or s.step_ms[i] < best.step_ms - 1e-9:
                 peak = float(s.peak_mib[i].max())
                 best = Candidate(V, L[i].copy(), rec[i], sel[i], com[i], float(s.step_ms[i]), peak,
@@ -166,9 +161,4 @@ class SplitScan:
         layouts = (r.best,) if r.best is not None else ()
         split = r.best.layers if r.best is not None else None
         return BoundOutcome(r.bound_ms, split, {"split_scan_solved": r.solved}, layouts=layouts,
-                            cut=not r.complete and deadline_passed(ctx.deadline))
-
-
-def deadline_passed(deadline: float | None) -> bool:
-    """Whether ``deadline`` (time.monotonic()) has passed (False without one)."""
-    return deadline is not None and time.monotonic() > deadline
+                            cut=not r.complete and ctx.deadline is not None and time.monotonic() > ctx.deadline)
