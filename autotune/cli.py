@@ -49,13 +49,17 @@ class _Group(click.Group):
             line = f"{exc.format_message()} (see '{ctx.command_path} --help')"
             name = getattr(exc, "option_name", None)
             typed = next((t for t in raw if t in self.commands), None)
-            subs = [n for n in ([typed] if typed else []) + sorted(self.commands)
-                    if name and any(name in o.opts for o in self.commands[n].params)]
-            if subs:
+            subs = [n for n in sorted(self.commands) if name and any(name in o.opts for o in self.commands[n].params)]
+            prog = ctx.command_path
+            if subs and typed in subs:
                 line = (f"No such option '{name}' before the sub-command: it is an option of "
-                        f"'{ctx.command_path} {subs[0]}'; put it after the sub-command, e.g. "
-                        f"'{_moved_after(ctx.command_path, raw, name, subs[0])}' "
-                        f"(see '{ctx.command_path} {subs[0]} --help')")
+                        f"'{prog} {typed}'; put it after the sub-command, e.g. "
+                        f"'{_moved_after(prog, raw, name, typed)}' (see '{prog} {typed} --help')")
+            elif subs:  # no sub-command typed, or one without this option: say which have it
+                line = (f"No such option '{name}' before the sub-command"
+                        + (f", nor one of '{prog} {typed}'" if typed else "")
+                        + f": it is an option of {', '.join(repr(f'{prog} {n}') for n in subs)}"
+                        + f" (see '{prog} {subs[0]} --help')")
             body = _usage_body(exc) if _asks_json(raw) else None
             if body is not None and subs:
                 body["message"] = line

@@ -94,6 +94,16 @@ def test_a_sub_command_option_before_the_sub_command_is_one_usage_line(argv, mov
     assert err["rule"] == "usage" and err["field"] == "--format" and moved in err["message"]
     hbm = _run("--hbm", "3GB", "search", "x.yaml")
     assert hbm.exit_code == 2 and hbm.stdout == "" and "'autotune search x.yaml --hbm 3GB'" in hbm.stderr
+    # the typed sub-command lacks the option, or none was typed: which sub-commands have it, no
+    # command line that would fail again (a new user got 'autotune check x.yaml evaluate --hbm 50GB')
+    other = _run("--hbm", "50GB", "check", "x.yaml")
+    assert other.exit_code == 2 and other.stderr == (
+        "error: No such option '--hbm' before the sub-command, nor one of 'autotune check': it is an option of "
+        "'autotune evaluate', 'autotune report', 'autotune search' (see 'autotune evaluate --help')\n")
+    alone = _run("--workers", "2")
+    assert alone.exit_code == 2 and alone.stderr == (
+        "error: No such option '--workers' before the sub-command: it is an option of 'autotune sweep' "
+        "(see 'autotune sweep --help')\n")
     # an option no sub-command has: click's message and the group's --help, on one line
     typo = _run("--debugx", "check")
     assert typo.exit_code == 2

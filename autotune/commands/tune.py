@@ -389,7 +389,7 @@ def _raise_infeasible(result: object, hbm: str | None, hbm_margin: str | None) -
                  f"{result.lower_bound_ms:.1f} ms)")
     elif result.stopped_by != "static_memory":
         head += (" (proven: every layout of the space was enumerated)" if result.exact else
-                 " (proven: the lower bounds' memory relaxation admits no layout)")
+                 " (proven: the lower bounds admit no fitting layout)")
     fix = ("lower --hbm-margin, raise the budget or add pipeline stages" if m > 0
            else "raise the budget or add pipeline stages")
     if result.stopped_by == "static_memory":

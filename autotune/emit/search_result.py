@@ -213,6 +213,7 @@ def result_dict(result: Any) -> dict[str, Any]:
             "exact": result.exact, "timed_out": result.timed_out, "stopped_by": result.stopped_by,
             "trials_stopped_by": result.trials_stopped_by, "bound_phase_cut": result.bound_phase_cut,
             "bound_phase_s": result.bound_phase_s, "time_left_faster": result.time_left_faster,
+            "trials_share_halved": result.trials_share_halved,
             "time_limit_s": result.time_limit_s,
             "settings": dict(result.settings), "subproblems": result.subproblems,
             "hbm_margin_mib": result.hbm_margin_mib,

@@ -131,6 +131,10 @@ class SearchOutcome:
     #: search and kicks from their answer found a faster config (run as one more trial:
     #: :func:`autotune.tuner.search.answer_with_time_left`)
     time_left_faster: bool = False
+    #: True when, under ``--timeout``, the trials got only half of what the bound phase left,
+    #: because a V still held only a floor then (the other half raises that bound:
+    #: ``search._trial_limit``); "the trials met the clock" then means their half of it
+    trials_share_halved: bool = False
 
     def static_floor_text(self) -> str:
         """The memory floors of a ``"static_memory"`` verdict in words (the stop line's and the
@@ -177,7 +181,9 @@ class SearchOutcome:
                      f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")
             parts = [head, f"The bound phase ({share}) stopped its local search or later bound passes at "
                      "their deadlines",
-                     "The trials then met the clock too" if self.trials_stopped_by in ("timeout", "safety_net")
+                     ("The trials then met their half of the time left (a pp_interleave_num held only a floor: "
+                      "the other half went to its bound)" if self.trials_share_halved else
+                      "The trials then met the clock too") if self.trials_stopped_by in ("timeout", "safety_net")
                      else f"The trials then ended on their own{own}"]
             if self.time_left_faster:
                 parts.append("With the time left, a local search and kicks from their answer found a faster config")

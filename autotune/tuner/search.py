@@ -569,4 +569,5 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error,
                          bound_phase_cut=bool(cut_in_bounds), bound_phase_s=bound_s, time_left_faster=faster,
+                         trials_share_halved=bool(floored),
                          trials_stopped_by=_stopped_by(st, st.timed_out, timeout, stop_at))

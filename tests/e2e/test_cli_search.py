@@ -171,39 +171,54 @@ def test_json_stdout_holds_only_the_json_when_highs_prints() -> None:
     assert d["best"]["step_time_ms"] == pytest.approx(810.2026, abs=1e-3)
 
 
-def test_none_found_is_not_called_proven_infeasible() -> None:
-    """At 9,250 MiB the search finds no toy layout that fits (the closest, its least-peak layout
-    with full recompute, peaks at 9,280.6 MiB), but the bounds do not rule one out (any fitting
-    layout would take >= 1,070.5 ms; 920.6 before the integer program's workspace phase): the
-    error says the search found none and that this is not proven (the exact enumeration of all
-    32,640 splits per pp_interleave_num 1-4 finds none that fits either); at 1 GB static memory
+def test_none_found_is_not_called_proven_infeasible(tmp_path) -> None:
+    """The toy stretched to pp 8 × 32 layers × m 16 (too many pp_interleave_num 1 splits for the
+    split scan): at 9,300 MiB the search finds no layout that fits (the closest peaks at 9,360.6
+    MiB), but the bounds do not rule one out (pp_interleave_num 1's path DP: any fitting layout
+    would take >= 2,183.6 ms; 2-4 are proven infeasible): the error says the search found none and
+    that this is not proven. The toy itself at 9,250 MiB was such a case (not proven, >= 1,070.5
+    ms) until the split scan checked every pp_interleave_num 1 split exactly (the enumeration of
+    every split of every V finds none that fits either): it is now proven; at 1 GB static memory
     alone proves it."""
-    r = run("search", str(TOY), "--hbm", "9250MiB", "--trials", "20", "--format", "json")
+    big = tmp_path / "toy_pp8.yaml"
+    text_in = TOY.read_text(encoding="utf-8")
+    for a, b in [("pipeline_stage: 4", "pipeline_stage: 8"), ("micro_batch_num: 8", "micro_batch_num: 16"),
+                 ("num_layers: 16", "num_layers: 32"), ("offset: [-1, 1, 1, -1]", "offset: 0"),
+                 ("recompute: [2, 1, 0, 0]", "recompute: False")]:
+        assert a in text_in
+        text_in = text_in.replace(a, b)
+    big.write_text(text_in, encoding="utf-8")
+    r = run("search", str(big), "--hbm", "9300MiB", "--trials", "20", "--format", "json")
     assert r.returncode == 2
     d = json.loads(r.stdout)
     assert d["best"] is None and d["no_fit_proven"] is False
-    assert d["closest"]["peak_mib"] == pytest.approx(9280.625)
-    # the bound is the integer program's (HiGHS): its branch and bound path, so the last digits,
-    # can depend on the machine (before the workspace phase 920.5836 ms on an earlier CI machine,
-    # 920.5632 on another with the same code and package versions); the message rounds it
-    assert d["lower_bound_ms"] == pytest.approx(1070.49, abs=0.03)
-    assert ("[R_HBM_INFEASIBLE] --hbm: the search found no configuration that fits the HBM budget of 9250 MiB "
-            "(not proven that none exists: the bounds leave room for a fitting layout of at least 1070.5 ms)"
+    assert d["closest"]["peak_mib"] == pytest.approx(9360.625)
+    assert d["lower_bound_ms"] == pytest.approx(2183.5675, abs=1e-3)  # the path DP's (pure numpy)
+    assert d["lower_bound_by_vpp"] == {"1": d["lower_bound_ms"], "2": None, "3": None, "4": None}
+    assert ("[R_HBM_INFEASIBLE] --hbm: the search found no configuration that fits the HBM budget of 9300 MiB "
+            "(not proven that none exists: the bounds leave room for a fitting layout of at least 2183.6 ms)"
             ) in r.stderr
-    text = run("search", str(TOY), "--hbm", "9250MiB")  # default trials: it stops at a local optimum
+    text = run("search", str(big), "--hbm", "9300MiB", "--trials", "20")
     assert "NO CONFIGURATION FOUND THAT FITS the HBM budget; closest found:" in text.stdout
     assert "(none found that fits the budget)" in text.stdout
     assert ("is closer to fitting; a fitting layout elsewhere is not ruled out; certified gap n/a (none found "
             "that fits)") in text.stdout
     assert "no layout fits" not in text.stdout + text.stderr and "nothing fits" not in text.stdout + text.stderr
+    scanned = run("search", str(TOY), "--hbm", "9250MiB", "--trials", "20", "--format", "json")
+    assert scanned.returncode == 2
+    sd = json.loads(scanned.stdout)
+    assert sd["best"] is None and sd["no_fit_proven"] is True and sd["lower_bound_ms"] is None
+    assert sd["closest"]["peak_mib"] == pytest.approx(9280.625)
+    assert ("no configuration fits the HBM budget of 9250 MiB (proven: the lower bounds admit no fitting "
+            "layout)") in scanned.stderr
     proven = run("search", str(TOY), "--hbm", "1GB", "--trials", "5", "--format", "json")
     assert proven.returncode == 2 and json.loads(proven.stdout)["no_fit_proven"] is True
     assert "[R_HBM_INFEASIBLE] --hbm: no configuration fits the HBM budget of 1024 MiB" in proven.stderr
-    # 8,950 MiB: above the static floor (8,889 MiB), but the bounds' memory relaxation admits no layout
+    # 8,950 MiB: above the static floor (8,889 MiB), but the bounds admit no fitting layout
     by_bounds = run("search", str(TOY), "--hbm", "8950MiB", "--trials", "20")
     assert by_bounds.returncode == 2
     assert ("[R_HBM_INFEASIBLE] --hbm: no configuration fits the HBM budget of 8950 MiB (proven: the lower "
-            "bounds' memory relaxation admits no layout)") in by_bounds.stderr
+            "bounds admit no fitting layout)") in by_bounds.stderr
     assert "(no layout fits the budget)" in by_bounds.stdout and "certified gap n/a (nothing fits)" in by_bounds.stdout
 
 

@@ -209,6 +209,16 @@ def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
                           bound_phase_cut=True, bound_phase_s=(20.0 - 1.3) / 2)
     assert ("The bound phase (9.3 s, half of what the limit left after start-up and reading) stopped its "
             "local search or later bound passes at their deadlines. ") in timed.stop_text()
+    # the trials met their half of the time left (a V held only a floor) and the time left then
+    # found a faster config: not "met the clock too", which read as a contradiction to a new user
+    halved = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=3.0, config=None, profile=None,
+                           certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=3.0,
+                           bound_phase_cut=True, bound_phase_s=0.8, trials_stopped_by="timeout",
+                           trials_share_halved=True, time_left_faster=True)
+    assert halved.stop_text().endswith(
+        "The trials then met their half of the time left (a pp_interleave_num held only a floor: the other "
+        "half went to its bound). With the time left, a local search and kicks from their answer found a "
+        "faster config.")
     plain = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=20.1, config=None, profile=None,
                           certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0)
     assert plain.stop_text() == ("CUT SHORT by its 20 s timeout, a wall clock (the answer may depend on the "
