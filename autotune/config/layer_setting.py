@@ -675,7 +675,8 @@ def _advice(st: _State, t: _Tables) -> None:
         st.warns.append(Warning_("W_VPP_LOW_GAIN", inp.path("vpp"),
                                  f"with micro_batch_num = {mb} the 1F1B bubble (pp-1)/m = {(st.pp - 1) / mb:.3f} "
                                  f"is already small; pp_interleave_num = {st.vpp} adds memory and communication "
-                                 "and may be slower; try pp_interleave_num: 1"))
+                                 "and may be slower than pp_interleave_num: 1 (a rule of thumb: `autotune "
+                                 "search` prices both and keeps the faster)"))
     if mb is None and st.pp_total > 1 and inp.from_yaml:
         st.warns.append(Warning_("W_MICRO_BATCH_DEFAULT", inp.path("micro_batch_num"),
                                  f"micro_batch_num is not set: MindFormers uses 1, fewer than pipeline_stage = "
