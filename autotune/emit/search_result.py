@@ -172,20 +172,33 @@ def bound_line(result: Any, *, report: bool = False) -> str | None:
     return f"lower bound {lb:.1f} ms ({how}) | certified gap {gap_txt}"
 
 
+#: Relative tolerance within which a V's bound "is" the answer's step time: the search's own
+#: (``autotune.tuner.problem.REL_TOL``, which emit, beside the tuner in the layers, does not import).
+SOLVED_TOL = 1e-9
+
+
 def bounds_by_vpp_line(result: Any) -> str | None:
     """One line with the lower bound of each pp_interleave_num (``result.lower_bound_by_vpp``),
     the answer's V and the least marked, e.g. ``lower bound by pp_interleave_num (...): 1: 165112.1
-    ms | 2: 160692.8 ms (the answer's) | 3: 159931.9 ms (the least)``; None when the result has no
+    ms | 2: 160692.8 ms (the answer's) | 3: 159931.9 ms (the least)``, and the answer's V also
+    "proven the best of this pp_interleave_num" when its bound is the answer's step time (within
+    :data:`SOLVED_TOL`); None when the result has no
     such breakdown (one V, the space enumerated, or nothing fits). The search tightens a V's bound only while
     it can raise the least one, so the others are proofs, not the best ones it could give."""
     by = getattr(result, "lower_bound_by_vpp", None)
     if not by:
         return None
     mine = result.best.layout.vpp if result.best is not None else None
+    step = getattr(result.best, "step_time_ms", None) if result.best is not None else None
     least = min((b for b in by.values() if b is not None), default=None)
     parts = []
     for V, b in by.items():
-        tags = (["the answer's"] if V == mine else []) + (["the least"] if b is not None and b == least else [])
+        # the answer's V with a bound at its step time (within REL_TOL): no layout of that V is
+        # faster (the split scan's pp_interleave_num 1)
+        solved = V == mine and b is not None and step is not None and b >= step * (1 - SOLVED_TOL)
+        tags = ((["the answer's"] if V == mine else [])
+                + (["proven the best of this pp_interleave_num"] if solved else [])
+                + (["the least"] if b is not None and b == least else []))
         parts.append((f"{V}: none fits" if b is None else f"{V}: {b:.1f} ms")
                      + (f" ({', '.join(tags)})" if tags else ""))
     return ("lower bound by pp_interleave_num (each tightened only while it could raise the least): "

@@ -48,6 +48,13 @@ def test_line_marks_the_answers_v_and_the_least() -> None:
     r2 = SimpleNamespace(lower_bound_by_vpp={1: 10.0, 3: 10.0}, best=SimpleNamespace(layout=SimpleNamespace(vpp=1)))
     assert bounds_by_vpp_line(r2).endswith("1: 10.0 ms (the answer's, the least) | 3: 10.0 ms (the least)")
     assert bounds_by_vpp_line(SimpleNamespace(lower_bound_by_vpp=None, best=None)) is None
+    # the answer's V whose bound is its step time (the split scan's vpp 1): said so
+    solved = SimpleNamespace(lower_bound_by_vpp={1: 573008.6388077409 * (1 - 1e-10), 2: 571868.13},
+                             best=SimpleNamespace(layout=SimpleNamespace(vpp=1), step_time_ms=573008.6388077409))
+    assert bounds_by_vpp_line(solved).endswith(
+        "1: 573008.6 ms (the answer's, proven the best of this pp_interleave_num) | 2: 571868.1 ms (the least)")
+    near = SimpleNamespace(lower_bound_by_vpp={1: 573000.0, 2: 571868.13}, best=solved.best)
+    assert "(the answer's) |" in bounds_by_vpp_line(near)
 
 
 @pytest.mark.parametrize("seed", range(6))
