@@ -18,7 +18,8 @@ from autotune.commands._paths import check_out_dir, check_out_file, write_text
 from autotune.config.margin import apply_margin
 from autotune.emit.html_report import REPORT_FILES, REPORT_PATTERNS
 from autotune.emit.render import comparison_table, headroom_text, render_report, report_json
-from autotune.emit.search_result import bound_line, bounds_by_vpp_line, check_writable, pattern_warnings, run_warnings
+from autotune.emit.search_result import (bound_line, bounds_by_vpp_line, check_writable, pattern_warnings,
+                                         run_warnings, vpp_not_searched_line)
 from autotune.emit.yaml_block import dump_yaml
 from autotune.errors import ConfigError
 from autotune.extras import STUDY_VIEW_MODULES, require, require_storage
@@ -349,6 +350,9 @@ def _print_search(result: object, config: str, out: str | None) -> None:
         by_vpp = bounds_by_vpp_line(result)
         if by_vpp:
             click.echo(by_vpp)
+    dropped = vpp_not_searched_line(result)
+    if dropped:
+        click.echo(dropped)
     click.echo(result.stop_text())
     click.echo(comparison_table(result.best, result.baselines, margin_mib=m, no_fit_proven=result.no_fit_proven))
     best = result.best

@@ -205,6 +205,21 @@ def bounds_by_vpp_line(result: Any) -> str | None:
             + " | ".join(parts))
 
 
+def vpp_not_searched_line(result: Any) -> str | None:
+    """One line naming the pp_interleave_num candidates the search could not run and why
+    (``result.vpp_not_searched``), grouped by reason, e.g. ``pp_interleave_num 2, 3, 4 not
+    searched: interleaved 1F1B needs micro_batch_num to be a multiple of pipeline_stage (...)``;
+    None when every candidate ran."""
+    why = getattr(result, "vpp_not_searched", None) or {}
+    by_reason: dict[str, list[int]] = {}
+    for V, reason in why.items():
+        by_reason.setdefault(reason, []).append(V)
+    if not by_reason:
+        return None
+    return "; ".join(f"pp_interleave_num {', '.join(map(str, Vs))} not searched: {reason}"
+                     for reason, Vs in by_reason.items())
+
+
 def result_dict(result: Any) -> dict[str, Any]:
     """The stable JSON shape of ``autotune search --format json``."""
     def d(r: CostReport | None) -> dict[str, Any] | None:
@@ -227,6 +242,7 @@ def result_dict(result: Any) -> dict[str, Any]:
             "trials_stopped_by": result.trials_stopped_by, "bound_phase_cut": result.bound_phase_cut,
             "bound_phase_s": result.bound_phase_s, "time_left_faster": result.time_left_faster,
             "trials_share_halved": result.trials_share_halved,
+            "vpp_not_searched": {str(V): why for V, why in getattr(result, "vpp_not_searched", {}).items()},
             "time_limit_s": result.time_limit_s,
             "settings": dict(result.settings), "subproblems": result.subproblems,
             "hbm_margin_mib": result.hbm_margin_mib,

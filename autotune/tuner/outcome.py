@@ -135,6 +135,9 @@ class SearchOutcome:
     #: because a V still held only a floor then (the other half raises that bound:
     #: ``search._trial_limit``); "the trials met the clock" then means their half of it
     trials_share_halved: bool = False
+    #: pp_interleave_num candidates of the search space that cannot run with this config -> why
+    #: (e.g. interleaved 1F1B needs micro_batch_num to be a multiple of pipeline_stage); not searched
+    vpp_not_searched: dict[int, str] = field(default_factory=dict)
 
     def static_floor_text(self) -> str:
         """The memory floors of a ``"static_memory"`` verdict in words (the stop line's and the

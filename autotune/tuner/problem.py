@@ -370,26 +370,38 @@ def even_layers(N: int, P: int, V: int) -> np.ndarray:
 def runnable_vpp(N: int, P: int, m: int, schedule: str, candidates: list[int],
                  seq_split_num: int = 1) -> list[int]:
     """The candidates V that can run: P·V <= N, within the simulation limits of
-    :mod:`autotune.config.limits` (R_LIMIT_SCHEDULE), and the schedule accepts (P, V, m, seq_split_num).
+    :mod:`autotune.config.limits` (R_LIMIT_SCHEDULE), and the schedule accepts (P, V, m, seq_split_num)
+    (:func:`vpp_not_runnable` says why the others cannot).
 
     With one pipeline stage (P = 1) only V = 1 is kept when it is a candidate: there is no pipeline
     bubble for interleaving to shorten (``check`` warns W_VPP_LOW_GAIN about such a config), so a
     V > 1 can only tie V = 1 (the same ops on one device; the simulated times differed in the last
     float digit on the corpus's InternLM-7B LoRA, and the search answered pp_interleave_num 4) or
     hold more activations. An explicit list without 1 is kept."""
-    if P == 1 and 1 in candidates:
-        candidates = [1]
-    out = []
-    for V in candidates:
-        if P * V > N or V * m * seq_split_num > MAX_STAGE_UNITS or P * V * m * seq_split_num > MAX_SCHEDULE_UNITS:
-            continue
-        try:
-            compile_schedule(schedule, P, V, m, seq_split_num)
-        except (ValueError, KeyError):
-            continue
-        out.append(V)
-    return out
+    why = vpp_not_runnable(N, P, m, schedule, candidates, seq_split_num)
+    return [V for V in candidates if V not in why]
 
+
+def vpp_not_runnable(N: int, P: int, m: int, schedule: str, candidates: list[int],
+                     seq_split_num: int = 1) -> dict[int, str]:
+    """V -> why it cannot run (one phrase), for the candidates :func:`runnable_vpp` drops: more
+    mini-stages than layers, past the simulation limits, the schedule's own rule (e.g. interleaved
+    1F1B needs micro_batch_num to be a multiple of pipeline_stage), or, with one pipeline stage, V
+    > 1 beside V = 1 (nothing to interleave)."""
+    out: dict[int, str] = {}
+    for V in candidates:
+        if P == 1 and V > 1 and 1 in candidates:
+            out[V] = "with one pipeline stage there is no bubble to interleave (pp_interleave_num 1 is searched)"
+        elif P * V > N:
+            out[V] = f"pipeline_stage × pp_interleave_num = {P * V} mini-stages exceed num_layers = {N}"
+        elif V * m * seq_split_num > MAX_STAGE_UNITS or P * V * m * seq_split_num > MAX_SCHEDULE_UNITS:
+            out[V] = "the schedule would pass the simulation limits (R_LIMIT_SCHEDULE)"
+        else:
+            try:
+                compile_schedule(schedule, P, V, m, seq_split_num)
+            except (ValueError, KeyError) as exc:
+                out[V] = str(exc).strip("'\"")
+    return out
 
 
 def count_splits_v(problem: Problem, V: int) -> int:

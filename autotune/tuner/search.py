@@ -33,7 +33,7 @@ from autotune.tuner.inputs import DEFAULT_DEVICE, as_config, config_schedule
 from autotune.tuner.outcome import SAFETY_TIMEOUT_S, SearchOutcome
 from autotune.tuner.least_peak import least_peak
 from autotune.tuner.pareto import exact_front, heuristic_front, non_dominated
-from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp
+from autotune.tuner.problem import Candidate, Problem, even_layers, runnable_vpp, vpp_not_runnable
 from autotune.tuner.progress import LINE_EVERY_S, Progress, as_progress
 from autotune.tuner.runner import add_trial, best_and_closest, candidate_from_trial, open_storage, run_study
 from autotune.tuner.bounds import floor_ms
@@ -143,6 +143,23 @@ def subproblems(cfg: TrainingConfig, sp: SearchSpace, variants: list[Variant]) -
                           f"pipeline_stage={P}, micro_batch_num={v0.cfg.micro_batch_num} ({v0.schedule})",
                           field="pp_interleave_num", value=sp.pp_interleave_num, rule="search_space")
     return subs
+
+
+def vpp_not_searched(cfg: TrainingConfig, sp: SearchSpace, variants: list[Variant]) -> dict[int, str]:
+    """pp_interleave_num candidates of ``sp`` that no sub-problem can run -> why (the first
+    variant's reason, :func:`~autotune.tuner.problem.vpp_not_runnable`), so that the output says
+    which V's the search dropped instead of dropping them silently (a new user's pp 3 config with
+    128 micro-batches searched vpp 1 alone without a word)."""
+    P, N = cfg.pipeline_stage, cfg.num_layers
+    why: dict[int, str] = {}
+    runs: set[int] = set()
+    for var in variants:
+        c = var.cfg
+        out = vpp_not_runnable(N, P, c.micro_batch_num, var.schedule, sp.pp_interleave_num, c.seq_split_num)
+        runs |= set(sp.pp_interleave_num) - set(out)
+        for V, reason in out.items():
+            why.setdefault(V, reason)
+    return {V: r for V, r in sorted(why.items()) if V not in runs}
 
 
 def _priced(cfg: TrainingConfig, var: Variant, source: Any, layout: Layout) -> CostReport:
@@ -501,7 +518,8 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
     storage = open_storage(storage)  # a bad URL or path fails now, not after the bound phase
     if sp.pipeline_scheduler == "keep":
         config_schedule(cfg)
-    subs = subproblems(cfg, sp, expand_space(cfg, sp, profile, device=device, overrides=overrides))
+    variants = expand_space(cfg, sp, profile, device=device, overrides=overrides)
+    subs = subproblems(cfg, sp, variants)
     user, user_error = user_layout(cfg)
     verdict = static_verdict(cfg, subs, user, user_error, margin_mib, t0)
     if verdict is not None:
@@ -569,5 +587,5 @@ def _run_search(config: str | Path | TrainingConfig, profile: str | Path | Model
                          pareto_exact=bool(front is not None and st.pareto_exact), subproblems=len(prepared),
                          hbm_margin_mib=margin_mib, user_config_error=user_error,
                          bound_phase_cut=bool(cut_in_bounds), bound_phase_s=bound_s, time_left_faster=faster,
-                         trials_share_halved=bool(floored),
+                         trials_share_halved=bool(floored), vpp_not_searched=vpp_not_searched(cfg, sp, variants),
                          trials_stopped_by=_stopped_by(st, st.timed_out, timeout, stop_at))
