@@ -193,7 +193,7 @@ def bounds_by_vpp_line(result: Any) -> str | None:
     least = min((b for b in by.values() if b is not None), default=None)
     parts = []
     for V, b in by.items():
-        # the answer's V with a bound at its step time (within REL_TOL): no layout of that V is
+        # the answer's V with a bound at its step time (within SOLVED_TOL): no layout of that V is
         # faster (the split scan's pp_interleave_num 1)
         solved = V == mine and b is not None and step is not None and b >= step * (1 - SOLVED_TOL)
         tags = ((["the answer's"] if V == mine else [])
@@ -242,7 +242,7 @@ def result_dict(result: Any) -> dict[str, Any]:
             "trials_stopped_by": result.trials_stopped_by, "bound_phase_cut": result.bound_phase_cut,
             "bound_phase_s": result.bound_phase_s, "time_left_faster": result.time_left_faster,
             "trials_share_halved": result.trials_share_halved,
-            "vpp_not_searched": {str(V): why for V, why in getattr(result, "vpp_not_searched", {}).items()},
+            "vpp_not_searched": {str(V): why for V, why in result.vpp_not_searched.items()},
             "time_limit_s": result.time_limit_s,
             "settings": dict(result.settings), "subproblems": result.subproblems,
             "hbm_margin_mib": result.hbm_margin_mib,

@@ -1053,19 +1053,19 @@ def fit_exact(problem: Problem, layers: np.ndarray, *, stages: np.ndarray | None
         # mini-stages at other first layers often have equal frontiers (a uniform model's middle
         # layers): a stage with the same frontiers, room and weights has the same answer
         sk = ("xs", V, p, room, w[b, :, p].tobytes(), *(memo.get(("xd",) + k) for k in keys))
-        got = memo.get(sk, False) if all(f is not None for f in fr) else None
-        capped: list = [] if all(f is not None for f in fr) else [1]
-        if got is False and over_caps[p]:
-            got, capped = None, [1]  # the problem's stages pass the DP's caps: the greedy, without the DP
-        elif got is False:
-            got = memo[sk] = _stage_best(fr, room, w[b, :, p], *rows[p], capped=capped)
-            memo[("xc",) + sk] = bool(capped)
-        elif got is None and all(f is not None for f in fr):
-            capped = [1] if memo.get(("xc",) + sk, over_caps[p]) else []
+        if any(f is None for f in fr) or over_caps[p]:
+            # a frontier with too many options, or the problem's stages pass the DP's caps: the
+            # greedy, without the DP's work
+            got, capped = None, True
+        else:
+            if sk not in memo:  # (the DP's answer or None, whether its caps stopped it)
+                hit: list = []
+                memo[sk] = (_stage_best(fr, room, w[b, :, p], *rows[p], capped=hit), bool(hit))
+            got, capped = memo[sk]
         if got is None:
             greedy[b, p] = True
             if inexact is not None:
-                inexact[b, p] = bool(capped)
+                inexact[b, p] = capped
             continue
         for v in range(V):
             rec[b, v, p], sel[b, v, p], com[b, v, p] = fr[v][0][got[0][v]]

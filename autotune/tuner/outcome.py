@@ -178,16 +178,18 @@ class SearchOutcome:
                     f"and load); certified gap then {gap}")
             if not (self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net")):
                 return head
-            own = _TRIALS_ENDED.get(self.trials_stopped_by or "", "")
             share = (f"{self.bound_phase_s:.1f} s, half of what the limit left after start-up and reading"
                      if self.bound_phase_s is not None else
                      f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")
+            if self.trials_stopped_by not in ("timeout", "safety_net"):
+                trials = f"The trials then ended on their own{_TRIALS_ENDED.get(self.trials_stopped_by or '', '')}"
+            elif self.trials_share_halved:
+                trials = ("The trials then met their half of the time left (a pp_interleave_num held only a "
+                          "floor: the other half went to its bound)")
+            else:
+                trials = "The trials then met the clock too"
             parts = [head, f"The bound phase ({share}) stopped its local search or later bound passes at "
-                     "their deadlines",
-                     ("The trials then met their half of the time left (a pp_interleave_num held only a floor: "
-                      "the other half went to its bound)" if self.trials_share_halved else
-                      "The trials then met the clock too") if self.trials_stopped_by in ("timeout", "safety_net")
-                     else f"The trials then ended on their own{own}"]
+                     "their deadlines", trials]
             if self.time_left_faster:
                 parts.append("With the time left, a local search and kicks from their answer found a faster config")
             return ". ".join(parts) + "."
