@@ -28,6 +28,12 @@ from autotune.errors import AutotuneError, ConfigError, from_validation_error
 EXIT_BAD_INPUT = 2
 
 
+def _usage_text(exc: click.UsageError) -> str:
+    """Click's usage message without its closing full stop: the pointer to ``--help`` follows it
+    ("... in the range x>0 (see 'autotune search --help')")."""
+    return exc.format_message().rstrip().removesuffix(".")
+
+
 class _Group(click.Group):
     """click group that maps AutotuneError, and click's usage errors of the group's and a
     sub-command's options and arguments (a value out of range, an unknown option), to exit 2 with a
@@ -46,7 +52,7 @@ class _Group(click.Group):
         except click.UsageError as exc:
             if "--debug" in raw:
                 raise
-            line = f"{exc.format_message()} (see '{ctx.command_path} --help')"
+            line = f"{_usage_text(exc)} (see '{ctx.command_path} --help')"
             name = getattr(exc, "option_name", None)
             typed = next((t for t in raw if t in self.commands), None)
             subs = [n for n in sorted(self.commands) if name and any(name in o.opts for o in self.commands[n].params)]
@@ -79,7 +85,7 @@ class _Group(click.Group):
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             if sub is not None and (exc.ctx is None or exc.ctx is ctx):
                 where = f"{ctx.command_path} {sub}"  # an option's missing value: click names the group
-            _exit_bad_input(ctx, f"{exc.format_message()} (see '{where} --help')",
+            _exit_bad_input(ctx, f"{_usage_text(exc)} (see '{where} --help')",
                             _usage_body(exc) if _asks_json(sub_args) else None)
         except AutotuneError as exc:
             if ctx.obj and ctx.obj.get("debug"):

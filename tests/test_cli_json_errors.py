@@ -143,5 +143,5 @@ def test_a_missing_option_value_points_at_the_sub_commands_help():
     """click names the group for an option without its value; the pointer names the sub-command."""
     r = _run("search", GLM, "--timeout")
     assert r.exit_code == 2
-    assert r.stderr == "error: Option '--timeout' requires an argument. (see 'autotune search --help')\n"
+    assert r.stderr == "error: Option '--timeout' requires an argument (see 'autotune search --help')\n"
     assert "(see 'autotune --help')" in _run("bogus").stderr        # no sub-command: the group's help

@@ -232,17 +232,17 @@ def test_the_lower_case_rules_are_documented(tmp_path, make, args, rule):
 
 @pytest.mark.parametrize("args, expect", [
     (["search", "{cfg}", "--timeout", "0"],
-     "error: Invalid value for '--timeout': 0.0 is not in the range x>0. (see 'autotune search --help')"),
+     "error: Invalid value for '--timeout': 0.0 is not in the range x>0 (see 'autotune search --help')"),
     (["search", "{cfg}", "--timeout", "-1"],
-     "error: Invalid value for '--timeout': -1.0 is not in the range x>0. (see 'autotune search --help')"),
+     "error: Invalid value for '--timeout': -1.0 is not in the range x>0 (see 'autotune search --help')"),
     (["search", "{cfg}", "--timeout", "abc"],
      "error: Invalid value for '--timeout': 'abc' is not a number (the range is x>0) "
      "(see 'autotune search --help')"),
     (["search", "{cfg}", "--gap", "-0.1"],
-     "error: Invalid value for '--gap': -0.1 is not in the range x>=0. (see 'autotune search --help')"),
+     "error: Invalid value for '--gap': -0.1 is not in the range x>=0 (see 'autotune search --help')"),
     (["evaluate", "{cfg}", "--no-such-option"],
-     "error: No such option '--no-such-option'. (see 'autotune evaluate --help')"),
-    (["no-such-command"], "error: No such command 'no-such-command'. (see 'autotune --help')"),
+     "error: No such option '--no-such-option' (see 'autotune evaluate --help')"),
+    (["no-such-command"], "error: No such command 'no-such-command' (see 'autotune --help')"),
 ])
 def test_usage_errors_are_one_line(args, expect) -> None:
     """click's usage errors (a value out of an option's range, no number, an unknown option or
