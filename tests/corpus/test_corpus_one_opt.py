@@ -35,12 +35,11 @@ def test_corpus_answers_are_one_opt(path, args):
     from autotune.config.training import load_config
     from autotune.tuner.heap import search_heap
     from autotune.tuner.outcome import SAFETY_TIMEOUT_S
-    from autotune.tuner.runner import run_study
     from autotune.tuner.search import subproblems
     from autotune.tuner.solve import bound_and_seeds
     from autotune.tuner.space import expand_space, load_search_space
     from autotune.tuner.threads import one_blas_thread
-    from tests.search.test_one_opt import improving
+    from tests.search.test_one_opt import study_answer_is_one_opt
 
     hf = args[args.index("--hf-config") + 1] if "--hf-config" in args else None
     cfg = load_config(str(path), hf_config=hf)
@@ -48,9 +47,4 @@ def test_corpus_answers_are_one_opt(path, args):
     for _var, pr in subproblems(cfg, sp, expand_space(cfg, sp, None, device="ascend-910b", overrides=None)):
         with one_blas_thread(), search_heap():
             bs = bound_and_seeds(pr, [], deadline=time.monotonic() + SAFETY_TIMEOUT_S / 2, target_gap=0.005)
-            out = run_study(pr, seeds=bs.seeds, n_trials=200, timeout=SAFETY_TIMEOUT_S, seed=0,
-                            stop_at_ms=bs.bound_ms * 1.005, bound_ms=bs.bound_ms)
-        assert out.best is not None
-        best = pr.score([out.best])[0]
-        assert best.peak_mib <= pr.hbm_mib
-        assert improving(pr, best) == []
+            study_answer_is_one_opt(pr, bs)
