@@ -45,7 +45,10 @@ def _fmt_dict(d: dict[str, Any] | None) -> str:
 
 
 def render_text(res: LayerSettingResult) -> str:
-    """The lines MindFormers logs for this config, then a per-layer table and the warnings."""
+    """The lines MindFormers logs for this config, then a per-layer table, the warnings and a last
+    line with the verdict ("ok: MindFormers 1.8 (...) accepts these layout keys (strict; 0
+    warnings)"): a config this is called for is accepted (a rejected one raises before), and the
+    table alone did not say so (a new user's check)."""
     lines = [f"# MindFormers {res.version} ({_RELEASES[res.version]}), {res.model_mode} model, "
              f"{'emulate' if res.emulate else 'strict'}: {res.num_layers} layers on pipeline_stage "
              f"{res.pp} × pp_interleave_num {res.vpp}",
@@ -89,6 +92,9 @@ def render_text(res: LayerSettingResult) -> str:
         lines.append("")
         for w in res.warnings:
             lines.append(f"warning {w.code}: {w.field}: {w.message}")
+    n = len(res.warnings)
+    lines += ["", f"ok: MindFormers {res.version} ({_RELEASES[res.version]}) accepts these layout keys "
+              f"({'emulate' if res.emulate else 'strict'}; {n} warning{'' if n == 1 else 's'})"]
     return "\n".join(lines)
 
 
