@@ -199,7 +199,8 @@ def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
     r = SearchOutcome(best=None, closest=None, baselines={}, trials=14, seconds=12.4, config=None, profile=None,
                       certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=20.0,
                       bound_phase_cut=True)
-    assert r.stop_text() == ("CUT SHORT by its 20 s timeout, a wall clock (the answer may depend on the "
+    assert r.stop_text() == ("CUT SHORT by its 20 s timeout in the bound phase only (the search ended after "
+                             "12.4 s), a wall clock (the answer may depend on the "
                              "machine's speed and load); certified gap then 2.09%. The bound phase (half of the "
                              "time left after reading, at most 10 s) stopped its local search or later bound "
                              "passes at their deadlines. The trials then ended on their own.")
@@ -215,6 +216,7 @@ def test_stop_line_says_when_only_the_bound_phase_was_cut() -> None:
                            certified_gap=0.0209, timed_out=True, stopped_by="timeout", time_limit_s=3.0,
                            bound_phase_cut=True, bound_phase_s=0.8, trials_stopped_by="timeout",
                            trials_share_halved=True, time_left_faster=True)
+    assert "bound phase only" not in halved.stop_text()  # the trials met the clock: the run reached it
     assert halved.stop_text().endswith(
         "The trials then met their half of the time left (a pp_interleave_num held only a floor: the other "
         "half went to its bound). With the time left, a local search and kicks from their answer found a "
