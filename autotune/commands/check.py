@@ -49,8 +49,9 @@ def render_text(res: LayerSettingResult) -> str:
     line with the verdict ("ok: MindFormers 1.8 (...) accepts these layout keys (strict; 0
     warnings)"): a config this is called for is accepted (a rejected one raises before), and the
     table alone did not say so (a new user's check)."""
+    mode = "emulate" if res.emulate else "strict"
     lines = [f"# MindFormers {res.version} ({_RELEASES[res.version]}), {res.model_mode} model, "
-             f"{'emulate' if res.emulate else 'strict'}: {res.num_layers} layers on pipeline_stage "
+             f"{mode}: {res.num_layers} layers on pipeline_stage "
              f"{res.pp} × pp_interleave_num {res.vpp}",
              f"num_layers per stage: {res.layers_vp.tolist()}",
              f"Accumulated num_layers per stage: {res.accumulated_vp.tolist()}",
@@ -94,7 +95,7 @@ def render_text(res: LayerSettingResult) -> str:
             lines.append(f"warning {w.code}: {w.field}: {w.message}")
     n = len(res.warnings)
     lines += ["", f"ok: MindFormers {res.version} ({_RELEASES[res.version]}) accepts these layout keys "
-              f"({'emulate' if res.emulate else 'strict'}; {n} warning{'' if n == 1 else 's'})"]
+              f"({mode}; {n} warning{'' if n == 1 else 's'})"]
     return "\n".join(lines)
 
 

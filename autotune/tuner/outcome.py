@@ -174,12 +174,12 @@ class SearchOutcome:
         if self.timed_out:
             which = (f"its {self.time_limit_s:g} s timeout" if self.stopped_by == "timeout"
                      else f"the {self.time_limit_s:g} s safety net")
-            where = ""
             phase_only = self.bound_phase_cut and self.stopped_by in ("timeout", "safety_net")
-            if phase_only and self.trials_stopped_by not in ("timeout", "safety_net") and self.seconds is not None:
-                # the trials ended on their own: the run stopped before the limit (a new user read a
-                # 7.5 s run's "CUT SHORT by its 10 s timeout" as the limit reached)
-                where = f" in the bound phase only (the search ended after {self.seconds:.1f} s)"
+            trials_own = self.trials_stopped_by not in ("timeout", "safety_net")  # they ended on their own
+            # then the run stopped before the limit (a new user read a 7.5 s run's "CUT SHORT by its
+            # 10 s timeout" as the limit reached)
+            where = f" in the bound phase only (the search ended after {self.seconds:.1f} s)" \
+                if phase_only and trials_own else ""
             head = (f"CUT SHORT by {which}{where}, a wall clock (the answer may depend on the machine's speed "
                     f"and load); certified gap then {gap}")
             if not phase_only:
@@ -187,7 +187,7 @@ class SearchOutcome:
             share = (f"{self.bound_phase_s:.1f} s, half of what the limit left after start-up and reading"
                      if self.bound_phase_s is not None else
                      f"half of the time left after reading, at most {self.time_limit_s / 2:g} s")
-            if self.trials_stopped_by not in ("timeout", "safety_net"):
+            if trials_own:
                 trials = f"The trials then ended on their own{_TRIALS_ENDED.get(self.trials_stopped_by or '', '')}"
             elif self.trials_share_halved:
                 trials = ("The trials then met their half of the time left (a pp_interleave_num held only a "
