@@ -304,6 +304,18 @@ def _start_paths(model: _Model, lp: _LP, V: int, layouts: tuple[Candidate, ...] 
         lp.add_path(cp.cf, cp.cb, cp.hops)
 
 
+def _branched(lp: _LP, value: float | None, converged: bool, lower_ms: float | None, upper_ms: float | None,
+              nodes: int, deadline: float | None) -> float | None:
+    """:meth:`_LP.branch`'s value (ms) where its gate is open (:func:`path_lp_bound`: the family
+    converged at ``value``, which is at or above ``lower_ms``, with a gap to ``upper_ms`` over
+    :data:`MIN_GAP` and at most :data:`BRANCH_MAX_GAP`); None where it is shut."""
+    if (value is None or not converged or nodes <= 0 or upper_ms is None
+            or (lower_ms is not None and value < lower_ms)
+            or not MIN_GAP < (upper_ms - value) / value <= BRANCH_MAX_GAP):
+        return None
+    return lp.branch(nodes, deadline)
+
+
 def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | list = (),
                   lower_ms: float | None = None, upper_ms: float | None = None, max_rounds: int = MAX_ROUNDS,
                   work: float = WORK, deadline: float | None = None,
@@ -323,10 +335,8 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
         upper_ms: a feasible step time: the generation stops once the value reaches it.
         max_rounds, work: work caps (rounds; Σ ops walked + LP nonzeros over the rounds).
         deadline: time.monotonic() safety limit.
-        branch_nodes: node cap of the branching on the converged family (:meth:`_LP.branch`;
-            0: never), which runs where the relaxation converged, is at or above ``lower_ms``
-            and leaves a gap to ``upper_ms`` over :data:`MIN_GAP` and at most
-            :data:`BRANCH_MAX_GAP`.
+        branch_nodes: node cap of the branching on the converged family (0: never; where it
+            runs: :func:`_branched`).
 
     Returns None where it does not apply (V = 1, a schedule that splits B/W, non-default pipeline
     positions, highspy missing) or when no LP solve proved an optimum.
@@ -400,11 +410,7 @@ def path_lp_bound(problem: Problem, V: int, *, layouts: tuple[Candidate, ...] | 
                 break  # the LP's optimum is <= this minimiser's longest path: it cannot pass lower_ms
             if not lp.add_path(cp.cf, cp.cb, cp.hops):
                 break  # nothing new to price (numerically converged)
-        branched = None
-        if (best is not None and converged and branch_nodes > 0 and upper_ms is not None
-                and (lower_ms is None or best >= lower_ms)
-                and MIN_GAP < (upper_ms - best) / best <= BRANCH_MAX_GAP):
-            branched = lp.branch(branch_nodes, deadline)
+        branched = _branched(lp, best, converged, lower_ms, upper_ms, branch_nodes, deadline)
     if best is None:
         return None
     value = highs_proven(best) if branched is None else max(highs_proven(best), branched)
