@@ -3,12 +3,14 @@
 A search can take minutes; an output that cannot be written (an existing file without ``--force``,
 a folder that is not writable, a path under a file) must stop it at once with a one-line error,
 not after the work, throwing the result away. Every command checks its output paths with these
-functions first, and writes with :func:`write_text` later.
+functions first, and writes with :func:`write_text` later. A missing folder on the way is created
+when the file is written (the check needs its nearest existing folder to take a new file).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -28,6 +30,19 @@ def _writable_parent(path: Path, option: str) -> None:
     if not os.access(anc, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot write {path}: the folder {anc} is not writable", field=option,
                           value=str(path), rule="R_UNWRITABLE")
+    _probe(anc, path, option)
+
+
+def _probe(folder: Path, path: Path, option: str) -> None:
+    """Create and remove a temporary file in the existing ``folder``: what os.access cannot see
+    (root is "allowed" everywhere, yet /proc or a read-only mount takes no new file) stops the
+    command here too, not after the search."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: no file can be created in {folder} ({e.strerror or e})",
+                          field=option, value=str(path), rule="R_UNWRITABLE") from None
 
 
 def check_out_file(path: str | Path | None, *, force: bool, option: str = "--out") -> None:
@@ -80,13 +95,23 @@ def check_out_dir(path: str | Path | None, *, force: bool, option: str = "--out"
         if not os.access(d, os.W_OK | os.X_OK):
             raise ConfigError(f"cannot write into {path}: the folder is not writable", field=option,
                               value=str(path), rule="R_UNWRITABLE")
+        _probe(d, d, option)
         return
     _writable_parent(d / "x", option)
 
 
-def write_text(path: str | Path, text: str) -> None:
+def write_text(path: str | Path, text: str, option: str = "--out") -> None:
     """Write ``text`` to ``path`` (UTF-8, line endings as they are in ``text``), creating its folder;
-    checked by :func:`check_out_file`."""
+    checked by :func:`check_out_file`.
+
+    Raises:
+        ConfigError: the write failed all the same (``R_UNWRITABLE``: e.g. the disk filled up
+            since the check), one line naming ``option`` and the path, not a traceback.
+    """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8", newline="")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8", newline="")
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}", field=option, value=str(path),
+                          rule="R_UNWRITABLE") from None

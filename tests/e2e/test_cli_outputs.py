@@ -114,6 +114,60 @@ def test_search_unwritable_folder_as_seen_by_access(toy, tmp_path, no_search, mo
     assert res.exit_code == 2 and f"cannot write into {ro}" in one_error(res)
 
 
+def test_search_folder_that_takes_no_new_file_stops_before_the_search(toy, tmp_path, no_search, monkeypatch):
+    """os.access says yes (root, or a read-only mount) but no file can be created there: a new
+    user's ``--out /proc/x.yaml`` ran the whole search and then failed with a traceback. The check
+    now creates and removes a temporary file in the folder first."""
+    import errno
+    import tempfile
+
+    import autotune.commands._paths as paths
+
+    cfg, prof = toy
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = tempfile.TemporaryFile
+
+    def refuse(*a, dir=None, **k):  # noqa: A002 - tempfile's own keyword
+        if str(dir) == str(ro):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(paths.tempfile, "TemporaryFile", refuse)
+    res = run("search", cfg, "--profile", prof, "--out", ro / "sub" / "best.yaml")
+    assert res.exit_code == 2
+    assert f"no file can be created in {ro} (Read-only file system)" in one_error(res)
+    res = run("search", cfg, "--profile", prof, "--report", ro)
+    assert res.exit_code == 2 and "[R_UNWRITABLE] --report:" in one_error(res)
+    assert list(tmp_path.rglob("tmp*")) == []  # the probe leaves nothing behind where it works
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux's /proc")
+def test_search_out_under_proc_stops_before_the_search(toy, no_search):
+    """The new user's case itself: /proc takes no new file, whoever runs the command."""
+    cfg, prof = toy
+    res = run("search", cfg, "--profile", prof, "--out", "/proc/x.yaml")
+    assert res.exit_code == 2 and "cannot write /proc/x.yaml: no file can be created in /proc" in one_error(res)
+
+
+def test_write_that_fails_after_the_check_is_one_line(tmp_path, monkeypatch):
+    """A write that fails all the same (the disk filled up since the check) raises the one-line
+    ConfigError, not an OSError traceback."""
+    import errno
+    from pathlib import Path
+
+    from autotune.commands._paths import write_text
+    from autotune.errors import ConfigError
+
+    def full(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(ConfigError, match="No space left on device") as e:
+        write_text(tmp_path / "best.yaml", "x: 1\n")
+    assert e.value.rule == "R_UNWRITABLE"
+
+
 def test_search_out_and_report_write_with_force(toy, tmp_path):
     cfg, prof = toy
     out = tmp_path / "best.yaml"
