@@ -111,7 +111,7 @@ def profile_cmd(config: str | None, config_opt: str | None, device: str, sets: t
         _add_traces(acc, traces, layer_map, warmup_steps)
     prof = _merge(acc, base, device, strict)
     if report_path:
-        _write(report_path, json.dumps(acc.report, indent=2, default=float), force)
+        _write(report_path, json.dumps(acc.report, indent=2, default=float), force, "--report")
     _emit(prof.to_yaml(), out, force)
 
 

@@ -122,7 +122,7 @@ def _warn(code: str, field: str, message: str) -> None:
 
 def _write(path: str, text: str, force: bool, option: str = "--out") -> None:
     check_out_file(path, force=force, option=option)
-    write_text(path, text)
+    write_text(path, text, option)
 
 
 def _profile_warnings(profile: str | None) -> None:
